@@ -1,0 +1,19 @@
+"""Build the Cython kernels in zephon/_ext from one table."""
+import numpy as np
+from Cython.Build import cythonize
+from setuptools import Extension, setup
+
+KERNELS = ["perm", "cursor", "schedule", "readorder"]
+
+extensions = [
+    Extension(
+        f"zephon._ext.{name}",
+        [f"zephon/_ext/{name}.pyx"],
+        include_dirs=[np.get_include()],
+        define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")],
+        extra_compile_args=["-O3"],
+    )
+    for name in KERNELS
+]
+
+setup(ext_modules=cythonize(extensions, language_level=3))

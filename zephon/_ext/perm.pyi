@@ -1,0 +1,3 @@
+import numpy as np
+
+def perm_range(key: int, n: int, start: int, count: int) -> np.ndarray: ...
