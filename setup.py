@@ -11,7 +11,7 @@ extensions = [
         [f"zephon/_ext/{name}.pyx"],
         include_dirs=[np.get_include()],
         define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")],
-        extra_compile_args=["-O3"],
+        extra_compile_args=["-O3", "-ffp-contract=off"],
     )
     for name in KERNELS
 ]

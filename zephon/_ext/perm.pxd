@@ -5,6 +5,9 @@ Defined by zephon/core/perm.py::perm_reference.
 from libc.stdint cimport uint64_t
 from zephon._ext._keys cimport GOLDEN, mix64
 
+cdef extern from *:
+    int __builtin_clzll(unsigned long long) nogil
+
 cdef enum:
     PERM_ROUNDS = 4  # must match ROUNDS in zephon/core/perm.py
 
@@ -20,8 +23,8 @@ cdef inline Perm perm_make(uint64_t key, uint64_t n) noexcept nogil:
     p.key = key
     p.n = n
     p.bits = 2
-    while p.bits < 64 and ((<uint64_t>1) << p.bits) < n:
-        p.bits += 1
+    if n > 4:
+        p.bits = 64 - __builtin_clzll(n - 1)
     return p
 
 

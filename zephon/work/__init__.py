@@ -1,0 +1,19 @@
+"""The object shell: work sources and the chunks they produce.
+
+| use | for |
+|---|---|
+| :class:`StaticMixtureWorkSource` | fixed datasets in fixed proportions (the built-in source) |
+| :class:`WorkSource` | the interface to implement for a custom curriculum |
+| :class:`WorkChunk` | a bundle of sample pointers grouped by component |
+| :class:`MixtureSpec` | validated mixture weights |
+| :class:`MixtureReadConfig` and its enums | how a chunk's pointers are interleaved when read |
+"""
+from zephon.core.chunk import ComponentOrder, MixtureReadConfig, MixtureReadMode, SampleId, WorkChunk
+from zephon.work.source import WorkSource
+from zephon.work.spec import MixtureSpec
+from zephon.work.static_mixture import StaticMixtureWorkSource
+
+__all__ = [
+    "ComponentOrder", "MixtureReadConfig", "MixtureReadMode", "MixtureSpec", "SampleId",
+    "StaticMixtureWorkSource", "WorkChunk", "WorkSource",
+]

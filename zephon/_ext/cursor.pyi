@@ -1,0 +1,6 @@
+import numpy as np
+
+def take(out: np.ndarray, row: int, dataset_id: int, position: int, count: int,
+         ordered_ids: np.ndarray, cum_end: np.ndarray, within_keys: np.ndarray,
+         block_size: int, block_key: int, total: int) -> None: ...
+def derive_many(key: int, values: np.ndarray) -> np.ndarray: ...

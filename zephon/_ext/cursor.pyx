@@ -1,0 +1,113 @@
+# cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True, initializedcheck=False
+"""Cursor kernel: write one dataset's pointers for a range of epoch positions.
+
+Defined by zephon/core/cursor.py::pointer_reference. A position ``p`` goes through the block
+mosaic (if any), then a binary search in the epoch's cumulative shard counts, then the
+within-shard permutation (if any).
+"""
+import numpy as np
+from libc.stdint cimport int64_t, uint64_t
+from zephon._ext._keys cimport derive
+from zephon._ext.perm cimport Perm, perm_apply, perm_make
+
+
+cdef inline Py_ssize_t _shard_of(const int64_t[::1] cum_end, int64_t q, Py_ssize_t lo, Py_ssize_t hi) noexcept nogil:
+    """First k in [lo, hi) with cum_end[k] > q."""
+    cdef Py_ssize_t mid
+    while lo < hi:
+        mid = (lo + hi) >> 1
+        if cum_end[mid] > q:
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo
+
+
+cdef inline void _write(int64_t[:, ::1] out, Py_ssize_t row, int64_t dataset_id, Py_ssize_t k, int64_t q,
+                        const int64_t[::1] ids, const int64_t[::1] cum_end, const uint64_t[::1] within_keys) noexcept nogil:
+    cdef int64_t start = cum_end[k - 1] if k > 0 else 0
+    cdef int64_t r = q - start
+    cdef Perm shard_perm
+    if within_keys.shape[0] > 0:
+        shard_perm = perm_make(within_keys[k], <uint64_t>(cum_end[k] - start))
+        r = <int64_t>perm_apply(&shard_perm, <uint64_t>r)
+    out[row, 0] = dataset_id
+    out[row, 1] = ids[k]
+    out[row, 2] = r
+
+
+cdef void _take_runs(int64_t[:, ::1] out, Py_ssize_t row, int64_t dataset_id, int64_t position, int64_t count,
+                     const int64_t[::1] ids, const int64_t[::1] cum_end, const uint64_t[::1] within_keys) noexcept nogil:
+    """No block mosaic: positions are consecutive, so walk shard by shard."""
+    cdef int64_t p = position, end = position + count, start, stop, r
+    cdef Py_ssize_t k = _shard_of(cum_end, p, 0, cum_end.shape[0])
+    cdef bint within = within_keys.shape[0] > 0
+    cdef Perm shard_perm
+    while p < end:
+        start = cum_end[k - 1] if k > 0 else 0
+        stop = cum_end[k] if cum_end[k] < end else end
+        if within:
+            shard_perm = perm_make(within_keys[k], <uint64_t>(cum_end[k] - start))
+        while p < stop:
+            r = p - start
+            if within:
+                r = <int64_t>perm_apply(&shard_perm, <uint64_t>r)
+            out[row, 0] = dataset_id
+            out[row, 1] = ids[k]
+            out[row, 2] = r
+            row += 1
+            p += 1
+        k += 1
+
+
+cdef void _take_blocks(int64_t[:, ::1] out, Py_ssize_t row, int64_t dataset_id, int64_t position, int64_t count,
+                       const int64_t[::1] ids, const int64_t[::1] cum_end, const uint64_t[::1] within_keys,
+                       int64_t block_size, uint64_t block_key, int64_t total) noexcept nogil:
+    """Block mosaic: permute positions inside each block, then look each one up."""
+    cdef int64_t p = position, end = position + count, block, block_start, block_len, block_stop, q
+    cdef Py_ssize_t lo, hi, shards = cum_end.shape[0]
+    cdef Perm block_perm
+    while p < end:
+        block = p // block_size
+        block_start = block * block_size
+        block_len = block_size if total - block_start > block_size else total - block_start
+        block_stop = block_start + block_len if block_start + block_len < end else end
+        block_perm = perm_make(derive(block_key, <uint64_t>block), <uint64_t>block_len)
+        lo = _shard_of(cum_end, block_start, 0, shards)
+        hi = _shard_of(cum_end, block_start + block_len - 1, lo, shards) + 1
+        while p < block_stop:
+            q = block_start + <int64_t>perm_apply(&block_perm, <uint64_t>(p - block_start))
+            _write(out, row, dataset_id, _shard_of(cum_end, q, lo, hi), q, ids, cum_end, within_keys)
+            row += 1
+            p += 1
+
+
+def take(int64_t[:, ::1] out, Py_ssize_t row, int64_t dataset_id, int64_t position, int64_t count,
+         const int64_t[::1] ordered_ids, const int64_t[::1] cum_end, const uint64_t[::1] within_keys,
+         int64_t block_size, uint64_t block_key, int64_t total):
+    """Write pointers for epoch positions [position, position+count) into out[row:row+count].
+
+    ``within_keys`` is empty without within-shard shuffle; ``block_size <= 1`` means no
+    mosaic. The caller guarantees ``position + count <= total`` and that ``out`` fits.
+    """
+    with nogil:
+        if block_size > 1:
+            _take_blocks(out, row, dataset_id, position, count, ordered_ids, cum_end, within_keys,
+                         block_size, block_key, total)
+        else:
+            _take_runs(out, row, dataset_id, position, count, ordered_ids, cum_end, within_keys)
+
+
+cdef void _derive_all(uint64_t key, const int64_t[::1] values, uint64_t[::1] out) noexcept nogil:
+    cdef Py_ssize_t i
+    for i in range(values.shape[0]):
+        out[i] = derive(key, <uint64_t>values[i])
+
+
+def derive_many(uint64_t key, const int64_t[::1] values):
+    """uint64 array of derive(key, v) for every v (e.g. one within-shard key per shard id)."""
+    out = np.empty(values.shape[0], dtype=np.uint64)
+    cdef uint64_t[::1] view = out
+    with nogil:
+        _derive_all(key, values, view)
+    return out

@@ -1,0 +1,236 @@
+# cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True, initializedcheck=False
+"""Scheduling kernel: walk the global chunk schedule to a lane's next chunk, numbers only.
+
+Defined by zephon/core/schedule.py (plan_chunk_reference, plan_next_reference) and the
+allocators in zephon/core/alloc.py. Compiled with -ffp-contract=off so the accumulator's
+double arithmetic matches Python bit for bit.
+"""
+from libc.math cimport floor, fmax, modf
+from libc.stdint cimport int64_t, uint64_t
+from libc.stdlib cimport free, malloc
+from zephon._ext._keys cimport derive
+from zephon._ext.perm cimport Perm, perm_apply, perm_make
+
+cdef enum:
+    ACCUMULATOR = 0
+    FIXED = 1
+    STOP = 0  # policy codes: index into zephon.core.config.POLICIES
+    REPEAT = 1
+    REDISTRIBUTE = 2
+    PLANNED = -2
+    ALL_DONE = -1
+
+
+cdef struct Schedule:
+    Py_ssize_t n
+    int allocator
+    int64_t stop_after  # 0 = unset
+    int64_t chunk_size
+    const double* raw_weights
+    const int64_t* totals
+    const int64_t* policies
+    const int64_t* max_repeats
+    double* weights  # scratch: active weights
+    double* saved  # scratch: accumulators at chunk start
+    double* keys  # scratch: sort keys
+    Py_ssize_t* order  # scratch: sorted dataset indices
+
+
+cdef void _sort(Schedule* s, Py_ssize_t count) noexcept nogil:
+    """Insertion sort of s.order[:count] by (s.keys[c], c): datasets are few."""
+    cdef Py_ssize_t i, j, c
+    for i in range(1, count):
+        c = s.order[i]
+        j = i
+        while j > 0 and (s.keys[s.order[j - 1]] > s.keys[c] or
+                         (s.keys[s.order[j - 1]] == s.keys[c] and s.order[j - 1] > c)):
+            s.order[j] = s.order[j - 1]
+            j -= 1
+        s.order[j] = c
+
+
+cdef Py_ssize_t _active_order(Schedule* s) noexcept nogil:
+    cdef Py_ssize_t c, count = 0
+    for c in range(s.n):
+        if s.weights[c] > 0.0:
+            s.order[count] = c
+            count += 1
+    return count
+
+
+cdef void _accumulate(Schedule* s, double* acc, int64_t* quotas) noexcept nogil:
+    """AccumulatorAllocator.allocate, in place."""
+    cdef Py_ssize_t c, i, count
+    cdef int64_t d = s.chunk_size
+    for c in range(s.n):
+        if s.weights[c] == 0.0 and acc[c] != 0.0:
+            for i in range(s.n):
+                acc[i] = 0.0
+            break
+    for c in range(s.n):
+        quotas[c] = 0
+        if s.weights[c] > 0.0:
+            acc[c] = acc[c] + s.weights[c] * <double>s.chunk_size
+            quotas[c] = <int64_t>acc[c]
+            acc[c] -= <double>quotas[c]
+            d -= quotas[c]
+    count = _active_order(s)
+    if d > 0:
+        for c in range(s.n):
+            s.keys[c] = -acc[c]
+        _sort(s, count)
+        for i in range(d):
+            c = s.order[i % count]
+            quotas[c] += 1
+            acc[c] -= 1.0
+    elif d < 0:
+        for c in range(s.n):
+            s.keys[c] = acc[c]
+        _sort(s, count)
+        while d < 0:
+            for i in range(count):
+                c = s.order[i]
+                if d < 0 and quotas[c] > 0:
+                    quotas[c] -= 1
+                    acc[c] += 1.0
+                    d += 1
+
+
+cdef void _fixed(Schedule* s, int64_t* quotas) noexcept nogil:
+    """FixedAllocator.allocate."""
+    cdef Py_ssize_t c, i, count = _active_order(s)
+    cdef int64_t left = s.chunk_size - count, extra
+    cdef double whole
+    for c in range(s.n):
+        quotas[c] = 1 if s.weights[c] > 0.0 else 0
+        s.keys[c] = -s.weights[c]
+    _sort(s, count)
+    for i in range(count):
+        c = s.order[i]
+        extra = <int64_t>floor(fmax(0.0, s.weights[c] * <double>s.chunk_size - 1.0))
+        if extra > left:
+            extra = left
+        quotas[c] += extra
+        left -= extra
+    for c in range(s.n):
+        s.keys[c] = -modf(s.weights[c] * <double>s.chunk_size, &whole)
+    count = _active_order(s)
+    _sort(s, count)
+    for i in range(left):
+        quotas[s.order[i % count]] += 1
+
+
+cdef bint _passes_done(Schedule* s, int64_t* epochs, int64_t* positions, Py_ssize_t counting) noexcept nogil:
+    cdef Py_ssize_t c
+    cdef int64_t completed
+    for c in range(s.n):
+        completed = epochs[c] + (1 if c == counting or positions[c] >= s.totals[c] else 0)
+        if completed < s.stop_after:
+            return False
+    return True
+
+
+cdef Py_ssize_t _plan_chunk(Schedule* s, double* acc, int64_t* epochs, int64_t* positions,
+                            int64_t* quotas) noexcept nogil:
+    """plan_chunk_reference in place: PLANNED (positions not yet advanced) or the ending dataset."""
+    cdef Py_ssize_t c
+    cdef double total = 0.0
+    cdef bint restart = True
+    cdef int64_t remaining
+    for c in range(s.n):
+        s.weights[c] = 0.0 if (s.policies[c] == REDISTRIBUTE and positions[c] >= s.totals[c]) else 1.0
+        if s.weights[c] > 0.0:
+            total += s.raw_weights[c]
+    if total == 0.0:
+        return ALL_DONE
+    for c in range(s.n):
+        s.weights[c] = s.raw_weights[c] / total if s.weights[c] > 0.0 else 0.0
+        s.saved[c] = acc[c]
+    while restart:
+        restart = False
+        for c in range(s.n):
+            acc[c] = s.saved[c]
+        if s.allocator == ACCUMULATOR:
+            _accumulate(s, acc, quotas)
+        else:
+            _fixed(s, quotas)
+        for c in range(s.n):
+            remaining = s.totals[c] - positions[c]
+            if remaining >= quotas[c]:
+                continue
+            if s.policies[c] == STOP:
+                return c
+            if s.policies[c] == REDISTRIBUTE:
+                quotas[c] = remaining
+                continue
+            if s.max_repeats[c] >= 0 and epochs[c] >= s.max_repeats[c]:
+                return c
+            if s.stop_after > 0 and _passes_done(s, epochs, positions, c):
+                return c
+            epochs[c] += 1
+            positions[c] = 0
+            restart = True
+            break
+    if s.stop_after > 0 and _passes_done(s, epochs, positions, -1):
+        return ALL_DONE
+    return PLANNED
+
+
+cdef int64_t _lane_of(int64_t g, int64_t replicas, bint permute, uint64_t lane_key) noexcept nogil:
+    cdef Perm lanes
+    if not permute:
+        return g % replicas
+    lanes = perm_make(derive(lane_key, <uint64_t>(g // replicas)), <uint64_t>replicas)
+    return <int64_t>perm_apply(&lanes, <uint64_t>(g % replicas))
+
+
+cdef Py_ssize_t _walk(Schedule* s, int64_t lane, int64_t replicas, bint permute, uint64_t lane_key,
+                      int64_t* g, double* acc, int64_t* epochs, int64_t* positions,
+                      int64_t* quotas, int64_t* start_epochs, int64_t* start_positions) noexcept nogil:
+    cdef Py_ssize_t c, status
+    while True:
+        status = _plan_chunk(s, acc, epochs, positions, quotas)
+        if status != PLANNED:
+            return status
+        for c in range(s.n):
+            start_epochs[c] = epochs[c]
+            start_positions[c] = positions[c]
+            positions[c] += quotas[c]
+        if _lane_of(g[0], replicas, permute, lane_key) == lane:
+            return PLANNED
+        g[0] += 1
+
+
+def plan_next(int allocator, const double[::1] raw_weights, const int64_t[::1] totals,
+              const int64_t[::1] policies, const int64_t[::1] max_repeats, int64_t stop_after,
+              int64_t chunk_size, int64_t lane, int64_t replicas, bint permute, uint64_t lane_key,
+              int64_t chunk_index, double[::1] acc, int64_t[::1] epochs, int64_t[::1] positions,
+              int64_t[:, ::1] out, double[::1] weights):
+    """Plan the lane's next chunk from global chunk ``chunk_index``.
+
+    ``acc``/``epochs``/``positions`` are updated in place to the state after that chunk;
+    ``out`` rows receive quotas, start epochs and start positions; ``weights`` the active
+    weights. Returns ``(ended, g, dataset)``: the chunk's global index, or where the stream
+    ends and which dataset ended it (-1: every dataset done / none active); on an end the
+    in-place arrays hold no meaningful state.
+    """
+    cdef Schedule s
+    cdef Py_ssize_t n = totals.shape[0], status
+    cdef int64_t g = chunk_index
+    cdef double* scratch = <double*>malloc(2 * n * sizeof(double))
+    cdef Py_ssize_t* order = <Py_ssize_t*>malloc(n * sizeof(Py_ssize_t))
+    if scratch == NULL or order == NULL:
+        free(scratch)
+        free(order)
+        raise MemoryError()
+    s.n, s.allocator, s.stop_after, s.chunk_size = n, allocator, stop_after, chunk_size
+    s.raw_weights, s.totals, s.policies, s.max_repeats = &raw_weights[0], &totals[0], &policies[0], &max_repeats[0]
+    s.weights, s.saved, s.keys, s.order = &weights[0], scratch, scratch + n, order
+    with nogil:
+        status = _walk(&s, lane, replicas, permute, lane_key, &g, &acc[0], &epochs[0], &positions[0],
+                       &out[0, 0], &out[1, 0], &out[2, 0])
+    free(scratch)
+    free(order)
+    if status == PLANNED:
+        return False, g, -1
+    return True, g, status

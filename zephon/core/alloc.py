@@ -1,0 +1,114 @@
+"""Allocators: how many pointers each dataset contributes to one chunk.
+
+An allocator is a pure step ``allocate(state, weights, chunk_size) -> (quotas, state')``
+with a JSON-able state. ``weights`` are normalised over the *active* datasets and are exactly
+``0.0`` for inactive ones, which must get a quota of 0. Quotas sum to ``chunk_size``.
+
+| allocator | ``name`` | state |
+|---|---|---|
+| :class:`AccumulatorAllocator` (default) | ``"accumulator"`` | one float per dataset |
+| :class:`FixedAllocator` (legacy) | ``"fixed"`` | none |
+| your own (see :class:`Allocator`) | any string | any JSON value |
+
+The built-in allocators also run inside the scheduling kernel (``zephon/_ext/schedule.pyx``);
+these classes are the definition the kernel is tested against.
+
+**Compatibility**: the accumulator's arithmetic is fixed by SPEC §3 and reproduced bit for bit.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, Protocol, Sequence, runtime_checkable
+
+Quotas = tuple[int, ...]
+
+
+@runtime_checkable
+class Allocator(Protocol):
+    """The allocator protocol a research fork implements in plain Python.
+
+    ``name`` joins the checkpoint fingerprint; ``init`` returns the starting state (JSON:
+    str/int/float/bool/None/list/dict); ``allocate`` must be pure and deterministic.
+    """
+
+    name: str
+
+    def init(self, num_datasets: int) -> Any: ...
+
+    def allocate(self, state: Any, weights: Sequence[float], chunk_size: int) -> tuple[Quotas, Any]: ...
+
+
+class AccumulatorAllocator:
+    """Carry each dataset's fractional share forward, so the mixture is exact in the limit.
+
+    Per chunk, over the active datasets in order: ``acc += w·cs``; the integer part is the
+    base quota; a largest-remainder correction makes the quotas sum to ``cs`` and is debited
+    back into the accumulators. If an inactive dataset still holds a non-zero accumulator
+    (it has just retired) every accumulator is zeroed first (SPEC §3).
+    """
+
+    name = "accumulator"
+
+    def init(self, num_datasets: int) -> tuple[float, ...]:
+        return (0.0,) * num_datasets
+
+    def allocate(self, state: Sequence[float], weights: Sequence[float], chunk_size: int) -> tuple[Quotas, tuple[float, ...]]:
+        acc = list(state)
+        active = [c for c, w in enumerate(weights) if w > 0.0]
+        if any(weights[c] == 0.0 and acc[c] != 0.0 for c in range(len(acc))):
+            acc = [0.0] * len(acc)
+        quotas = [0] * len(acc)
+        for c in active:
+            acc[c] = acc[c] + weights[c] * chunk_size
+            quotas[c] = math.trunc(acc[c])
+            acc[c] -= quotas[c]
+        _correct(quotas, acc, active, chunk_size - sum(quotas))
+        return tuple(quotas), tuple(acc)
+
+
+def _correct(quotas: list[int], acc: list[float], active: list[int], d: int) -> None:
+    """Largest-remainder correction of SPEC §3 step 2, in place."""
+    if d > 0:
+        order = sorted(active, key=lambda c: (-acc[c], c))
+        for i in range(d):
+            c = order[i % len(order)]
+            quotas[c] += 1
+            acc[c] -= 1.0
+    elif d < 0:
+        order = sorted(active, key=lambda c: (acc[c], c))
+        while d < 0:
+            for c in order:
+                if d < 0 and quotas[c] > 0:
+                    quotas[c] -= 1
+                    acc[c] += 1.0
+                    d += 1
+
+
+class FixedAllocator:
+    """The legacy strategy: the same quotas every chunk (while the active set is unchanged).
+
+    Every active dataset gets one slot; then, by descending weight (ties by position), up to
+    ``floor(max(0, w·cs − 1))`` more while slots remain; the rest one each by largest
+    fractional part of ``w·cs`` (ties by position). ``w·cs < 1`` is refused at construction.
+    """
+
+    name = "fixed"
+
+    def init(self, num_datasets: int) -> tuple[()]:
+        return ()
+
+    def allocate(self, state: tuple[()], weights: Sequence[float], chunk_size: int) -> tuple[Quotas, tuple[()]]:
+        active = [c for c, w in enumerate(weights) if w > 0.0]
+        quotas = [1 if w > 0.0 else 0 for w in weights]
+        left = chunk_size - len(active)
+        for c in sorted(active, key=lambda c: (-weights[c], c)):
+            extra = min(left, math.floor(max(0.0, weights[c] * chunk_size - 1.0)))
+            quotas[c] += extra
+            left -= extra
+        by_fraction = sorted(active, key=lambda c: (-math.modf(weights[c] * chunk_size)[0], c))
+        for i in range(left):
+            quotas[by_fraction[i % len(by_fraction)]] += 1
+        return tuple(quotas), state
+
+
+BUILT_IN: dict[str, Allocator] = {"accumulator": AccumulatorAllocator(), "fixed": FixedAllocator()}

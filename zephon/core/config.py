@@ -1,0 +1,130 @@
+"""The resolved, validated configuration of a mixture source: frozen, shared by its lanes.
+
+Everything the user chose is expanded here once (weights as given, per-dataset policies,
+resolved block sizes, shard tables as read-only int64 arrays); the core reads it and never
+changes it. Validation of user input lives in the shell (``zephon.work``); these types only
+assert the invariants the kernels rely on.
+"""
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from zephon.core.alloc import Allocator
+from zephon.core.keys import DOMAIN_CHUNK_SEED, DOMAIN_LANE, purpose_key
+
+STOP, REPEAT, REDISTRIBUTE = "stop", "repeat", "redistribute"
+POLICIES = (STOP, REPEAT, REDISTRIBUTE)
+MODULO, PERMUTE = "modulo", "permute"
+
+
+def _read_only(values: Any) -> np.ndarray:
+    array = np.ascontiguousarray(values, dtype=np.int64)
+    array.flags.writeable = False
+    return array
+
+
+@dataclass(frozen=True, slots=True, kw_only=True, eq=False)
+class DatasetPlan:
+    """One dataset as the scheduler sees it: its shard table and its resolved settings.
+
+    Compared by identity: plans hold arrays and a layout cache and are shared by clones.
+    """
+
+    name: str
+    shard_ids: np.ndarray  # int64, ascending, unique, read-only
+    shard_counts: np.ndarray  # int64 >= 0, aligned with shard_ids, read-only
+    weight: float  # the user's weight, > 0, not normalised
+    policy: str  # one of POLICIES
+    max_repeats: int | None  # extra passes allowed after the first; None = unbounded
+    reshuffle_on_repeat: bool  # False: every pass repeats pass 0's order
+    block_size: int  # resolved mosaic block size; <= 1 means no block shuffle
+    total: int = field(init=False)  # samples in one pass
+    digest: str = field(init=False)  # sha256 (16 hex digits) of shard ids and counts
+    layouts: dict = field(init=False, repr=False)  # per-epoch layout cache (see core.layout)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "shard_ids", _read_only(self.shard_ids))
+        object.__setattr__(self, "shard_counts", _read_only(self.shard_counts))
+        object.__setattr__(self, "total", int(self.shard_counts.sum()))
+        digest = hashlib.sha256(self.shard_ids.tobytes())
+        digest.update(self.shard_counts.tobytes())
+        object.__setattr__(self, "digest", digest.hexdigest()[:16])
+        object.__setattr__(self, "layouts", {})
+
+
+@dataclass(frozen=True, slots=True, kw_only=True, eq=False)
+class ScheduleArrays:
+    """Per-dataset settings as the scheduling kernel reads them."""
+
+    weights: np.ndarray  # float64: the users' weights
+    totals: np.ndarray  # int64: samples per pass
+    policies: np.ndarray  # int64: index into POLICIES
+    max_repeats: np.ndarray  # int64: -1 = unbounded
+
+    @classmethod
+    def of(cls, datasets: tuple[DatasetPlan, ...]) -> ScheduleArrays:
+        return cls(
+            weights=np.array([d.weight for d in datasets], dtype=np.float64),
+            totals=_read_only([d.total for d in datasets]),
+            policies=_read_only([POLICIES.index(d.policy) for d in datasets]),
+            max_repeats=_read_only([-1 if d.max_repeats is None else d.max_repeats for d in datasets]),
+        )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True, eq=False)
+class SourceConfig:
+    """Everything a mixture source's stream depends on, including the lane binding."""
+
+    datasets: tuple[DatasetPlan, ...]
+    chunk_size: int  # pointers per chunk, >= 1
+    seed: int
+    shuffle_shards: bool
+    shuffle_within_shard: bool
+    stop_after_passes: int | None  # N >= 1 or None
+    lane_assignment: str  # MODULO or PERMUTE
+    allocator: Allocator
+    lane: int | None = None  # None: the template (whole stream)
+    canonical_replicas: int | None = None
+    chunk_key: int = field(init=False, repr=False)  # root key of per-chunk read seeds
+    lane_key: int = field(init=False, repr=False)  # root key of lane routing
+    arrays: ScheduleArrays = field(init=False, repr=False)  # the per-dataset settings as arrays
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "chunk_key", purpose_key(self.seed, DOMAIN_CHUNK_SEED))
+        object.__setattr__(self, "lane_key", purpose_key(self.seed, DOMAIN_LANE))
+        object.__setattr__(self, "arrays", ScheduleArrays.of(self.datasets))
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(d.name for d in self.datasets)
+
+    @property
+    def lane_binding(self) -> tuple[int, int]:
+        """``(lane, R)``; the template reads the whole stream as lane 0 of 1."""
+        if self.lane is None:
+            return 0, 1
+        return self.lane, self.canonical_replicas
+
+    def fingerprint(self) -> dict[str, Any]:
+        """JSON summary of every setting that shapes the stream (lane binding excluded)."""
+        return {
+            "datasets": [
+                {"name": d.name, "shards": d.digest, "total": d.total} for d in self.datasets
+            ],
+            "weights": [d.weight for d in self.datasets],
+            "chunk_size": self.chunk_size,
+            "seed": self.seed,
+            "shuffle_shards": self.shuffle_shards,
+            "shuffle_within_shard": self.shuffle_within_shard,
+            "block_sizes": [d.block_size for d in self.datasets],
+            "policies": [d.policy for d in self.datasets],
+            "max_repeats": [d.max_repeats for d in self.datasets],
+            "reshuffle_on_repeat": [d.reshuffle_on_repeat for d in self.datasets],
+            "stop_after_passes": self.stop_after_passes,
+            "lane_assignment": self.lane_assignment,
+            "allocation": self.allocator.name,
+        }

@@ -1,0 +1,178 @@
+"""The global chunk schedule on numbers only: quotas, passes, exhaustion, lane routing.
+
+``plan_chunk_reference`` is SPEC §4 for one global chunk, written to be read;
+``plan_next`` walks the schedule from a state to the next chunk owned by the lane, with the
+scheduling kernel for the built-in allocators (the kernel is tested against this module)
+and in Python for an allocator a fork brings. No pointer is generated here: a chunk that
+belongs to another lane costs O(datasets) arithmetic.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+
+from zephon._ext import schedule as _kernel
+from zephon.core.alloc import BUILT_IN
+from zephon.core.config import MODULO, REDISTRIBUTE, REPEAT, STOP, SourceConfig
+from zephon.core.keys import derive
+from zephon.core.perm import perm_reference
+
+_KERNEL_ALLOCATORS = ("accumulator", "fixed")  # order = the kernel's allocator codes
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CursorState:
+    """Where one dataset's cursor stands."""
+
+    epoch: int  # the pass being read, >= 0 (pass ``epoch`` is the dataset's epoch-th repeat)
+    position: int  # samples taken from this pass, 0..total; == total means drained
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SourceState:
+    """Everything that moves in a mixture source: a few numbers per dataset."""
+
+    chunk_index: int  # the next global chunk to plan, >= 0
+    alloc: Any  # the allocator's state (JSON-able; floats for the accumulator)
+    cursors: tuple[CursorState, ...]  # one per dataset, in dataset order
+
+
+def initial_state(config: SourceConfig) -> SourceState:
+    """The state at the start of the stream."""
+    return SourceState(
+        chunk_index=0,
+        alloc=config.allocator.init(len(config.datasets)),
+        cursors=tuple(CursorState(epoch=0, position=0) for _ in config.datasets),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Planned:
+    """The next chunk of the lane, on numbers: who draws how many from where."""
+
+    chunk_index: int  # its global index
+    quotas: tuple[int, ...]  # pointers per dataset (0 = omitted)
+    starts: tuple[CursorState, ...]  # where each dataset's draw begins
+    weights: tuple[float, ...]  # active weights, normalised; 0.0 = inactive
+    state: SourceState  # the state after this chunk
+
+
+@dataclass(frozen=True, slots=True)
+class Ended:
+    """The stream ends at global chunk ``chunk_index``; ``dataset`` caused it (None: all done)."""
+
+    chunk_index: int
+    dataset: int | None
+
+
+def lane_of(config: SourceConfig, g: int) -> int:
+    """The lane that owns global chunk ``g``: modulo, or a keyed permutation per block of R."""
+    _, replicas = config.lane_binding
+    if config.lane_assignment == MODULO:
+        return g % replicas
+    return perm_reference(derive(config.lane_key, g // replicas), replicas, g % replicas)
+
+
+def active_weights(config: SourceConfig, cursors: tuple[CursorState, ...]) -> tuple[float, ...]:
+    """Weights normalised over the active datasets (redistributing drained ones retire)."""
+    active = [not (d.policy == REDISTRIBUTE and cur.position >= d.total) for d, cur in zip(config.datasets, cursors)]
+    total = 0.0
+    for d, is_active in zip(config.datasets, active):
+        if is_active:
+            total += d.weight
+    return tuple(d.weight / total if is_active else 0.0 for d, is_active in zip(config.datasets, active))
+
+
+def _passes_done(config: SourceConfig, cursors: list[CursorState], counting: int | None = None) -> bool:
+    """Every dataset has completed ``stop_after_passes`` passes (``counting`` finishes its pass now)."""
+    n = config.stop_after_passes
+    for c, (d, cur) in enumerate(zip(config.datasets, cursors)):
+        completed = cur.epoch + (1 if c == counting or cur.position >= d.total else 0)
+        if completed < n:
+            return False
+    return True
+
+
+def plan_chunk_reference(config: SourceConfig, alloc: Any, cursors: tuple[CursorState, ...]):
+    """Plan one global chunk (SPEC §4): ``(quotas, starts, weights, alloc', cursors')`` or ``Ended``.
+
+    Pure; ``Ended`` carries ``chunk_index=-1`` (the caller knows the index).
+    """
+    weights = active_weights(config, cursors)
+    if not any(weights):
+        return Ended(-1, None)
+    now = list(cursors)
+    restart = True
+    while restart:
+        restart = False
+        quotas, new_alloc = config.allocator.allocate(alloc, weights, config.chunk_size)
+        quotas = list(quotas)
+        for c, d in enumerate(config.datasets):
+            remaining = d.total - now[c].position
+            if remaining >= quotas[c]:
+                continue
+            if d.policy == STOP:
+                return Ended(-1, c)
+            if d.policy == REDISTRIBUTE:
+                quotas[c] = remaining
+                continue
+            if d.max_repeats is not None and now[c].epoch >= d.max_repeats:
+                return Ended(-1, c)
+            if config.stop_after_passes is not None and _passes_done(config, now, counting=c):
+                return Ended(-1, c)
+            now[c] = CursorState(epoch=now[c].epoch + 1, position=0)
+            restart = True
+            break
+    if config.stop_after_passes is not None and _passes_done(config, now):
+        return Ended(-1, None)
+    after = tuple(CursorState(epoch=cur.epoch, position=cur.position + q) for cur, q in zip(now, quotas))
+    return tuple(quotas), tuple(now), weights, new_alloc, after
+
+
+def plan_next_reference(state: SourceState, config: SourceConfig) -> Planned | Ended:
+    """Walk the global schedule from ``state`` to the lane's next chunk (pure Python)."""
+    lane, _ = config.lane_binding
+    g, alloc, cursors = state.chunk_index, state.alloc, state.cursors
+    while True:
+        planned = plan_chunk_reference(config, alloc, cursors)
+        if isinstance(planned, Ended):
+            return Ended(g, planned.dataset)
+        quotas, starts, weights, alloc, cursors = planned
+        if lane_of(config, g) == lane:
+            after = SourceState(chunk_index=g + 1, alloc=alloc, cursors=cursors)
+            return Planned(g, quotas, starts, weights, after)
+        g += 1
+
+
+def plan_next(state: SourceState, config: SourceConfig) -> Planned | Ended:
+    """Walk the global schedule from ``state`` to the lane's next chunk. Pure.
+
+    Runs the scheduling kernel for the built-in allocators, the reference otherwise.
+    """
+    if BUILT_IN.get(config.allocator.name) is not config.allocator:
+        return plan_next_reference(state, config)
+    arrays, (lane, replicas) = config.arrays, config.lane_binding
+    n = len(config.datasets)
+    acc = np.array(state.alloc if state.alloc else (0.0,) * n, dtype=np.float64)
+    epochs = np.array([c.epoch for c in state.cursors], dtype=np.int64)
+    positions = np.array([c.position for c in state.cursors], dtype=np.int64)
+    out = np.empty((3, n), dtype=np.int64)
+    weights = np.empty(n, dtype=np.float64)
+    ended, g, dataset = _kernel.plan_next(
+        _KERNEL_ALLOCATORS.index(config.allocator.name), arrays.weights, arrays.totals, arrays.policies,
+        arrays.max_repeats, config.stop_after_passes or 0, config.chunk_size,
+        lane, replicas, config.lane_assignment != MODULO, config.lane_key,
+        state.chunk_index, acc, epochs, positions, out, weights,
+    )
+    if ended:
+        return Ended(g, None if dataset < 0 else dataset)
+    quotas, start_epochs, start_positions = out.tolist()
+    after = SourceState(
+        chunk_index=g + 1,
+        alloc=tuple(acc.tolist()) if state.alloc else state.alloc,
+        cursors=tuple(CursorState(epoch=e, position=p) for e, p in zip(epochs.tolist(), positions.tolist())),
+    )
+    starts = tuple(CursorState(epoch=e, position=p) for e, p in zip(start_epochs, start_positions))
+    return Planned(g, tuple(quotas), starts, tuple(weights.tolist()), after)

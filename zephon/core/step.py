@@ -1,0 +1,76 @@
+"""The pure step of a mixture source: ``step(state, config) -> (chunk | None, state')``."""
+from __future__ import annotations
+
+import numpy as np
+
+from zephon.core.chunk import WorkChunk
+from zephon.core.config import REDISTRIBUTE, REPEAT, SourceConfig
+from zephon.core.cursor import take
+from zephon.core.keys import derive
+from zephon.core.schedule import CursorState, Ended, Planned, SourceState, plan_next
+
+
+def step(state: SourceState, config: SourceConfig) -> tuple[WorkChunk | None, SourceState]:
+    """Advance ``state`` by one chunk of the config's lane.
+
+    Parameters: ``state``, where the lane stands; ``config``, the resolved source.
+    Returns ``(chunk, state')``: the lane's next chunk and the state after it, or
+    ``(None, state)`` once the stream has ended (END changes nothing, so it repeats).
+    Raises ``ValueError`` naming the dataset if global chunk 0 cannot be produced.
+
+    Pure: equal inputs give equal outputs, and the arguments are never mutated.
+
+    **Compatibility**: for a given config the chunks are frozen across versions of the same
+    checkpoint version (``zephon.core.checkpoint.VERSION``); tests pin their digests.
+    """
+    planned = plan_next(state, config)
+    if isinstance(planned, Ended):
+        if planned.chunk_index == 0:
+            raise ValueError(first_chunk_error(config, planned))
+        return None, state
+    return materialize(planned, config), planned.state
+
+
+def materialize(planned: Planned, config: SourceConfig) -> WorkChunk:
+    """Write the pointers of a planned chunk into one ``(n, 3)`` buffer and wrap it."""
+    pointers = np.empty((sum(planned.quotas), 3), dtype=np.int64)
+    names, counts, row = [], [], 0
+    for c, (quota, start) in enumerate(zip(planned.quotas, planned.starts)):
+        if quota:
+            take(pointers, row, config, c, start.epoch, start.position, quota)
+            names.append(config.datasets[c].name)
+            counts.append(quota)
+            row += quota
+    target = None
+    if any(d.policy == REDISTRIBUTE for d in config.datasets):
+        target = {d.name: w for d, w in zip(config.datasets, planned.weights) if w > 0.0}
+    return WorkChunk.from_buffer(
+        names, pointers, counts,
+        seed=derive(config.chunk_key, planned.chunk_index) >> 1,
+        target_mixture=target,
+        source_exhausted=exhausted_names(config, planned.state.cursors),
+    )
+
+
+def exhausted_names(config: SourceConfig, cursors: tuple[CursorState, ...]) -> tuple[str, ...]:
+    """Datasets that can give nothing more: drained non-repeating ones, drained last passes."""
+    names = []
+    for d, cur in zip(config.datasets, cursors):
+        if cur.position < d.total:
+            continue
+        if d.policy != REPEAT or (d.max_repeats is not None and cur.epoch >= d.max_repeats):
+            names.append(d.name)
+    return tuple(sorted(names))
+
+
+def first_chunk_error(config: SourceConfig, ended: Ended) -> str:
+    """Why global chunk 0 cannot be produced, naming the dataset and what to change."""
+    if ended.dataset is None:
+        return "global chunk 0 cannot be produced: no dataset has samples; give at least one dataset samples"
+    d = config.datasets[ended.dataset]
+    return (
+        f"global chunk 0 cannot be produced: dataset {d.name!r} (exhausted_policy={d.policy!r}, "
+        f"max_repeats={d.max_repeats}) holds {d.total} samples, fewer than its share of one chunk "
+        f"of {config.chunk_size}; lower chunk_size or its weight, or let it repeat "
+        f"(exhausted_policy='repeat')"
+    )

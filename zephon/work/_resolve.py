@@ -1,0 +1,210 @@
+"""Turn StaticMixtureWorkSource's arguments into a validated SourceConfig (SPEC §1).
+
+Every check raises before anything is built, naming the parameter, the value and the fix.
+"""
+from __future__ import annotations
+
+import math
+import warnings
+from typing import Any, Mapping, Sequence
+
+from zephon.core.alloc import BUILT_IN, Allocator
+from zephon.core.config import MODULO, PERMUTE, POLICIES, REDISTRIBUTE, REPEAT, STOP, DatasetPlan, SourceConfig
+from zephon.io import Dataset
+from zephon.work.spec import MixtureSpec
+
+
+class _Unset:
+    def __repr__(self) -> str:
+        return "<unset>"
+
+
+UNSET: Any = _Unset()
+
+
+def _int(parameter: str, value: Any, minimum: int, example: str) -> int:
+    if type(value) is bool or not isinstance(value, int):
+        raise TypeError(f"{parameter} must be an int >= {minimum}, got {value!r}; pass e.g. {example}")
+    if value < minimum:
+        raise ValueError(f"{parameter} must be >= {minimum}, got {value!r}; pass e.g. {example}")
+    return int(value)
+
+
+def _bool(parameter: str, value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise TypeError(f"{parameter} must be True or False, got {value!r}")
+    return value
+
+
+def _per_dataset(parameter: str, value: Any, names: Sequence[str], default: Any, check) -> list[Any]:
+    """Expand a value or a mapping name → value (omitted names take ``default``) to a list."""
+    if isinstance(value, Mapping):
+        unknown = [k for k in value if k not in names]
+        if unknown:
+            raise ValueError(f"{parameter} names unknown datasets {unknown}; known: {list(names)}")
+        return [check(f"{parameter}[{n!r}]", value[n]) if n in value else default for n in names]
+    return [check(parameter, value)] * len(names)
+
+
+def _policy(parameter: str, value: Any) -> str:
+    if value not in POLICIES:
+        raise ValueError(f"{parameter} must be one of {list(POLICIES)}, got {value!r}")
+    return value
+
+
+def _max_repeats(parameter: str, value: Any) -> int | None:
+    return None if value is None else _int(parameter, value, 0, "3")
+
+
+def _datasets(datasets: Any) -> list[Dataset]:
+    if isinstance(datasets, (str, bytes)) or not isinstance(datasets, Sequence) or not datasets:
+        raise ValueError(f"datasets must be a non-empty list of Dataset, got {datasets!r}")
+    names = []
+    for d in datasets:
+        if not isinstance(d, Dataset):
+            raise TypeError(f"datasets must hold zephon.io.Dataset objects, got {d!r}; build one with Dataset.from_counts")
+        if d.name in names:
+            raise ValueError(f"dataset names must be unique, {d.name!r} appears twice; rename one")
+        names.append(d.name)
+    return list(datasets)
+
+
+def _weights(mixture: Any, names: list[str]) -> list[float]:
+    spec = mixture if isinstance(mixture, MixtureSpec) else MixtureSpec(mixture)
+    missing = [n for n in names if n not in spec.weights]
+    unknown = [n for n in spec.weights if n not in names]
+    if missing or unknown:
+        raise ValueError(
+            f"mixture names must equal the dataset names {names}: missing {missing}, unknown {unknown}; "
+            f"give every dataset exactly one weight"
+        )
+    return [spec.weights[n] for n in names]
+
+
+def _block_sizes(value: Any, datasets: list[Dataset]) -> list[int]:
+    totals = [d.total() for d in datasets]
+    if value is None:
+        return [0] * len(datasets)
+    if value == "global":
+        return totals
+    if value == "auto":
+        largest = max(d.max_count() for d in datasets)
+        if largest == 0:
+            raise ValueError("shuffle_block_size='auto' needs a non-empty shard; every shard is empty")
+        return [min(8 * largest, t) for t in totals]
+    if isinstance(value, str):
+        raise ValueError(f"shuffle_block_size must be None, an int >= 1, 'auto' or 'global', got {value!r}")
+    size = _int("shuffle_block_size", value, 1, "'auto' or 65536")
+    return [min(size, t) for t in totals]
+
+
+def _allocator(allocation: Any) -> Allocator:
+    if isinstance(allocation, str):
+        if allocation not in BUILT_IN:
+            raise ValueError(f"allocation must be one of {list(BUILT_IN)} or an allocator object, got {allocation!r}")
+        return BUILT_IN[allocation]
+    if not isinstance(allocation, Allocator) or not isinstance(getattr(allocation, "name", None), str):
+        raise TypeError(
+            f"allocation must be 'accumulator', 'fixed' or an object with name, init() and allocate(), "
+            f"got {allocation!r}; see zephon.core.alloc.Allocator"
+        )
+    return allocation
+
+
+def _stopping(exhausted_policy: Any, max_repeats: Any, stop_after_passes: Any) -> tuple[int | None, str]:
+    """``stop_after_passes`` and the default policy, from which arguments were given."""
+    if stop_after_passes is UNSET:
+        passes = None if (exhausted_policy is not None or max_repeats is not None) else 1
+    else:
+        passes = None if stop_after_passes is None else _int("stop_after_passes", stop_after_passes, 1, "2")
+    return passes, (REPEAT if passes is not None else STOP)
+
+
+def _check_stopping(passes: int | None, policies: list[str], repeats: list[int | None], names: list[str]) -> None:
+    if passes is None:
+        return
+    bad = [n for n, p in zip(names, policies) if p != REPEAT]
+    if bad:
+        raise ValueError(
+            f"stop_after_passes={passes} needs exhausted_policy='repeat', but {bad} do not repeat; "
+            f"drop stop_after_passes or let them repeat"
+        )
+    capped = [n for n, r in zip(names, repeats) if r is not None]
+    if capped:
+        raise ValueError(f"stop_after_passes={passes} cannot be combined with max_repeats (set for {capped}); use one of them")
+
+
+def _warn_no_effect(plans: list[DatasetPlan], shuffles: bool) -> None:
+    for d in plans:
+        if d.max_repeats is not None and d.policy != REPEAT:
+            warnings.warn(f"max_repeats={d.max_repeats} has no effect on {d.name!r}: its policy is {d.policy!r}", RuntimeWarning, stacklevel=4)
+        if not d.reshuffle_on_repeat and (d.policy != REPEAT or not shuffles):
+            why = f"its policy is {d.policy!r}" if d.policy != REPEAT else "no shuffle is enabled"
+            warnings.warn(f"reshuffle_on_repeat=False has no effect on {d.name!r}: {why}", RuntimeWarning, stacklevel=4)
+
+
+def _check_liveness(plans: list[DatasetPlan], chunk_size: int, allocation: str) -> None:
+    """Refuse datasets that can never fill their share of a chunk (SPEC §1)."""
+    if all(d.total == 0 for d in plans):
+        raise ValueError("every dataset is empty; give at least one dataset samples")
+    redistributing = any(d.policy == REDISTRIBUTE for d in plans)
+    weight_sum = 0.0
+    for d in plans:
+        if not (redistributing and d.policy == REDISTRIBUTE):
+            weight_sum += d.weight
+    for d in plans:
+        if d.policy == STOP and d.total == 0:
+            raise ValueError(f"dataset {d.name!r} is empty and its exhausted_policy is 'stop'; drop it or give it samples")
+        if allocation == "fixed" and d.weight / sum(p.weight for p in plans) * chunk_size < 1:
+            raise ValueError(
+                f"allocation='fixed' needs weight x chunk_size >= 1 for every dataset, {d.name!r} has less; "
+                f"raise chunk_size or use allocation='accumulator'"
+            )
+        if d.policy != REPEAT:
+            continue
+        x = d.weight / weight_sum * chunk_size
+        required = int(x) if x == int(x) else min(math.ceil(x) + 1, chunk_size)
+        if d.total < required:
+            raise ValueError(
+                f"dataset {d.name!r} repeats but holds {d.total} samples, fewer than the {required} one chunk "
+                f"may draw from it (share x chunk_size = {x:.6g}); lower chunk_size or its weight, or add data"
+            )
+
+
+def resolve(
+    datasets: Any, mixture: Any, *, chunk_size: Any, seed: Any, shuffle_shards: Any, shuffle_within_shard: Any,
+    shuffle_block_size: Any, exhausted_policy: Any, reshuffle_on_repeat: Any, max_repeats: Any,
+    stop_after_passes: Any, lane_assignment: Any, allocation: Any,
+) -> SourceConfig:
+    """Validate every argument and build the template's SourceConfig."""
+    datasets = _datasets(datasets)
+    names = [d.name for d in datasets]
+    weights = _weights(mixture, names)
+    chunk_size = _int("chunk_size", chunk_size, 1, "16384")
+    if type(seed) is bool or not isinstance(seed, int):
+        raise TypeError(f"seed must be an int, got {seed!r}; pass e.g. 0")
+    shuffle_shards = _bool("shuffle_shards", shuffle_shards)
+    shuffle_within_shard = _bool("shuffle_within_shard", shuffle_within_shard)
+    if lane_assignment not in (PERMUTE, MODULO):
+        raise ValueError(f"lane_assignment must be 'permute' or 'modulo', got {lane_assignment!r}")
+    allocator = _allocator(allocation)
+    passes, default_policy = _stopping(exhausted_policy, max_repeats, stop_after_passes)
+    policies = _per_dataset("exhausted_policy", default_policy if exhausted_policy is None else exhausted_policy,
+                            names, default_policy, _policy)
+    repeats = _per_dataset("max_repeats", max_repeats, names, None, _max_repeats)
+    reshuffle = _per_dataset("reshuffle_on_repeat", True if reshuffle_on_repeat is UNSET else reshuffle_on_repeat,
+                             names, True, _bool)
+    _check_stopping(passes, policies, repeats, names)
+    blocks = _block_sizes(shuffle_block_size, datasets)
+    plans = [
+        DatasetPlan(name=d.name, shard_ids=d.ids(), shard_counts=d.counts(), weight=w, policy=p,
+                    max_repeats=r, reshuffle_on_repeat=s, block_size=b)
+        for d, w, p, r, s, b in zip(datasets, weights, policies, repeats, reshuffle, blocks)
+    ]
+    _check_liveness(plans, chunk_size, allocator.name)
+    _warn_no_effect(plans, shuffle_shards or shuffle_within_shard or shuffle_block_size is not None)
+    return SourceConfig(
+        datasets=tuple(plans), chunk_size=chunk_size, seed=int(seed), shuffle_shards=shuffle_shards,
+        shuffle_within_shard=shuffle_within_shard, stop_after_passes=passes,
+        lane_assignment=lane_assignment, allocator=allocator,
+    )

@@ -1,0 +1,116 @@
+"""The WorkSource interface: what zephon calls on a curriculum, with the lane-binding rules."""
+from __future__ import annotations
+
+import abc
+import copy
+from typing import Any, Mapping
+
+from zephon.core.chunk import SampleId, WorkChunk
+from zephon.io import Dataset
+
+KEY_LANE, KEY_REPLICAS = "lane", "canonical_replicas"
+
+
+def check_lane(lane_id: Any, canonical_replicas: Any) -> None:
+    """Refuse a lane binding outside ``0 <= lane_id < canonical_replicas``, ``R >= 1``."""
+    for name, value in (("lane_id", lane_id), ("canonical_replicas", canonical_replicas)):
+        if type(value) is not int:
+            raise TypeError(f"{name} must be an int, got {value!r}")
+    if canonical_replicas < 1:
+        raise ValueError(f"canonical_replicas must be >= 1, got {canonical_replicas}; pass the number of lanes")
+    if not 0 <= lane_id < canonical_replicas:
+        raise ValueError(
+            f"lane_id must be in [0, canonical_replicas={canonical_replicas}), got {lane_id}; pick one of the lanes"
+        )
+
+
+class WorkSource(abc.ABC):
+    """A deterministic stream of :class:`WorkChunk` per lane.
+
+    Required: ``next_chunk``, ``component_ids``, ``datasets_by_id``, ``state_dict``,
+    ``load_state_dict``. ``clone_for_lane`` binds a lane once (the default deep-copies, so a
+    subclass must be deepcopy-safe or override it); the unbound template never produces
+    chunks. The optional hooks below have the defaults the seeds describe.
+    """
+
+    _lane: int | None = None
+    _replicas: int | None = None
+
+    @abc.abstractmethod
+    def next_chunk(self) -> WorkChunk | None:
+        """The lane's next chunk, or None once the source is exhausted."""
+
+    @abc.abstractmethod
+    def component_ids(self) -> Mapping[str, int]:
+        """Every component name the source can emit, mapped to a unique non-negative int."""
+
+    @property
+    @abc.abstractmethod
+    def datasets_by_id(self) -> Mapping[int, Dataset]:
+        """The dataset behind each dataset id used in pointers."""
+
+    @abc.abstractmethod
+    def state_dict(self) -> dict[str, Any]:
+        """A JSON-able checkpoint of everything that drives ``next_chunk``."""
+
+    @abc.abstractmethod
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore a checkpoint; the source then continues exactly as the saved one would."""
+
+    @property
+    def lane_id(self) -> int | None:
+        return self._lane
+
+    @property
+    def canonical_replicas(self) -> int | None:
+        return self._replicas
+
+    def clone_for_lane(self, lane_id: int, canonical_replicas: int) -> WorkSource:
+        """A copy bound to lane ``lane_id`` of ``canonical_replicas``; it produces only its chunks."""
+        self._check_can_clone(lane_id, canonical_replicas)
+        clone = copy.deepcopy(self)
+        clone._lane, clone._replicas = lane_id, canonical_replicas
+        return clone
+
+    def _check_can_clone(self, lane_id: int, canonical_replicas: int) -> None:
+        if self._lane is not None:
+            raise RuntimeError(
+                f"this source is already bound to lane {self._lane} of {self._replicas}; clone the template instead"
+            )
+        check_lane(lane_id, canonical_replicas)
+
+    def _check_producing(self) -> None:
+        if self._lane is None:
+            raise RuntimeError("the template source never produces chunks; call clone_for_lane(lane_id, R) first")
+
+    def _check_lane_header(self, state: Mapping[str, Any]) -> None:
+        """Refuse a checkpoint taken on another lane or with another ``canonical_replicas``."""
+        saved = (state.get(KEY_LANE), state.get(KEY_REPLICAS))
+        if saved != (self._lane, self._replicas):
+            raise ValueError(
+                f"checkpoint belongs to lane {saved[0]} of {saved[1]}, but this source is lane {self._lane} "
+                f"of {self._replicas}; load it into the clone of that lane"
+            )
+
+    def chunk_size_hint(self) -> int | None:
+        """The fixed chunk size, if the source has one."""
+        return None
+
+    @property
+    def requires_token_priming(self) -> bool:
+        return False
+
+    def prime(self, **kwargs: Any) -> None:
+        """Driver-side calibration before workers fork; nothing to do by default."""
+
+    def supports_indexing(self) -> bool:
+        return False
+
+    def __bool__(self) -> bool:
+        return True  # a source is never falsy, whether or not it has a length
+
+    def __len__(self) -> int:
+        raise NotImplementedError(f"{type(self).__name__} is streaming-only; it has no length")
+
+    def sample_id_at(self, index: int) -> SampleId:
+        raise NotImplementedError(f"{type(self).__name__} is streaming-only; it has no random access")

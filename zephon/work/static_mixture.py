@@ -1,0 +1,106 @@
+"""StaticMixtureWorkSource: a fixed set of datasets mixed in fixed proportions.
+
+A thin shell over the pure core: it holds ``(config, state)``, validates once at
+construction, and each method calls one core function and swaps in the new state.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Mapping, Sequence
+
+from zephon.core import checkpoint
+from zephon.core.chunk import WorkChunk
+from zephon.core.config import SourceConfig
+from zephon.core.schedule import SourceState, initial_state
+from zephon.core.step import step
+from zephon.io import Dataset
+from zephon.work._resolve import UNSET, resolve
+from zephon.work.source import WorkSource
+
+
+class StaticMixtureWorkSource(WorkSource):
+    """Mix ``datasets`` by ``mixture`` weights into deterministic chunks of ``chunk_size`` pointers.
+
+    See SPEC §1 for every argument. Build the template once, then ``clone_for_lane(l, R)`` per
+    lane; each clone's stream is a pure function of the arguments and the lane.
+    """
+
+    def __init__(
+        self,
+        datasets: Sequence[Dataset],
+        mixture: Any,
+        chunk_size: int = 16384,
+        seed: int = 0,
+        shuffle_shards: bool = True,
+        shuffle_within_shard: bool = False,
+        shuffle_block_size: int | str | None = None,
+        exhausted_policy: str | Mapping[str, str] | None = None,
+        reshuffle_on_repeat: bool | Mapping[str, bool] = UNSET,
+        max_repeats: int | Mapping[str, int | None] | None = None,
+        stop_after_passes: int | None = UNSET,
+        lane_assignment: str = "permute",
+        allocation: Any = "accumulator",
+        token_estimation: Any = None,
+    ):
+        if token_estimation is not None:
+            raise NotImplementedError("token_estimation: token-aware mixtures are not available in this version yet")
+        self._config = resolve(
+            datasets, mixture, chunk_size=chunk_size, seed=seed, shuffle_shards=shuffle_shards,
+            shuffle_within_shard=shuffle_within_shard, shuffle_block_size=shuffle_block_size,
+            exhausted_policy=exhausted_policy, reshuffle_on_repeat=reshuffle_on_repeat,
+            max_repeats=max_repeats, stop_after_passes=stop_after_passes,
+            lane_assignment=lane_assignment, allocation=allocation,
+        )
+        self._datasets = tuple(datasets)
+        self._state = initial_state(self._config)
+
+    @property
+    def config(self) -> SourceConfig:
+        """The resolved configuration (frozen; includes the lane binding of a clone)."""
+        return self._config
+
+    @property
+    def state(self) -> SourceState:
+        """Where the source stands (frozen; a few numbers per dataset)."""
+        return self._state
+
+    def next_chunk(self) -> WorkChunk | None:
+        self._check_producing()
+        chunk, self._state = step(self._state, self._config)
+        return chunk
+
+    def component_ids(self) -> dict[str, int]:
+        return {d.name: i for i, d in enumerate(self._config.datasets)}
+
+    @property
+    def datasets_by_id(self) -> dict[int, Dataset]:
+        return dict(enumerate(self._datasets))
+
+    def clone_for_lane(self, lane_id: int, canonical_replicas: int) -> StaticMixtureWorkSource:
+        """A clone bound to one lane; it shares the datasets and shard tables with the template."""
+        self._check_can_clone(lane_id, canonical_replicas)
+        clone = object.__new__(type(self))
+        clone._datasets = self._datasets
+        clone._config = dataclasses.replace(self._config, lane=lane_id, canonical_replicas=canonical_replicas)
+        clone._state = self._state
+        clone._lane, clone._replicas = lane_id, canonical_replicas
+        return clone
+
+    def state_dict(self) -> dict[str, Any]:
+        return checkpoint.state_to_json(self._state, self._config)
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        checkpoint.check_header(state)
+        self._check_lane_header(state)
+        self._state = checkpoint.state_from_json(state, self._config)
+
+    def chunk_size_hint(self) -> int:
+        return self._config.chunk_size
+
+    def continues_after_exhaustion(self) -> tuple[str, ...]:
+        """The datasets that may drain while the others go on (``exhausted_policy='redistribute'``)."""
+        return tuple(d.name for d in self._config.datasets if d.policy == "redistribute")
+
+    def __repr__(self) -> str:
+        lane = "template" if self._lane is None else f"lane {self._lane} of {self._replicas}"
+        return f"StaticMixtureWorkSource({list(self._config.names)}, {lane}, chunk {self._state.chunk_index})"
