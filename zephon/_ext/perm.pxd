@@ -9,7 +9,8 @@ cdef extern from *:
     int __builtin_clzll(unsigned long long) nogil
 
 cdef enum:
-    PERM_ROUNDS = 4  # must match ROUNDS in zephon/core/perm.py
+    PERM_ROUNDS = 6  # must match ROUNDS in zephon/core/perm.py
+    PERM_MIN_BITS = 6  # must match MIN_BITS in zephon/core/perm.py
 
 
 cdef struct Perm:
@@ -22,8 +23,8 @@ cdef inline Perm perm_make(uint64_t key, uint64_t n) noexcept nogil:
     cdef Perm p
     p.key = key
     p.n = n
-    p.bits = 2
-    if n > 4:
+    p.bits = PERM_MIN_BITS
+    if n > (<uint64_t>1) << PERM_MIN_BITS:
         p.bits = 64 - __builtin_clzll(n - 1)
     return p
 
