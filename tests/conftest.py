@@ -1,5 +1,5 @@
 """Shared test settings: deterministic hypothesis runs sized for a 2-core CI machine."""
-import warnings
+
 
 from hypothesis import HealthCheck, settings
 
@@ -8,4 +8,4 @@ settings.register_profile(
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
 )
 settings.load_profile("zephon")
-warnings.filterwarnings("ignore", message=".*has no effect.*", category=RuntimeWarning)
+

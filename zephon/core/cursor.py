@@ -43,7 +43,7 @@ def pointer_reference(config: SourceConfig, dataset_id: int, epoch: int, p: int)
         block, start = p // plan.block_size, p - p % plan.block_size
         length = min(plan.block_size, plan.total - start)
         q = start + perm_reference(derive(_level_key(config, dataset_id, DOMAIN_BLOCK, epoch), block), length, p - start)
-    ends = list(np.cumsum([int(plan.shard_counts[i]) for i in order]))
+    ends = np.cumsum(plan.shard_counts[order]).tolist() if shards else []
     k = bisect.bisect_right(ends, q)
     row = q - (ends[k - 1] if k else 0)
     shard_id = int(plan.shard_ids[order[k]])

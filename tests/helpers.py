@@ -1,0 +1,29 @@
+"""Small builders shared by the tests."""
+from __future__ import annotations
+
+import numpy as np
+
+from zephon import Dataset, StaticMixtureWorkSource
+from zephon.testing import collect
+
+
+def pointers_of(chunks, name=None) -> list[tuple[int, int, int]]:
+    """All pointers of ``chunks`` in storage order (of one component, if ``name``)."""
+    out = []
+    for chunk in chunks:
+        for component, array in chunk.components.items():
+            if name is None or component == name:
+                out.extend(map(tuple, array.tolist()))
+    return out
+
+
+def lane_stream(kwargs: dict, lane: int = 0, replicas: int = 1, max_chunks: int = 1000):
+    return collect(StaticMixtureWorkSource(**kwargs).clone_for_lane(lane, replicas), max_chunks)
+
+
+def three_datasets(scale: int = 1) -> list[Dataset]:
+    return [
+        Dataset.from_counts("web", [100 * scale] * 10),
+        Dataset.from_counts("code", [40 * scale] * 5 + [0, 7]),
+        Dataset.from_counts("math", np.arange(1, 9) * scale),
+    ]

@@ -1,0 +1,110 @@
+"""The scheduling kernel against the reference, and the allocator contract (SPEC §3–4)."""
+import json
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from zephon import StaticMixtureWorkSource
+from zephon.core.alloc import AccumulatorAllocator, FixedAllocator
+from zephon.core.schedule import Ended, initial_state, plan_next, plan_next_reference
+from zephon.testing import source_configs
+
+
+def _walk(plan, state, config, limit=300):
+    out = []
+    for _ in range(limit):
+        planned = plan(state, config)
+        out.append(planned)
+        if isinstance(planned, Ended):
+            break
+        state = planned.state
+    return out
+
+
+@given(source_configs(), st.integers(1, 5), st.data())
+def test_kernel_matches_reference(kwargs, replicas, data):
+    lane = data.draw(st.integers(0, replicas - 1))
+    config = StaticMixtureWorkSource(**kwargs).clone_for_lane(lane, replicas).config
+    state = initial_state(config)
+    assert _walk(plan_next, state, config) == _walk(plan_next_reference, state, config)
+
+
+class _Fork:
+    """A research fork's allocator: the accumulator's arithmetic in plain Python, JSON state."""
+
+    name = "fork"
+
+    def init(self, n):
+        return [0.0] * n
+
+    def allocate(self, state, weights, chunk_size):
+        quotas, acc = AccumulatorAllocator().allocate(state, weights, chunk_size)
+        return quotas, list(acc)
+
+
+@given(source_configs(allocations="accumulator"))
+def test_a_forked_allocator_runs_in_python_with_the_same_quotas(kwargs):
+    built_in = StaticMixtureWorkSource(**kwargs).clone_for_lane(0, 1)
+    fork = StaticMixtureWorkSource(**dict(kwargs, allocation=_Fork())).clone_for_lane(0, 1)
+    for _ in range(100):
+        a, b = built_in.next_chunk(), fork.next_chunk()
+        assert a == b
+        if a is None:
+            break
+    state = json.loads(json.dumps(fork.state_dict()))
+    restored = StaticMixtureWorkSource(**dict(kwargs, allocation=_Fork())).clone_for_lane(0, 1)
+    restored.load_state_dict(state)
+    assert restored.next_chunk() == fork.next_chunk()
+
+
+ALLOCATORS = [AccumulatorAllocator(), FixedAllocator(), _Fork()]
+weight_vectors = st.lists(st.floats(0.01, 1.0) | st.just(0.0), min_size=1, max_size=6).filter(any)
+
+
+@pytest.mark.parametrize("allocator", ALLOCATORS, ids=lambda a: a.name)
+@given(weights=weight_vectors, chunk_size=st.integers(1, 5000), steps=st.integers(1, 30))
+def test_allocator_contract(allocator, weights, chunk_size, steps):
+    total = sum(weights)
+    weights = [w / total for w in weights]
+    if allocator.name == "fixed" and any(0 < w * chunk_size < 1 for w in weights):
+        return  # refused at construction (SPEC §3)
+    state = allocator.init(len(weights))
+    for _ in range(steps):
+        before = json.dumps(state)
+        quotas, new_state = allocator.allocate(state, weights, chunk_size)
+        assert json.dumps(state) == before, "allocate must not mutate its input"
+        assert allocator.allocate(state, weights, chunk_size) == (quotas, new_state), "allocate must be pure"
+        assert sum(quotas) == chunk_size and all(q >= 0 for q in quotas)
+        assert all(q == 0 for q, w in zip(quotas, weights) if w == 0.0)
+        restored = json.loads(json.dumps(state))
+        assert allocator.allocate(restored, weights, chunk_size)[0] == quotas, "state must survive JSON"
+        state = new_state
+
+
+@given(weights=st.lists(st.floats(0.001, 1.0), min_size=1, max_size=6), chunk_size=st.integers(1, 20000))
+def test_accumulator_stays_within_one_sample_of_the_target(weights, chunk_size):
+    total = sum(weights)
+    weights = [w / total for w in weights]
+    allocator, state = AccumulatorAllocator(), AccumulatorAllocator().init(len(weights))
+    drawn = [0] * len(weights)
+    for chunk in range(1, 60):
+        quotas, state = allocator.allocate(state, weights, chunk_size)
+        drawn = [d + q for d, q in zip(drawn, quotas)]
+        assert all(abs(d - w * chunk * chunk_size) < 2 for d, w in zip(drawn, weights))
+
+
+def test_a_rare_component_draws_16_or_17_of_16384():
+    weights = [0.001, 0.999]
+    allocator, state = AccumulatorAllocator(), (0.0, 0.0)
+    seen = set()
+    for _ in range(200):
+        quotas, state = allocator.allocate(state, weights, 16384)
+        seen.add(quotas[0])
+    assert seen == {16, 17}
+
+
+def test_fixed_allocation_gives_the_same_quotas_every_chunk():
+    quotas, _ = FixedAllocator().allocate((), [0.5, 0.3, 0.2], 16384)
+    assert sum(quotas) == 16384 and quotas == FixedAllocator().allocate((), [0.5, 0.3, 0.2], 16384)[0]
+    assert FixedAllocator().allocate((), [0.98, 0.01, 0.01], 100)[0] == (98, 1, 1)
