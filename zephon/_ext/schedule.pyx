@@ -30,23 +30,28 @@ cdef struct Schedule:
     const int64_t* totals
     const int64_t* policies
     const int64_t* max_repeats
-    double* weights  # scratch: active weights
+    double* weights  # active weights, recomputed only when a dataset retires
+    Py_ssize_t retired  # drained redistributing datasets the weights were computed for; -1: none yet
+    double* shares  # weights[c] * chunk_size, with the weights
+    int64_t* fixed  # FixedAllocator's quotas, with the weights
     double* saved  # scratch: accumulators at chunk start
     double* keys  # scratch: sort keys
-    Py_ssize_t* order  # scratch: sorted dataset indices
+    Py_ssize_t* order  # scratch: ranked dataset indices
 
 
-cdef void _sort(Schedule* s, Py_ssize_t count) noexcept nogil:
-    """Insertion sort of s.order[:count] by (s.keys[c], c): datasets are few."""
-    cdef Py_ssize_t i, j, c
-    for i in range(1, count):
-        c = s.order[i]
-        j = i
-        while j > 0 and (s.keys[s.order[j - 1]] > s.keys[c] or
-                         (s.keys[s.order[j - 1]] == s.keys[c] and s.order[j - 1] > c)):
-            s.order[j] = s.order[j - 1]
-            j -= 1
-        s.order[j] = c
+cdef void _rank(Schedule* s, Py_ssize_t count, Py_ssize_t want) noexcept nogil:
+    """Move the ``want`` smallest of s.order[:count] by (s.keys[c], c) to the front, in order.
+
+    A selection sort: datasets are few and usually one or two ranks are needed.
+    """
+    cdef Py_ssize_t i, j, best, a, b
+    for i in range(want if want < count else count):
+        best = i
+        for j in range(i + 1, count):
+            a, b = s.order[j], s.order[best]
+            if s.keys[a] < s.keys[b] or (s.keys[a] == s.keys[b] and a < b):
+                best = j
+        s.order[i], s.order[best] = s.order[best], s.order[i]
 
 
 cdef Py_ssize_t _active_order(Schedule* s) noexcept nogil:
@@ -70,7 +75,7 @@ cdef void _accumulate(Schedule* s, double* acc, int64_t* quotas) noexcept nogil:
     for c in range(s.n):
         quotas[c] = 0
         if s.weights[c] > 0.0:
-            acc[c] = acc[c] + s.weights[c] * <double>s.chunk_size
+            acc[c] = acc[c] + s.shares[c]
             quotas[c] = <int64_t>acc[c]
             acc[c] -= <double>quotas[c]
             d -= quotas[c]
@@ -78,15 +83,15 @@ cdef void _accumulate(Schedule* s, double* acc, int64_t* quotas) noexcept nogil:
     if d > 0:
         for c in range(s.n):
             s.keys[c] = -acc[c]
-        _sort(s, count)
+        _rank(s, count, count if d > count else d)
         for i in range(d):
-            c = s.order[i % count]
+            c = s.order[i if i < count else i % count]
             quotas[c] += 1
             acc[c] -= 1.0
     elif d < 0:
         for c in range(s.n):
             s.keys[c] = acc[c]
-        _sort(s, count)
+        _rank(s, count, count)
         while d < 0:
             for i in range(count):
                 c = s.order[i]
@@ -96,28 +101,37 @@ cdef void _accumulate(Schedule* s, double* acc, int64_t* quotas) noexcept nogil:
                     d += 1
 
 
-cdef void _fixed(Schedule* s, int64_t* quotas) noexcept nogil:
-    """FixedAllocator.allocate."""
+cdef void _fixed_quotas(Schedule* s) noexcept nogil:
+    """FixedAllocator.allocate for the current weights, into s.fixed."""
     cdef Py_ssize_t c, i, count = _active_order(s)
     cdef int64_t left = s.chunk_size - count, extra
     cdef double whole
     for c in range(s.n):
-        quotas[c] = 1 if s.weights[c] > 0.0 else 0
+        s.fixed[c] = 1 if s.weights[c] > 0.0 else 0
         s.keys[c] = -s.weights[c]
-    _sort(s, count)
+    _rank(s, count, count)
     for i in range(count):
         c = s.order[i]
-        extra = <int64_t>floor(fmax(0.0, s.weights[c] * <double>s.chunk_size - 1.0))
+        extra = <int64_t>floor(fmax(0.0, s.shares[c] - 1.0))
         if extra > left:
             extra = left
-        quotas[c] += extra
+        s.fixed[c] += extra
         left -= extra
     for c in range(s.n):
-        s.keys[c] = -modf(s.weights[c] * <double>s.chunk_size, &whole)
+        s.keys[c] = -modf(s.shares[c], &whole)
     count = _active_order(s)
-    _sort(s, count)
+    _rank(s, count, count)
     for i in range(left):
-        quotas[s.order[i % count]] += 1
+        s.fixed[s.order[i % count]] += 1
+
+
+cdef inline void _allocate(Schedule* s, double* acc, int64_t* quotas) noexcept nogil:
+    cdef Py_ssize_t c
+    if s.allocator == ACCUMULATOR:
+        _accumulate(s, acc, quotas)
+    else:
+        for c in range(s.n):
+            quotas[c] = s.fixed[c]
 
 
 cdef bint _passes_done(Schedule* s, int64_t* epochs, int64_t* positions, Py_ssize_t counting) noexcept nogil:
@@ -130,30 +144,49 @@ cdef bint _passes_done(Schedule* s, int64_t* epochs, int64_t* positions, Py_ssiz
     return True
 
 
-cdef Py_ssize_t _plan_chunk(Schedule* s, double* acc, int64_t* epochs, int64_t* positions,
-                            int64_t* quotas) noexcept nogil:
-    """plan_chunk_reference in place: PLANNED (positions not yet advanced) or the ending dataset."""
-    cdef Py_ssize_t c
+cdef bint _update_weights(Schedule* s, int64_t* positions) noexcept nogil:
+    """Normalise the weights over the active datasets; False if none is active.
+
+    Redistributing datasets never come back once drained, so the active set changes exactly
+    when their count changes, and the divisions run only then.
+    """
+    cdef Py_ssize_t c, retired = 0
     cdef double total = 0.0
-    cdef bint restart = True
-    cdef int64_t remaining
+    for c in range(s.n):
+        if s.policies[c] == REDISTRIBUTE and positions[c] >= s.totals[c]:
+            retired += 1
+    if retired == s.retired:
+        return retired < s.n
+    s.retired = retired
     for c in range(s.n):
         s.weights[c] = 0.0 if (s.policies[c] == REDISTRIBUTE and positions[c] >= s.totals[c]) else 1.0
         if s.weights[c] > 0.0:
             total += s.raw_weights[c]
     if total == 0.0:
-        return ALL_DONE
+        return False
     for c in range(s.n):
         s.weights[c] = s.raw_weights[c] / total if s.weights[c] > 0.0 else 0.0
+        s.shares[c] = s.weights[c] * <double>s.chunk_size
+    if s.allocator == FIXED:
+        _fixed_quotas(s)
+    return True
+
+
+cdef Py_ssize_t _plan_chunk(Schedule* s, double* acc, int64_t* epochs, int64_t* positions,
+                            int64_t* quotas) noexcept nogil:
+    """plan_chunk_reference in place: PLANNED (positions not yet advanced) or the ending dataset."""
+    cdef Py_ssize_t c
+    cdef bint restart = True
+    cdef int64_t remaining
+    if not _update_weights(s, positions):
+        return ALL_DONE
+    for c in range(s.n):
         s.saved[c] = acc[c]
     while restart:
         restart = False
         for c in range(s.n):
             acc[c] = s.saved[c]
-        if s.allocator == ACCUMULATOR:
-            _accumulate(s, acc, quotas)
-        else:
-            _fixed(s, quotas)
+        _allocate(s, acc, quotas)
         for c in range(s.n):
             remaining = s.totals[c] - positions[c]
             if remaining >= quotas[c]:
@@ -176,19 +209,65 @@ cdef Py_ssize_t _plan_chunk(Schedule* s, double* acc, int64_t* epochs, int64_t* 
     return PLANNED
 
 
-cdef int64_t _lane_of(int64_t g, int64_t replicas, bint permute, uint64_t lane_key) noexcept nogil:
-    cdef Perm lanes
+cdef int64_t _slot_in_block(int64_t block, int64_t lane, int64_t replicas, uint64_t lane_key) noexcept nogil:
+    """Where ``lane`` sits in block ``block`` of the permuted routing."""
+    cdef Perm lanes = perm_make(derive(lane_key, <uint64_t>block), <uint64_t>replicas)
+    cdef int64_t slot
+    for slot in range(replicas):
+        if <int64_t>perm_apply(&lanes, <uint64_t>slot) == lane:
+            return slot
+    return -1
+
+
+cdef int64_t _next_own(int64_t g, int64_t lane, int64_t replicas, bint permute, uint64_t lane_key) noexcept nogil:
+    """The first global chunk >= g that belongs to ``lane`` (lane_of in zephon/core/schedule.py)."""
+    cdef int64_t block = g // replicas, own
     if not permute:
-        return g % replicas
-    lanes = perm_make(derive(lane_key, <uint64_t>(g // replicas)), <uint64_t>replicas)
-    return <int64_t>perm_apply(&lanes, <uint64_t>(g % replicas))
+        return g + (lane - g % replicas + replicas) % replicas
+    while True:
+        own = block * replicas + _slot_in_block(block, lane, replicas, lane_key)
+        if own >= g:
+            return own
+        block += 1
+
+
+cdef int64_t _skip_quiet(Schedule* s, double* acc, int64_t* epochs, int64_t* positions, int64_t* quotas,
+                        int64_t count) noexcept nogil:
+    """Skip up to ``count`` chunks in which no dataset reaches the end of its pass.
+
+    Such chunks need only the allocator: SPEC §4's checks cannot fire. Stops before the
+    first chunk that would drain or overrun a dataset and returns how many were skipped.
+    """
+    cdef int64_t skipped = 0
+    cdef Py_ssize_t c
+    if s.stop_after > 0 and _passes_done(s, epochs, positions, -1):
+        return 0
+    while skipped < count:
+        for c in range(s.n):
+            s.saved[c] = acc[c]
+        _allocate(s, acc, quotas)
+        for c in range(s.n):
+            if positions[c] + quotas[c] >= s.totals[c] and quotas[c] > 0:
+                for c in range(s.n):
+                    acc[c] = s.saved[c]
+                return skipped
+        for c in range(s.n):
+            positions[c] += quotas[c]
+        skipped += 1
+    return skipped
 
 
 cdef Py_ssize_t _walk(Schedule* s, int64_t lane, int64_t replicas, bint permute, uint64_t lane_key,
                       int64_t* g, double* acc, int64_t* epochs, int64_t* positions,
                       int64_t* quotas, int64_t* start_epochs, int64_t* start_positions) noexcept nogil:
+    """Plan chunks from g[0] until the lane's own one; other lanes' chunks only move numbers."""
     cdef Py_ssize_t c, status
+    cdef int64_t own = _next_own(g[0], lane, replicas, permute, lane_key)
     while True:
+        if g[0] < own:
+            if not _update_weights(s, positions):
+                return ALL_DONE
+            g[0] += _skip_quiet(s, acc, epochs, positions, quotas, own - g[0])
         status = _plan_chunk(s, acc, epochs, positions, quotas)
         if status != PLANNED:
             return status
@@ -196,7 +275,7 @@ cdef Py_ssize_t _walk(Schedule* s, int64_t lane, int64_t replicas, bint permute,
             start_epochs[c] = epochs[c]
             start_positions[c] = positions[c]
             positions[c] += quotas[c]
-        if _lane_of(g[0], replicas, permute, lane_key) == lane:
+        if g[0] == own:
             return PLANNED
         g[0] += 1
 
@@ -217,20 +296,24 @@ def plan_next(int allocator, const double[::1] raw_weights, const int64_t[::1] t
     cdef Schedule s
     cdef Py_ssize_t n = totals.shape[0], status
     cdef int64_t g = chunk_index
-    cdef double* scratch = <double*>malloc(2 * n * sizeof(double))
+    cdef double* scratch = <double*>malloc(3 * n * sizeof(double))
     cdef Py_ssize_t* order = <Py_ssize_t*>malloc(n * sizeof(Py_ssize_t))
-    if scratch == NULL or order == NULL:
+    cdef int64_t* fixed = <int64_t*>malloc(n * sizeof(int64_t))
+    if scratch == NULL or order == NULL or fixed == NULL:
         free(scratch)
         free(order)
+        free(fixed)
         raise MemoryError()
     s.n, s.allocator, s.stop_after, s.chunk_size = n, allocator, stop_after, chunk_size
     s.raw_weights, s.totals, s.policies, s.max_repeats = &raw_weights[0], &totals[0], &policies[0], &max_repeats[0]
-    s.weights, s.saved, s.keys, s.order = &weights[0], scratch, scratch + n, order
+    s.weights, s.shares, s.saved, s.keys = &weights[0], scratch, scratch + n, scratch + 2 * n
+    s.order, s.fixed, s.retired = order, fixed, -1
     with nogil:
         status = _walk(&s, lane, replicas, permute, lane_key, &g, &acc[0], &epochs[0], &positions[0],
                        &out[0, 0], &out[1, 0], &out[2, 0])
     free(scratch)
     free(order)
+    free(fixed)
     if status == PLANNED:
         return False, g, -1
     return True, g, status
