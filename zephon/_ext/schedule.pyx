@@ -8,6 +8,8 @@ double arithmetic matches Python bit for bit.
 from libc.math cimport floor, fmax, modf
 from libc.stdint cimport int64_t, uint64_t
 from libc.stdlib cimport free, malloc
+
+import numpy as np
 from zephon._ext._keys cimport derive
 from zephon._ext.perm cimport Perm, perm_apply, perm_make
 
@@ -280,40 +282,127 @@ cdef Py_ssize_t _walk(Schedule* s, int64_t lane, int64_t replicas, bint permute,
         g[0] += 1
 
 
-def plan_next(int allocator, const double[::1] raw_weights, const int64_t[::1] totals,
-              const int64_t[::1] policies, const int64_t[::1] max_repeats, int64_t stop_after,
-              int64_t chunk_size, int64_t lane, int64_t replicas, bint permute, uint64_t lane_key,
-              int64_t chunk_index, double[::1] acc, int64_t[::1] epochs, int64_t[::1] positions,
-              int64_t[:, ::1] out, double[::1] weights):
-    """Plan the lane's next chunk from global chunk ``chunk_index``.
+cdef class Scheduler:
+    """One config's scheduling tables and lane binding; its methods walk a state in place.
 
-    ``acc``/``epochs``/``positions`` are updated in place to the state after that chunk;
-    ``out`` rows receive quotas, start epochs and start positions; ``weights`` the active
-    weights. Returns ``(ended, g, dataset)``: the chunk's global index, or where the stream
-    ends and which dataset ended it (-1: every dataset done / none active); on an end the
-    in-place arrays hold no meaningful state.
+    The state lives in the caller's arrays: ``acc`` (float64), ``epochs`` and ``positions``
+    (int64), one entry per dataset. Scratch memory is per call, so one Scheduler may serve
+    several threads walking different states.
     """
-    cdef Schedule s
-    cdef Py_ssize_t n = totals.shape[0], status
-    cdef int64_t g = chunk_index
-    cdef double* scratch = <double*>malloc(3 * n * sizeof(double))
-    cdef Py_ssize_t* order = <Py_ssize_t*>malloc(n * sizeof(Py_ssize_t))
-    cdef int64_t* fixed = <int64_t*>malloc(n * sizeof(int64_t))
-    if scratch == NULL or order == NULL or fixed == NULL:
-        free(scratch)
-        free(order)
-        free(fixed)
-        raise MemoryError()
-    s.n, s.allocator, s.stop_after, s.chunk_size = n, allocator, stop_after, chunk_size
-    s.raw_weights, s.totals, s.policies, s.max_repeats = &raw_weights[0], &totals[0], &policies[0], &max_repeats[0]
-    s.weights, s.shares, s.saved, s.keys = &weights[0], scratch, scratch + n, scratch + 2 * n
-    s.order, s.fixed, s.retired = order, fixed, -1
-    with nogil:
-        status = _walk(&s, lane, replicas, permute, lane_key, &g, &acc[0], &epochs[0], &positions[0],
-                       &out[0, 0], &out[1, 0], &out[2, 0])
-    free(scratch)
-    free(order)
-    free(fixed)
-    if status == PLANNED:
-        return False, g, -1
-    return True, g, status
+    cdef const double[::1] raw_weights
+    cdef const int64_t[::1] totals, policies, max_repeats
+    cdef int allocator
+    cdef int64_t stop_after, chunk_size, lane, replicas
+    cdef bint permute
+    cdef uint64_t lane_key
+
+    def __init__(self, int allocator, const double[::1] raw_weights, const int64_t[::1] totals,
+                 const int64_t[::1] policies, const int64_t[::1] max_repeats, int64_t stop_after,
+                 int64_t chunk_size, int64_t lane, int64_t replicas, bint permute, uint64_t lane_key):
+        self.allocator, self.raw_weights, self.totals = allocator, raw_weights, totals
+        self.policies, self.max_repeats, self.stop_after = policies, max_repeats, stop_after
+        self.chunk_size, self.lane, self.replicas = chunk_size, lane, replicas
+        self.permute, self.lane_key = permute, lane_key
+
+    cdef int _open(self, Schedule* s, double* weights) except -1:
+        cdef Py_ssize_t n = self.totals.shape[0]
+        s.n, s.allocator, s.stop_after, s.chunk_size = n, self.allocator, self.stop_after, self.chunk_size
+        s.raw_weights, s.totals = &self.raw_weights[0], &self.totals[0]
+        s.policies, s.max_repeats = &self.policies[0], &self.max_repeats[0]
+        s.saved = <double*>malloc(3 * n * sizeof(double))
+        s.order = <Py_ssize_t*>malloc(n * sizeof(Py_ssize_t))
+        s.fixed = <int64_t*>malloc(n * sizeof(int64_t))
+        if s.saved == NULL or s.order == NULL or s.fixed == NULL:
+            self._close(s)
+            raise MemoryError()
+        s.shares, s.keys, s.weights, s.retired = s.saved + n, s.saved + 2 * n, weights, -1
+        return 0
+
+    cdef void _close(self, Schedule* s) noexcept:
+        free(s.saved)
+        free(s.order)
+        free(s.fixed)
+
+    cdef Py_ssize_t _step(self, Schedule* s, int64_t* g, double[::1] acc, int64_t[::1] epochs,
+                          int64_t[::1] positions, int64_t[:, ::1] out) noexcept nogil:
+        return _walk(s, self.lane, self.replicas, self.permute, self.lane_key, g, &acc[0], &epochs[0],
+                     &positions[0], &out[0, 0], &out[1, 0], &out[2, 0])
+
+    def plan_next(self, int64_t chunk_index, double[::1] acc, int64_t[::1] epochs, int64_t[::1] positions,
+                  int64_t[:, ::1] out, double[::1] weights):
+        """Plan the lane's next chunk from global chunk ``chunk_index``.
+
+        The state arrays move to the state after that chunk; ``out`` rows receive quotas,
+        start epochs and start positions; ``weights`` the active weights. Returns
+        ``(ended, g, dataset)``: the chunk's global index, or where the stream ends and which
+        dataset ended it (-1: every dataset done / none active); after an end the state
+        arrays hold no meaningful state.
+        """
+        cdef Schedule s
+        cdef Py_ssize_t status
+        cdef int64_t g = chunk_index
+        self._open(&s, &weights[0])
+        with nogil:
+            status = self._step(&s, &g, acc, epochs, positions, out)
+        self._close(&s)
+        if status == PLANNED:
+            return False, g, -1
+        return True, g, status
+
+    def index(self, int64_t chunk_index, double[::1] acc, int64_t[::1] epochs, int64_t[::1] positions,
+              int64_t own, int64_t samples, int64_t every, int64_t[:, ::1] snap_ints, double[:, ::1] snap_acc):
+        """Walk the lane's chunks to the end, recording the state before every ``every``-th one.
+
+        ``own`` chunks of ``samples`` samples precede the given state. A snapshot row holds
+        ``[g, samples_before, epochs..., positions...]`` and the accumulators. Stops when the
+        snapshot arrays are full. Returns ``(filled, g, own, samples, ended)``.
+        """
+        cdef Schedule s
+        cdef Py_ssize_t c, n = self.totals.shape[0], filled = 0, status = PLANNED
+        cdef int64_t g = chunk_index
+        cdef int64_t[:, ::1] out = np.empty((3, n), dtype=np.int64)
+        cdef double[::1] weights = np.empty(n, dtype=np.float64)
+        self._open(&s, &weights[0])
+        with nogil:
+            while status == PLANNED:
+                if own % every == 0:
+                    if filled == snap_ints.shape[0]:
+                        break
+                    snap_ints[filled, 0], snap_ints[filled, 1] = g, samples
+                    for c in range(n):
+                        snap_ints[filled, 2 + c], snap_ints[filled, 2 + n + c] = epochs[c], positions[c]
+                        snap_acc[filled, c] = acc[c]
+                    filled += 1
+                status = self._step(&s, &g, acc, epochs, positions, out)
+                if status == PLANNED:
+                    g += 1
+                    own += 1
+                    for c in range(n):
+                        samples += out[0, c]
+        self._close(&s)
+        return filled, g, own, samples, status != PLANNED
+
+    def locate(self, int64_t chunk_index, double[::1] acc, int64_t[::1] epochs, int64_t[::1] positions,
+               int64_t offset, int64_t[:, ::1] out, double[::1] weights):
+        """Plan the lane's chunk holding sample ``offset`` counted from the given state.
+
+        Returns ``(ended, g, offset_in_chunk)``; ``out`` and ``weights`` as in plan_next.
+        """
+        cdef Schedule s
+        cdef Py_ssize_t c, n = self.totals.shape[0], status = PLANNED
+        cdef int64_t g = chunk_index, length
+        self._open(&s, &weights[0])
+        with nogil:
+            while True:
+                status = self._step(&s, &g, acc, epochs, positions, out)
+                if status != PLANNED:
+                    break
+                length = 0
+                for c in range(n):
+                    length += out[0, c]
+                if offset < length:
+                    break
+                offset -= length
+                g += 1
+        self._close(&s)
+        return status != PLANNED, g, offset

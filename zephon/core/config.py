@@ -13,12 +13,14 @@ from typing import Any
 
 import numpy as np
 
-from zephon.core.alloc import Allocator
+from zephon._ext.schedule import Scheduler
+from zephon.core.alloc import BUILT_IN, Allocator
 from zephon.core.keys import DOMAIN_CHUNK_SEED, DOMAIN_LANE, purpose_key
 
 STOP, REPEAT, REDISTRIBUTE = "stop", "repeat", "redistribute"
 POLICIES = (STOP, REPEAT, REDISTRIBUTE)
 MODULO, PERMUTE = "modulo", "permute"
+KERNEL_ALLOCATORS = ("accumulator", "fixed")  # the scheduling kernel's allocator codes
 
 
 def _read_only(values: Any) -> np.ndarray:
@@ -57,25 +59,6 @@ class DatasetPlan:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True, eq=False)
-class ScheduleArrays:
-    """Per-dataset settings as the scheduling kernel reads them."""
-
-    weights: np.ndarray  # float64: the users' weights
-    totals: np.ndarray  # int64: samples per pass
-    policies: np.ndarray  # int64: index into POLICIES
-    max_repeats: np.ndarray  # int64: -1 = unbounded
-
-    @classmethod
-    def of(cls, datasets: tuple[DatasetPlan, ...]) -> ScheduleArrays:
-        return cls(
-            weights=np.array([d.weight for d in datasets], dtype=np.float64),
-            totals=_read_only([d.total for d in datasets]),
-            policies=_read_only([POLICIES.index(d.policy) for d in datasets]),
-            max_repeats=_read_only([-1 if d.max_repeats is None else d.max_repeats for d in datasets]),
-        )
-
-
-@dataclass(frozen=True, slots=True, kw_only=True, eq=False)
 class SourceConfig:
     """Everything a mixture source's stream depends on, including the lane binding."""
 
@@ -91,12 +74,26 @@ class SourceConfig:
     canonical_replicas: int | None = None
     chunk_key: int = field(init=False, repr=False)  # root key of per-chunk read seeds
     lane_key: int = field(init=False, repr=False)  # root key of lane routing
-    arrays: ScheduleArrays = field(init=False, repr=False)  # the per-dataset settings as arrays
+    scheduler: Scheduler | None = field(init=False, repr=False)  # the kernel; None for a fork's allocator
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "chunk_key", purpose_key(self.seed, DOMAIN_CHUNK_SEED))
         object.__setattr__(self, "lane_key", purpose_key(self.seed, DOMAIN_LANE))
-        object.__setattr__(self, "arrays", ScheduleArrays.of(self.datasets))
+        object.__setattr__(self, "scheduler", self._make_scheduler())
+
+    def _make_scheduler(self) -> Scheduler | None:
+        if self.allocator.name not in KERNEL_ALLOCATORS or BUILT_IN[self.allocator.name] is not self.allocator:
+            return None
+        lane, replicas = self.lane_binding
+        return Scheduler(
+            KERNEL_ALLOCATORS.index(self.allocator.name),
+            np.array([d.weight for d in self.datasets], dtype=np.float64),
+            _read_only([d.total for d in self.datasets]),
+            _read_only([POLICIES.index(d.policy) for d in self.datasets]),
+            _read_only([-1 if d.max_repeats is None else d.max_repeats for d in self.datasets]),
+            self.stop_after_passes or 0, self.chunk_size, lane, replicas,
+            self.lane_assignment != MODULO, self.lane_key,
+        )
 
     @property
     def names(self) -> tuple[str, ...]:

@@ -8,18 +8,14 @@ belongs to another lane costs O(datasets) arithmetic.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from zephon._ext import schedule as _kernel
-from zephon.core.alloc import BUILT_IN
-from zephon.core.config import MODULO, REDISTRIBUTE, REPEAT, STOP, SourceConfig
+from zephon.core.config import MODULO, REDISTRIBUTE, STOP, SourceConfig
 from zephon.core.keys import derive
 from zephon.core.perm import perm_reference
-
-_KERNEL_ALLOCATORS = ("accumulator", "fixed")  # order = the kernel's allocator codes
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -146,33 +142,40 @@ def plan_next_reference(state: SourceState, config: SourceConfig) -> Planned | E
         g += 1
 
 
+def state_arrays(state: SourceState, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The state as the kernel's in-place arrays: accumulators, epochs, positions."""
+    acc = np.array(state.alloc if state.alloc else (0.0,) * n, dtype=np.float64)
+    epochs = np.array([c.epoch for c in state.cursors], dtype=np.int64)
+    positions = np.array([c.position for c in state.cursors], dtype=np.int64)
+    return acc, epochs, positions
+
+
+def state_from_arrays(g: int, alloc_like: Any, acc: np.ndarray, epochs: np.ndarray, positions: np.ndarray) -> SourceState:
+    """The kernel's arrays back as a state (``alloc_like`` tells whether the allocator keeps any)."""
+    return SourceState(
+        chunk_index=g,
+        alloc=tuple(acc.tolist()) if alloc_like else alloc_like,
+        cursors=tuple(CursorState(epoch=e, position=p) for e, p in zip(epochs.tolist(), positions.tolist())),
+    )
+
+
+def planned_from_kernel(g: int, out: np.ndarray, weights: np.ndarray, after: SourceState) -> Planned:
+    quotas, start_epochs, start_positions = out.tolist()
+    starts = tuple(CursorState(epoch=e, position=p) for e, p in zip(start_epochs, start_positions))
+    return Planned(g, tuple(quotas), starts, tuple(weights.tolist()), after)
+
+
 def plan_next(state: SourceState, config: SourceConfig) -> Planned | Ended:
     """Walk the global schedule from ``state`` to the lane's next chunk. Pure.
 
     Runs the scheduling kernel for the built-in allocators, the reference otherwise.
     """
-    if BUILT_IN.get(config.allocator.name) is not config.allocator:
+    if config.scheduler is None:
         return plan_next_reference(state, config)
-    arrays, (lane, replicas) = config.arrays, config.lane_binding
     n = len(config.datasets)
-    acc = np.array(state.alloc if state.alloc else (0.0,) * n, dtype=np.float64)
-    epochs = np.array([c.epoch for c in state.cursors], dtype=np.int64)
-    positions = np.array([c.position for c in state.cursors], dtype=np.int64)
-    out = np.empty((3, n), dtype=np.int64)
-    weights = np.empty(n, dtype=np.float64)
-    ended, g, dataset = _kernel.plan_next(
-        _KERNEL_ALLOCATORS.index(config.allocator.name), arrays.weights, arrays.totals, arrays.policies,
-        arrays.max_repeats, config.stop_after_passes or 0, config.chunk_size,
-        lane, replicas, config.lane_assignment != MODULO, config.lane_key,
-        state.chunk_index, acc, epochs, positions, out, weights,
-    )
+    acc, epochs, positions = state_arrays(state, n)
+    out, weights = np.empty((3, n), dtype=np.int64), np.empty(n, dtype=np.float64)
+    ended, g, dataset = config.scheduler.plan_next(state.chunk_index, acc, epochs, positions, out, weights)
     if ended:
         return Ended(g, None if dataset < 0 else dataset)
-    quotas, start_epochs, start_positions = out.tolist()
-    after = SourceState(
-        chunk_index=g + 1,
-        alloc=tuple(acc.tolist()) if state.alloc else state.alloc,
-        cursors=tuple(CursorState(epoch=e, position=p) for e, p in zip(epochs.tolist(), positions.tolist())),
-    )
-    starts = tuple(CursorState(epoch=e, position=p) for e, p in zip(start_epochs, start_positions))
-    return Planned(g, tuple(quotas), starts, tuple(weights.tolist()), after)
+    return planned_from_kernel(g, out, weights, state_from_arrays(g + 1, state.alloc, acc, epochs, positions))
