@@ -355,7 +355,8 @@ cdef class Scheduler:
 
         ``own`` chunks of ``samples`` samples precede the given state. A snapshot row holds
         ``[g, samples_before, epochs..., positions...]`` and the accumulators. Stops when the
-        snapshot arrays are full. Returns ``(filled, g, own, samples, ended)``.
+        snapshot arrays are full. Returns ``(filled, g, own, samples, ended)``; at an end, ``g``
+        is the global chunk that could not be produced.
         """
         cdef Schedule s
         cdef Py_ssize_t c, n = self.totals.shape[0], filled = 0, status = PLANNED

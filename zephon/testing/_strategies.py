@@ -43,8 +43,9 @@ def mixtures(draw, *, names: Any) -> dict[str, float]:
 
 
 def _valid(kwargs: dict[str, Any]) -> bool:
+    """Construction succeeds and the first chunk can be produced."""
     try:
-        StaticMixtureWorkSource(**kwargs)
+        StaticMixtureWorkSource(**kwargs).clone_for_lane(0, 1).next_chunk()
     except ValueError:
         return False
     return True
@@ -89,6 +90,7 @@ def source_configs(
 ) -> SearchStrategy[dict[str, Any]]:
     """Keyword arguments of a valid, *finite* :class:`StaticMixtureWorkSource`.
 
+    Valid: it constructs and its first chunk can be produced.
     Finite: either ``stop_after_passes`` is set, or per-dataset policies with every repeating
     dataset capped by ``max_repeats`` — the stream always ends. Shrinks toward one dataset,
     chunk size 1, ``stop_after_passes=1``.

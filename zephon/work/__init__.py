@@ -7,13 +7,15 @@
 | :class:`WorkChunk` | a bundle of sample pointers grouped by component |
 | :class:`MixtureSpec` | validated mixture weights |
 | :class:`MixtureReadConfig` and its enums | how a chunk's pointers are interleaved when read |
+| :class:`PointerSequence` | a map-style view (``len``, ``[i]``) of an indexable source |
 """
 from zephon.core.chunk import ComponentOrder, MixtureReadConfig, MixtureReadMode, SampleId, WorkChunk
+from zephon.work.sequence import PointerSequence
 from zephon.work.source import WorkSource
 from zephon.work.spec import MixtureSpec
 from zephon.work.static_mixture import StaticMixtureWorkSource
 
 __all__ = [
-    "ComponentOrder", "MixtureReadConfig", "MixtureReadMode", "MixtureSpec", "SampleId",
+    "ComponentOrder", "MixtureReadConfig", "MixtureReadMode", "MixtureSpec", "PointerSequence", "SampleId",
     "StaticMixtureWorkSource", "WorkChunk", "WorkSource",
 ]

@@ -8,8 +8,10 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Mapping, Sequence
 
-from zephon.core import checkpoint
-from zephon.core.chunk import WorkChunk
+import numpy as np
+
+from zephon.core import checkpoint, index
+from zephon.core.chunk import SampleId, WorkChunk
 from zephon.core.config import SourceConfig
 from zephon.core.schedule import SourceState, initial_state
 from zephon.core.step import step
@@ -53,6 +55,7 @@ class StaticMixtureWorkSource(WorkSource):
         )
         self._datasets = tuple(datasets)
         self._state = initial_state(self._config)
+        self._index: index.StreamIndex | None = None  # built on first random access
 
     @property
     def config(self) -> SourceConfig:
@@ -83,6 +86,7 @@ class StaticMixtureWorkSource(WorkSource):
         clone._datasets = self._datasets
         clone._config = dataclasses.replace(self._config, lane=lane_id, canonical_replicas=canonical_replicas)
         clone._state = self._state
+        clone._index = None
         clone._lane, clone._replicas = lane_id, canonical_replicas
         return clone
 
@@ -96,6 +100,45 @@ class StaticMixtureWorkSource(WorkSource):
 
     def chunk_size_hint(self) -> int:
         return self._config.chunk_size
+
+    def supports_indexing(self) -> bool:
+        """True for finite streams of the built-in allocators: ``len`` and ``sample_id_at`` work."""
+        return index.supports_indexing(self._config)
+
+    def __len__(self) -> int:
+        """Samples in the stream from its start: the lane's for a clone, all for the template."""
+        return self._stream_index().length
+
+    def sample_id_at(self, i: int) -> SampleId:
+        """The ``i``-th sample of the stream in default read order (``IndexError`` outside it)."""
+        return index.sample_at(self._stream_index(), self._config, self._check_index(i))
+
+    def sample_ids_at(self, indices: Any) -> np.ndarray:
+        """The samples at ``indices`` as an ``(n, 3)`` int64 array (one call for many lookups)."""
+        positions = np.asarray(indices)
+        if positions.ndim != 1 or (positions.size and positions.dtype.kind not in "iu"):
+            raise TypeError(f"indices must be a 1-D sequence of ints, got {indices!r}")
+        length = len(self)
+        if positions.size and (positions.min() < 0 or positions.max() >= length):
+            bad = positions[(positions < 0) | (positions >= length)][0]
+            raise IndexError(f"sample index {bad} is out of range [0, {length})")
+        return index.samples_at(self._stream_index(), self._config, positions.astype(np.int64))
+
+    def remaining_samples(self) -> int:
+        """Samples still to come from the current state (after a restore too)."""
+        return index.remaining_samples(self._state, self._config)
+
+    def _stream_index(self) -> index.StreamIndex:
+        if self._index is None:
+            self._index = index.build_index(self._config)
+        return self._index
+
+    def _check_index(self, i: Any) -> int:
+        if type(i) is bool or not isinstance(i, (int, np.integer)):
+            raise TypeError(f"sample index must be an int, got {i!r}")
+        if not 0 <= i < len(self):
+            raise IndexError(f"sample index {i} is out of range [0, {len(self)})")
+        return int(i)
 
     def continues_after_exhaustion(self) -> tuple[str, ...]:
         """The datasets that may drain while the others go on (``exhausted_policy='redistribute'``)."""

@@ -1,0 +1,141 @@
+"""Random access into a lane's stream: exact length and the i-th sample, without pointers.
+
+Every allocation decision depends only on counts and every shuffle is a random-access
+bijection, so the i-th sample of the mixed, shuffled, multi-pass stream is arithmetic:
+
+1. **Index** — one walk of the lane's schedule (numbers only, in the scheduling kernel)
+   records the state before every ``every``-th chunk of the lane and the samples before it:
+   ``16 + 24·datasets`` bytes per snapshot, about 11 bytes per chunk for three datasets at
+   the default ``every=8``; nothing per sample. A lookup walks at most ``every − 1`` chunks
+   of the lane from the nearest snapshot (O(every · R · datasets) arithmetic for lane ``R``
+   routing), so ``every`` trades index memory for lookup time.
+2. **Chunk** — the chunk's quotas give its weighted-round-robin order (SPEC §6), which depends
+   only on the counts; it is computed once per distinct count vector and cached.
+3. **Pointer** — the position in the dataset's pass goes through the cursor (core.cursor).
+
+Only finite streams of the built-in allocators are indexable.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+import numpy as np
+
+from zephon.core.config import REPEAT, STOP, SourceConfig
+from zephon.core.cursor import take
+from zephon.core.readorder import read_order
+from zephon.core.schedule import SourceState, initial_state, state_arrays
+from zephon.core.step import step
+
+SNAPSHOT_EVERY = 8  # lane chunks between snapshots
+_FIRST_CAPACITY = 1024  # snapshots; the index grows by doubling
+
+
+def is_finite(config: SourceConfig) -> bool:
+    """Whether the stream ends: some dataset stops it, or no dataset repeats without bound."""
+    if config.stop_after_passes is not None:
+        return True
+    if any(d.policy == STOP or (d.policy == REPEAT and d.max_repeats is not None) for d in config.datasets):
+        return True
+    return not any(d.policy == REPEAT for d in config.datasets)
+
+
+def supports_indexing(config: SourceConfig) -> bool:
+    return config.scheduler is not None and is_finite(config)
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class StreamIndex:
+    """Snapshots of a lane's stream; see the module docstring for the trade-off."""
+
+    every: int  # lane chunks between snapshots
+    ints: np.ndarray  # (m, 2 + 2n) int64: global chunk, samples before, epochs, positions
+    acc: np.ndarray  # (m, n) float64: accumulators
+    length: int  # samples in the whole stream
+    chunks: int  # chunks of the lane in the whole stream
+
+    @property
+    def nbytes(self) -> int:
+        return self.ints.nbytes + self.acc.nbytes
+
+
+def _check_indexable(config: SourceConfig) -> None:
+    if config.scheduler is None:
+        raise TypeError(f"random access needs a built-in allocator, not {config.allocator.name!r}")
+    if not is_finite(config):
+        raise TypeError(
+            "this source repeats forever, so it has no length; set stop_after_passes, max_repeats "
+            "or a 'stop' policy to make it finite"
+        )
+
+
+def _walk(config: SourceConfig, state: SourceState, every: int, capacity: int):
+    """Run the kernel's index walk from ``state`` until the stream ends, growing the arrays."""
+    n = len(config.datasets)
+    acc, epochs, positions = state_arrays(state, n)
+    ints, accs = np.empty((capacity, 2 + 2 * n), dtype=np.int64), np.empty((capacity, n), dtype=np.float64)
+    g, own, samples, filled = state.chunk_index, 0, 0, 0
+    while True:
+        got, g, own, samples, ended = config.scheduler.index(
+            g, acc, epochs, positions, own, samples, every, ints[filled:], accs[filled:])
+        filled += got
+        if ended:
+            return ints[:filled], accs[:filled], own, samples
+        ints = np.concatenate([ints, np.empty_like(ints)])
+        accs = np.concatenate([accs, np.empty_like(accs)])
+
+
+def build_index(config: SourceConfig, every: int = SNAPSHOT_EVERY) -> StreamIndex:
+    """Index the lane's stream from its start.
+
+    Raises ``TypeError`` if it is not indexable, and the first-chunk ``ValueError`` of
+    ``step`` if the stream cannot start.
+    """
+    _check_indexable(config)
+    ints, accs, chunks, length = _walk(config, initial_state(config), every, _FIRST_CAPACITY)
+    if length == 0:
+        step(initial_state(config), config)  # raises the first-chunk error if there is one
+    return StreamIndex(every=every, ints=ints.copy(), acc=accs.copy(), length=length, chunks=chunks)
+
+
+def remaining_samples(state: SourceState, config: SourceConfig) -> int:
+    """Samples the lane will still produce from ``state`` on (walks the schedule; pure)."""
+    _check_indexable(config)
+    return _walk(config, state, 2**62, 1)[3]
+
+
+@lru_cache(maxsize=64)
+def _round_robin(counts: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:
+    """Component and rank inside it of every step of a chunk's default read order."""
+    component, rows = read_order(counts, weighted_random=False, shuffle=False, seed=0)
+    starts = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64)
+    return component, rows - starts[component]
+
+
+def _locate(index: StreamIndex, config: SourceConfig, i: int) -> tuple[np.ndarray, int]:
+    """The plan (quotas, start epochs, start positions) of the lane chunk holding sample ``i``."""
+    n = len(config.datasets)
+    s = int(np.searchsorted(index.ints[:, 1], i, side="right")) - 1
+    row = index.ints[s]
+    epochs, positions = row[2:2 + n].copy(), row[2 + n:].copy()
+    out, weights = np.empty((3, n), dtype=np.int64), np.empty(n, dtype=np.float64)
+    _, _, offset = config.scheduler.locate(int(row[0]), index.acc[s].copy(), epochs, positions,
+                                           i - int(row[1]), out, weights)
+    return out, offset
+
+
+def sample_at(index: StreamIndex, config: SourceConfig, i: int) -> tuple[int, int, int]:
+    """The ``i``-th sample of the lane's stream in default read order."""
+    out, r = _locate(index, config, i)
+    present = np.flatnonzero(out[0])
+    component, rank = _round_robin(tuple(out[0, present].tolist()))
+    c = int(present[component[r]])
+    pointer = np.empty((1, 3), dtype=np.int64)
+    take(pointer, 0, config, c, int(out[1, c]), int(out[2, c] + rank[r]), 1)
+    return tuple(pointer[0].tolist())
+
+
+def samples_at(index: StreamIndex, config: SourceConfig, indices: np.ndarray) -> np.ndarray:
+    """The samples at ``indices`` (any order, repeats allowed) as an ``(n, 3)`` int64 array."""
+    return np.array([sample_at(index, config, int(i)) for i in indices], dtype=np.int64).reshape(-1, 3)
