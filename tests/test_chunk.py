@@ -161,6 +161,19 @@ def test_samples_are_plain_python_ints():
     assert {type(v) for v in sample_id} == {int}
 
 
+def test_pairs_kept_while_iterating_keep_their_values():
+    chunk = WorkChunk({"a": [(0, 7, i) for i in range(300, 320)],
+                       "b": [(1, 9, i) for i in range(1000, 1013)]}, seed=3)
+    for config in (MixtureReadConfig(), MixtureReadConfig(MixtureReadMode.WEIGHTED_RANDOM)):
+        expected = chunk.materialize_order(config)
+        assert [pair for i, pair in enumerate(chunk.iter_samples(config)) if i % 3] == [
+            pair for i, pair in enumerate(expected) if i % 3]
+        assert [sample_id for sample_id, _ in chunk.iter_samples(config)] == [
+            sample_id for sample_id, _ in expected]
+        assert [pair[0] for pair in chunk.iter_samples(config)] == [
+            sample_id for sample_id, _ in expected]
+
+
 def test_config_seed_defaults_to_the_chunk_seed_then_zero():
     shuffle = dict(mode=MixtureReadMode.WEIGHTED_RANDOM,
                    within_component=ComponentOrder.SHUFFLE)

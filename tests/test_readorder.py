@@ -10,9 +10,11 @@ from zephon._ext import readorder as kernel
 from zephon.core.keys import derive
 from zephon.core.readorder import (
     MAX_CHUNK,
+    iter_pairs,
     random_key,
     read_order,
     read_order_reference,
+    read_pointers,
     round_robin_reference,
 )
 
@@ -33,6 +35,43 @@ def test_kernel_matches_reference(counts, weighted_random, shuffle, seed):
     expected = read_order_reference(counts, weighted_random=weighted_random, shuffle=shuffle,
                                     seed=seed)
     assert (component.tolist(), rows.tolist()) == expected
+
+
+@settings(max_examples=100, deadline=None)
+@given(counts=counts_lists, weighted_random=st.booleans(), shuffle=st.booleans(), seed=seeds,
+       data=st.data())
+def test_read_pointers_copies_the_reference_rows(counts, weighted_random, shuffle, seed, data):
+    total = sum(counts)
+    buffer = np.array(data.draw(st.lists(st.tuples(*[st.integers(0, 2**63 - 1)] * 3),
+                                         min_size=total, max_size=total)),
+                      dtype=np.int64).reshape(total, 3)
+    buffer.flags.writeable = False  # a chunk's buffer is read-only
+    pointers, component = read_pointers(buffer, counts, weighted_random=weighted_random,
+                                        shuffle=shuffle, seed=seed)
+    expected_component, rows = read_order_reference(
+        counts, weighted_random=weighted_random, shuffle=shuffle, seed=seed)
+    assert pointers.dtype == component.dtype == np.int64 and pointers.shape == (total, 3)
+    assert component.tolist() == expected_component
+    assert pointers.tolist() == buffer[rows].tolist()
+
+
+@settings(max_examples=60, deadline=None)
+@given(counts=st.lists(st.integers(0, 25), min_size=4, max_size=12))
+def test_round_robin_matches_reference_for_many_components(counts):
+    """Up to four non-empty components run in registers; more take the general loop."""
+    component, rows = read_order(counts, weighted_random=False, shuffle=False, seed=0)
+    expected = read_order_reference(counts, weighted_random=False, shuffle=False, seed=0)
+    assert (component.tolist(), rows.tolist()) == expected
+
+
+@pytest.mark.parametrize(
+    "counts",
+    [[1], [0, 3, 0], [2, 2], [2, 0, 2, 0, 2], [1, 1, 1, 1], [1, 1, 1, 1, 1], [9, 1, 1, 1],
+     [0, 0, 0, 0, 0, 7, 1], [50, 1, 50, 1, 50]],
+)
+def test_round_robin_ties_and_empty_components_match_reference(counts):
+    component, _ = read_order(counts, weighted_random=False, shuffle=False, seed=0)
+    assert component.tolist() == round_robin_reference(counts)
 
 
 @pytest.mark.parametrize(
@@ -129,7 +168,73 @@ def test_read_order_rejects_bad_counts(counts):
         read_order(counts, weighted_random=False, shuffle=False, seed=0)
 
 
+def test_read_order_rejects_counts_whose_int64_sum_would_wrap():
+    with pytest.raises(ValueError, match="counts"):
+        read_order([2**62, 2**62, 2**62], weighted_random=False, shuffle=False, seed=0)
+
+
+def test_read_pointers_rejects_a_buffer_that_does_not_match_the_counts():
+    buffer = np.zeros((4, 3), dtype=np.int64)
+    with pytest.raises(ValueError, match="buffer"):
+        read_pointers(buffer, [2, 1], weighted_random=False, shuffle=False, seed=0)
+    with pytest.raises(ValueError):
+        read_pointers(np.zeros((3, 2), dtype=np.int64), [2, 1], weighted_random=False,
+                      shuffle=False, seed=0)
+
+
 def test_kernel_rejects_wrong_number_of_shuffle_keys():
     with pytest.raises(ValueError, match="shuffle_keys"):
         kernel.read_order(np.array([1, 2], dtype=np.int64), False, 0,
                           np.zeros(3, dtype=np.uint64))
+
+
+# -- Python pairs -----------------------------------------------------------------------
+
+
+def _pair_arrays(n: int = 10) -> tuple[np.ndarray, np.ndarray, tuple[str, ...]]:
+    pointers = np.arange(3 * n, dtype=np.int64).reshape(n, 3) * 1000 + 2**40
+    return pointers, np.arange(n, dtype=np.int64) % 3, ("a", "b", "c")
+
+
+def _expected_pairs(pointers, component, names):
+    return [(tuple(p), names[k]) for p, k in zip(pointers.tolist(), component.tolist())]
+
+
+def test_iter_pairs_yields_plain_python_pairs():
+    pointers, component, names = _pair_arrays()
+    pairs = list(iter_pairs(pointers, component, names))
+    assert pairs == _expected_pairs(pointers, component, names)
+    assert all(type(p) is tuple and type(p[0]) is tuple and type(p[1]) is str for p in pairs)
+    assert {type(v) for p in pairs for v in p[0]} == {int}
+    assert len({id(p) for p in pairs}) == len(pairs)  # pairs that are kept are never refilled
+
+
+def test_iter_pairs_never_changes_a_pair_or_id_someone_holds():
+    pointers, component, names = _pair_arrays(12)
+    expected = _expected_pairs(pointers, component, names)
+    held, ids, names_seen = [], [], []
+    for i, pair in enumerate(iter_pairs(pointers, component, names)):
+        if i % 3 == 0:
+            held.append((i, pair))
+        ids.append(pair[0])
+        names_seen.append(pair[1])
+    assert all(pair == expected[i] for i, pair in held)
+    assert ids == [sample_id for sample_id, _ in expected]
+    assert names_seen == [name for _, name in expected]
+    assert [sample_id for sample_id, _ in iter_pairs(pointers, component, names)] == ids
+    it = iter_pairs(pointers, component, names)
+    first, second = next(it), next(it)
+    del first
+    assert next(it) == expected[2] and second == expected[1]
+    assert list(it) == expected[3:] and list(it) == []
+
+
+def test_iter_pairs_checks_its_arrays():
+    pointers, component, names = _pair_arrays()
+    with pytest.raises(ValueError, match="outside"):
+        iter_pairs(pointers, component, names[:2])
+    with pytest.raises(ValueError, match="outside"):
+        iter_pairs(pointers, component - 1, names)
+    with pytest.raises(ValueError, match="shape"):
+        iter_pairs(pointers[:-1], component, names)
+    assert list(iter_pairs(pointers[:0], component[:0], ())) == []

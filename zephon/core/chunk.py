@@ -19,7 +19,8 @@ from typing import Any
 
 import numpy as np
 
-from zephon.core.readorder import read_order as _read_order
+from zephon.core.readorder import iter_pairs as _iter_pairs
+from zephon.core.readorder import read_pointers as _read_pointers
 
 SampleId = tuple[int, int, int]  # (dataset_id, shard_id, offset)
 
@@ -226,11 +227,11 @@ class WorkChunk:
         key = self._order_key(config)
         order = self._orders.get(key)
         if order is None:
-            component, rows = _read_order(
-                self._counts, weighted_random=key[0] is MixtureReadMode.WEIGHTED_RANDOM,
+            pointers, component = _read_pointers(
+                self._buffer, self._counts,
+                weighted_random=key[0] is MixtureReadMode.WEIGHTED_RANDOM,
                 shuffle=key[1] is ComponentOrder.SHUFFLE, seed=key[2],
             )
-            pointers = np.take(self._buffer, rows, axis=0)
             pointers.flags.writeable = False
             component.flags.writeable = False
             order = self._orders[key] = (pointers, component)
@@ -245,13 +246,15 @@ class WorkChunk:
         return config.mode, config.within_component, seed
 
     def iter_samples(self, config: MixtureReadConfig | None = None) -> Iterator[tuple[SampleId, str]]:
-        """``(sample_id, component_name)`` pairs in read order, as plain Python values."""
+        """``(sample_id, component_name)`` pairs in read order, as plain Python values.
+
+        Like ``zip``, the iterator refills a pair for a later step once nothing holds it.
+        """
         config = _check_config(config)
         if config.precompute:
             return iter(self._precomputed(config))
         pointers, component = self.read_order(config)
-        sample_ids = zip(*pointers.T.tolist())
-        return zip(sample_ids, map(self._names.__getitem__, component.tolist()))
+        return _iter_pairs(pointers, component, self._names)
 
     def _precomputed(self, config: MixtureReadConfig) -> list[tuple[SampleId, str]]:
         """The pairs of ``config``, built once and kept on the chunk."""

@@ -5,14 +5,14 @@ for every step ``t``, which component is read (``component[t]``) and which buffe
 (``rows[t]``). Components are interleaved by exact weighted round robin or by a seeded
 weighted draw; inside a component rows go in stored order or through the keyed permutation
 of ``zephon/core/perm.py``. ``read_order_reference`` is the pure Python twin of the kernel;
-``read_order`` runs the kernel.
+``read_order`` runs the kernel, and ``read_pointers`` also copies the rows out of the buffer.
 
 **Compatibility**: both interleavings, the draw and the keys are frozen; they define the
 order in which every chunk is read.
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from itertools import accumulate
 
 import numpy as np
@@ -101,6 +101,29 @@ def read_order_reference(
     return components, rows
 
 
+def _checked_counts(counts: Sequence[int] | np.ndarray) -> np.ndarray:
+    """``counts`` as a 1-D int64 array, after the checks every kernel door relies on."""
+    array = np.ascontiguousarray(counts, dtype=np.int64)
+    values = array.tolist() if array.ndim == 1 else None  # Python ints: the sum cannot wrap
+    if values is None or min(values, default=0) < 0 or sum(values) > MAX_CHUNK:
+        raise ValueError(
+            f"read_order: counts={counts!r} must be a 1-D array of non-negative counts "
+            f"summing to at most {MAX_CHUNK}; split larger chunks"
+        )
+    return array
+
+
+def _kernel_args(counts: np.ndarray, weighted_random: bool, shuffle: bool,
+                 seed: int) -> tuple[int, np.ndarray | None]:
+    """The draw key (0 when unused) and the shuffle keys (None when unused) of a read."""
+    keys = (
+        np.array([shuffle_key(seed, k) for k in range(len(counts))], dtype=np.uint64)
+        if shuffle
+        else None
+    )
+    return (random_key(seed) if weighted_random else 0), keys
+
+
 def read_order(
     counts: Sequence[int] | np.ndarray, *, weighted_random: bool, shuffle: bool, seed: int
 ) -> tuple[np.ndarray, np.ndarray]:
@@ -108,15 +131,32 @@ def read_order(
 
     Same meaning as ``read_order_reference``; ``counts`` are non-negative, one per component.
     """
-    counts = np.ascontiguousarray(counts, dtype=np.int64)
-    if counts.ndim != 1 or (counts < 0).any() or int(counts.sum()) > MAX_CHUNK:
-        raise ValueError(
-            f"read_order: counts={counts!r} must be a 1-D array of non-negative counts "
-            f"summing to at most {MAX_CHUNK}; split larger chunks"
-        )
-    keys = (
-        np.array([shuffle_key(seed, k) for k in range(len(counts))], dtype=np.uint64)
-        if shuffle
-        else None
-    )
-    return _kernel.read_order(counts, weighted_random, random_key(seed) if weighted_random else 0, keys)
+    counts = _checked_counts(counts)
+    draw_key, keys = _kernel_args(counts, weighted_random, shuffle, seed)
+    return _kernel.read_order(counts, weighted_random, draw_key, keys)
+
+
+def read_pointers(
+    buffer: np.ndarray, counts: Sequence[int] | np.ndarray, *, weighted_random: bool,
+    shuffle: bool, seed: int,
+) -> tuple[np.ndarray, np.ndarray]:
+    """``(pointers, component)``: ``buffer[rows]`` and ``component`` of ``read_order``.
+
+    ``buffer`` is a C-contiguous ``(N, 3)`` int64 array holding the components back to back
+    as ``counts`` says (it may be read-only).
+    """
+    counts = _checked_counts(counts)
+    draw_key, keys = _kernel_args(counts, weighted_random, shuffle, seed)
+    return _kernel.read_pointers(buffer, counts, weighted_random, draw_key, keys)
+
+
+def iter_pairs(
+    pointers: np.ndarray, component: np.ndarray, names: tuple[str, ...]
+) -> Iterator[tuple[tuple[int, int, int], str]]:
+    """``((dataset_id, shard_id, offset), names[component[t]])`` for every step, as Python values.
+
+    Takes ``read_pointers``' arrays, which must not change while it runs. Like ``zip``, it
+    refills a pair for a later step once nothing else holds it; a pair or id that a caller
+    keeps never changes.
+    """
+    return _kernel.iter_pairs(pointers, component, names)
