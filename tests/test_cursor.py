@@ -1,5 +1,6 @@
 """The cursor kernel against its definition, and what a pass must be."""
 import numpy as np
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -86,6 +87,20 @@ def test_datasets_with_identical_layouts_get_different_orders():
     for d in range(2):
         take(out[d], 0, config, d, 0, 0, 240)
     assert (out[0][:, 1:] != out[1][:, 1:]).any(axis=1).mean() > 0.9
+
+
+@pytest.mark.parametrize("block", [None, 1000, "auto", "global"])
+def test_kernel_matches_reference_on_shards_with_thousands_of_rows(block):
+    # Hypothesis layouts stay below the 64-element floor; here the batched lanes, the rare
+    # cycle walks, the branchless search and empty and one-row shards all take part.
+    counts = [5000, 0, 1, 3000, 7919, 64, 65, 2000] * 3
+    layout = {"dataset": Dataset.from_counts("d", counts), "seed": 11, "shuffle_shards": True,
+              "shuffle_within_shard": True, "shuffle_block_size": block, "reshuffle_on_repeat": True}
+    config = _config(layout)
+    total = config.datasets[0].total
+    for start, count in ((0, 700), (total // 2 - 333, 1500), (total - 257, 257)):
+        expected = [pointer_reference(config, 0, 1, p) for p in range(start, start + count)]
+        assert list(map(tuple, _pass(config, 1, start, count).tolist())) == expected
 
 
 def test_global_shuffle_of_a_billion_samples_needs_no_materialisation():

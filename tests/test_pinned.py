@@ -21,10 +21,10 @@ CONFIGS = {
 }
 
 PINNED = {
-    "default": "7517b0e61b04b89c2cc7d80e5ae9444bf90cb5097a3f14536e59ff7f861eded4",
-    "within+auto": "d1acb4651a922f6c0facc01d7f7413d18a2bd677688c6851ab7a3bea56b2fd73",
-    "global, lane 1 of 3": "36ad7390769266785d08119d5c99caaa3f1dd33422541b5c5855afe4efe67441",
-    "modulo, fixed, no reshuffle": "6bb57b21e59e134d552bb55f706b875197d5482c33c7625bf5e635791ccd1bdd",
+    "default": "74035c2b08f13a429112a34a510c95c8b5903cc798a553886a9515af8d68ffca",
+    "within+auto": "f5901f9f7739714c13965edbd1540dcdfe08f8034ac36e1d66478beb8765642f",
+    "global, lane 1 of 3": "b29d1b378cc4e2267940a17c7876952d5a07b28d2d334f9dfd79539c628a2bcc",
+    "modulo, fixed, no reshuffle": "f1fb0a295f27f44544f0f2b6e52164495e7e8a103b99921b0b365d1a8266c0b4",
 }
 
 

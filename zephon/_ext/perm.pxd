@@ -1,9 +1,17 @@
-"""Random-access Feistel permutation, inlined into every kernel that cimports it.
+"""Random-access Feistel permutation on Z_a × Z_b, inlined into every kernel that cimports it.
 
-Defined by zephon/core/perm.py::perm_reference.
+Defined by zephon/core/perm.py::perm_reference and perm_inverse_reference.
+
+* ``perm_make(key, n)`` builds a ``Perm``; ``perm_apply(&p, i)`` is element ``i`` and
+  ``perm_invert(&p, j)`` the ``i`` with ``perm_apply(&p, i) == j``.
+* ``perm_apply_many(&p, x, m)`` applies one permutation to ``x[0..m)`` in place and
+  ``perm_apply_each(x, keys, ns, m)`` a different one per element. Both carry
+  ``PERM_LANES`` elements through the rounds together, without branches, so the CPU
+  overlaps their multiply chains, and walk the few outputs that land in ``[n, a·b)``
+  afterwards.
 """
 from libc.stdint cimport uint64_t
-from zephon._ext._keys cimport GOLDEN, mix64
+from zephon._ext._keys cimport GOLDEN
 
 cdef extern from *:
     int __builtin_clzll(unsigned long long) nogil
@@ -11,35 +19,154 @@ cdef extern from *:
 cdef enum:
     PERM_ROUNDS = 6  # must match ROUNDS in zephon/core/perm.py
     PERM_MIN_BITS = 6  # must match MIN_BITS in zephon/core/perm.py
+    PERM_LANES = 8  # elements carried through the rounds together (8 beat 4 and 16)
+    PERM_BATCH = 64  # elements a batched kernel stages at a time in stack buffers
 
 
-cdef struct Perm:
+cdef struct Perm:  # build with perm_make
     uint64_t key
     uint64_t n
-    int bits
+    int bits  # a = 2**bits
+    uint64_t b  # the network runs on Z_a × Z_b, n <= a·b < n + a
 
 
 cdef inline Perm perm_make(uint64_t key, uint64_t n) noexcept nogil:
     cdef Perm p
+    cdef uint64_t least = (<uint64_t>1) << PERM_MIN_BITS
+    cdef uint64_t domain = n if n > least else least
     p.key = key
     p.n = n
-    p.bits = PERM_MIN_BITS
-    if n > (<uint64_t>1) << PERM_MIN_BITS:
-        p.bits = 64 - __builtin_clzll(n - 1)
+    p.bits = (64 - __builtin_clzll(domain - 1)) >> 1
+    p.b = ((domain - 1) >> p.bits) + 1
     return p
 
 
+cdef inline uint64_t _round(uint64_t key, int r, uint64_t v) noexcept nogil:
+    """F_r(v): 32 bits of v < 2**32; must match zephon/core/perm.py::_round."""
+    cdef uint64_t z = (v ^ (key + <uint64_t>r * GOLDEN)) * <uint64_t>0xBF58476D1CE4E5B9ULL
+    z = (z ^ (z >> 32)) * <uint64_t>0x94D049BB133111EBULL
+    return z >> 32
+
+
+cdef inline uint64_t _scale(uint64_t f, uint64_t b) noexcept nogil:
+    """Lemire's multiply-shift: a 32-bit f mapped to [0, b), b <= 2**32, without division."""
+    return (f * b) >> 32
+
+
+cdef inline uint64_t _add_mod(uint64_t x, uint64_t y, uint64_t b) noexcept nogil:
+    """(x + y) mod b for x, y < b (a conditional move, not a branch)."""
+    x += y
+    return x - b if x >= b else x
+
+
+cdef inline uint64_t _sub_mod(uint64_t x, uint64_t y, uint64_t b) noexcept nogil:
+    """(x - y) mod b for x, y < b."""
+    return x - y if x >= y else x + b - y
+
+
+cdef inline uint64_t _network(const Perm* p, uint64_t x) noexcept nogil:
+    """One pass of the network on x = high·a + low < a·b: even rounds move high, odd rounds low."""
+    cdef uint64_t mask = ((<uint64_t>1) << p.bits) - 1
+    cdef uint64_t low = x & mask, high = x >> p.bits
+    cdef int r
+    for r in range(PERM_ROUNDS):
+        if (r & 1) == 0:
+            high = _add_mod(high, _scale(_round(p.key, r, low), p.b), p.b)
+        else:
+            low = (low + _round(p.key, r, high)) & mask
+    return (high << p.bits) | low
+
+
+cdef inline uint64_t _network_inverse(const Perm* p, uint64_t x) noexcept nogil:
+    """The inverse of _network: the rounds backwards, subtracting."""
+    cdef uint64_t mask = ((<uint64_t>1) << p.bits) - 1
+    cdef uint64_t low = x & mask, high = x >> p.bits
+    cdef int r
+    for r in range(PERM_ROUNDS - 1, -1, -1):
+        if (r & 1) == 0:
+            high = _sub_mod(high, _scale(_round(p.key, r, low), p.b), p.b)
+        else:
+            low = (low - _round(p.key, r, high)) & mask
+    return (high << p.bits) | low
+
+
+cdef inline uint64_t _walk(const Perm* p, uint64_t x) noexcept nogil:
+    """Cycle walking: x itself if x < n, else the first of its network images below n."""
+    while x >= p.n:
+        x = _network(p, x)
+    return x
+
+
 cdef inline uint64_t perm_apply(const Perm* p, uint64_t i) noexcept nogil:
-    cdef uint64_t x = i, low, f
-    cdef int r, low_bits, high_bits
+    """Element i of the permutation (i < n)."""
     if p.n <= 1:
         return i
-    while True:
-        for r in range(PERM_ROUNDS):
-            low_bits = p.bits // 2 if r % 2 == 0 else p.bits - p.bits // 2
-            high_bits = p.bits - low_bits
-            low = x & (((<uint64_t>1) << low_bits) - 1)
-            f = mix64(low ^ (p.key + <uint64_t>r * GOLDEN)) & (((<uint64_t>1) << high_bits) - 1)
-            x = (low << high_bits) | ((x >> low_bits) ^ f)
-        if x < p.n:
-            return x
+    return _walk(p, _network(p, i))
+
+
+cdef inline uint64_t perm_invert(const Perm* p, uint64_t j) noexcept nogil:
+    """The i < n with perm_apply(p, i) == j (j < n)."""
+    cdef uint64_t x = j
+    if p.n <= 1:
+        return j
+    x = _network_inverse(p, x)
+    while x >= p.n:
+        x = _network_inverse(p, x)
+    return x
+
+
+cdef inline void _network_lanes(const Perm* lane, uint64_t* x) noexcept nogil:
+    """x[u] = _network(&lane[u], x[u]) for u < PERM_LANES, all lanes together round by round."""
+    cdef uint64_t low[PERM_LANES]
+    cdef uint64_t high[PERM_LANES]
+    cdef uint64_t mask[PERM_LANES]
+    cdef int r, u
+    for u in range(PERM_LANES):
+        mask[u] = ((<uint64_t>1) << lane[u].bits) - 1
+        low[u] = x[u] & mask[u]
+        high[u] = x[u] >> lane[u].bits
+    for r in range(PERM_ROUNDS):
+        if (r & 1) == 0:
+            for u in range(PERM_LANES):
+                high[u] = _add_mod(high[u], _scale(_round(lane[u].key, r, low[u]), lane[u].b), lane[u].b)
+        else:
+            for u in range(PERM_LANES):
+                low[u] = (low[u] + _round(lane[u].key, r, high[u])) & mask[u]
+    for u in range(PERM_LANES):
+        x[u] = (high[u] << lane[u].bits) | low[u]
+
+
+cdef inline void perm_apply_many(const Perm* p, uint64_t* x, Py_ssize_t m) noexcept nogil:
+    """x[j] = perm_apply(p, x[j]) for j < m."""
+    cdef Perm lane[PERM_LANES]
+    cdef uint64_t lanes[PERM_LANES]
+    cdef Py_ssize_t j = 0, u
+    if p.n <= 1:
+        return
+    for u in range(PERM_LANES):
+        lane[u] = p[0]
+    while j < m:
+        for u in range(PERM_LANES):
+            lanes[u] = x[j + u] if j + u < m else 0
+        _network_lanes(lane, lanes)
+        for u in range(PERM_LANES):
+            if j + u < m:
+                x[j + u] = _walk(p, lanes[u])
+        j += PERM_LANES
+
+
+cdef inline void perm_apply_each(uint64_t* x, const uint64_t* keys, const uint64_t* ns,
+                                 Py_ssize_t m) noexcept nogil:
+    """x[j] = perm_apply(&perm_make(keys[j], ns[j]), x[j]) for j < m."""
+    cdef Perm lane[PERM_LANES]
+    cdef uint64_t lanes[PERM_LANES]
+    cdef Py_ssize_t j = 0, u
+    while j < m:
+        for u in range(PERM_LANES):
+            lane[u] = perm_make(keys[j + u], ns[j + u]) if j + u < m else perm_make(0, 0)
+            lanes[u] = x[j + u] if j + u < m else 0
+        _network_lanes(lane, lanes)
+        for u in range(PERM_LANES):
+            if j + u < m and ns[j + u] > 1:
+                x[j + u] = _walk(&lane[u], lanes[u])
+        j += PERM_LANES

@@ -407,3 +407,56 @@ cdef class Scheduler:
                 g += 1
         self._close(&s)
         return status != PLANNED, g, offset
+
+    def locate_many(self, const int64_t[:, ::1] snap_ints, const double[:, ::1] snap_acc,
+                    const int64_t[::1] targets, int64_t[:, ::1] quotas, int64_t[:, ::1] start_epochs,
+                    int64_t[:, ::1] start_positions, int64_t[::1] offsets):
+        """Plan the chunk of every target sample index (ascending), walking forward from snapshots.
+
+        Row ``j`` of the outputs receives the quotas and start cursors of the chunk holding
+        ``targets[j]`` and ``offsets[j]``, the target's place in it. Targets must lie inside
+        the indexed stream.
+        """
+        cdef Schedule s
+        cdef Py_ssize_t j, c, n = self.totals.shape[0], snap, current = -1
+        cdef int64_t g = 0, walked = 0, chunk_start = 0, chunk_length = 0, target
+        cdef double[::1] acc = np.empty(n, dtype=np.float64), weights = np.empty(n, dtype=np.float64)
+        cdef int64_t[::1] epochs = np.empty(n, dtype=np.int64), positions = np.empty(n, dtype=np.int64)
+        cdef int64_t[:, ::1] out = np.zeros((3, n), dtype=np.int64)
+        self._open(&s, &weights[0])
+        with nogil:
+            for j in range(targets.shape[0]):
+                target = targets[j]
+                if not (chunk_start <= target < chunk_start + chunk_length):
+                    snap = _last_at_most(snap_ints, target)
+                    if snap > current or target < chunk_start:
+                        current = snap
+                        g, walked = snap_ints[snap, 0], snap_ints[snap, 1]
+                        for c in range(n):
+                            epochs[c], positions[c] = snap_ints[snap, 2 + c], snap_ints[snap, 2 + n + c]
+                            acc[c] = snap_acc[snap, c]
+                    while True:
+                        self._step(&s, &g, acc, epochs, positions, out)
+                        g += 1
+                        chunk_start, chunk_length = walked, 0
+                        for c in range(n):
+                            chunk_length += out[0, c]
+                        walked += chunk_length
+                        if target < walked:
+                            break
+                for c in range(n):
+                    quotas[j, c], start_epochs[j, c], start_positions[j, c] = out[0, c], out[1, c], out[2, c]
+                offsets[j] = target - chunk_start
+        self._close(&s)
+
+
+cdef Py_ssize_t _last_at_most(const int64_t[:, ::1] snap_ints, int64_t target) noexcept nogil:
+    """The last snapshot whose samples-before (column 1) is <= target."""
+    cdef Py_ssize_t lo = 0, hi = snap_ints.shape[0], mid
+    while hi - lo > 1:
+        mid = (lo + hi) >> 1
+        if snap_ints[mid, 1] <= target:
+            lo = mid
+        else:
+            hi = mid
+    return lo
