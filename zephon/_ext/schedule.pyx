@@ -11,7 +11,7 @@ from libc.stdlib cimport free, malloc
 
 import numpy as np
 from zephon._ext._keys cimport derive
-from zephon._ext.perm cimport Perm, perm_apply, perm_make
+from zephon._ext.perm cimport Perm, perm_invert, perm_make
 
 cdef enum:
     ACCUMULATOR = 0
@@ -214,11 +214,7 @@ cdef Py_ssize_t _plan_chunk(Schedule* s, double* acc, int64_t* epochs, int64_t* 
 cdef int64_t _slot_in_block(int64_t block, int64_t lane, int64_t replicas, uint64_t lane_key) noexcept nogil:
     """Where ``lane`` sits in block ``block`` of the permuted routing."""
     cdef Perm lanes = perm_make(derive(lane_key, <uint64_t>block), <uint64_t>replicas)
-    cdef int64_t slot
-    for slot in range(replicas):
-        if <int64_t>perm_apply(&lanes, <uint64_t>slot) == lane:
-            return slot
-    return -1
+    return <int64_t>perm_invert(&lanes, <uint64_t>lane)
 
 
 cdef int64_t _next_own(int64_t g, int64_t lane, int64_t replicas, bint permute, uint64_t lane_key) noexcept nogil:
