@@ -3,7 +3,7 @@ import numpy as np
 from Cython.Build import cythonize
 from setuptools import Extension, setup
 
-KERNELS = ["perm", "cursor", "schedule", "readorder"]
+KERNELS = ["perm", "cursor", "schedule", "readorder", "tokens"]
 
 extensions = [
     Extension(
@@ -12,6 +12,7 @@ extensions = [
         include_dirs=[np.get_include()],
         define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")],
         extra_compile_args=["-O3", "-ffp-contract=off"],
+        depends=["zephon/_ext/feistel.h"],  # cimported through perm.pxd by every kernel
     )
     for name in KERNELS
 ]

@@ -350,6 +350,10 @@ def show(value: float, unit: str) -> str:
         return f"{value / 1e6:.1f} M ptr/s"
     if unit == "s":
         return f"{value * 1e3:.2f} ms" if value >= 1e-3 else f"{value * 1e6:.1f} us"
+    if unit == "1/s":
+        return f"{value / 1e3:,.0f} k/s"
+    if unit == "B":
+        return f"{value:.1f} B"
     return f"{value:.1f} MB"
 
 

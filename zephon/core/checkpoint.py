@@ -18,12 +18,14 @@ VERSION = 1
 KEY_KIND, KEY_VERSION, KEY_LANE, KEY_REPLICAS = "kind", "version", "lane", "canonical_replicas"
 KEY_FINGERPRINT, KEY_STATE = "fingerprint", "state"
 KEY_CHUNK, KEY_ALLOC, KEY_CURSORS, KEY_EPOCH, KEY_POSITION = "chunk_index", "alloc", "cursors", "epoch", "position"
+KEY_RATIOS, KEY_RATIO, KEY_ORIGIN = "token_ratios", "ratio", "origin"
+ORIGINS = ("measured", "pinned", "fallback")
 
 
 def state_to_json(state: SourceState, config: SourceConfig) -> dict[str, Any]:
     """The checkpoint of ``state`` under ``config``: plain JSON types only."""
     alloc = state.alloc
-    return {
+    checkpoint = {
         KEY_KIND: KIND,
         KEY_VERSION: VERSION,
         KEY_LANE: config.lane,
@@ -37,6 +39,25 @@ def state_to_json(state: SourceState, config: SourceConfig) -> dict[str, Any]:
             },
         },
     }
+    if config.token_mode and config.primed:
+        checkpoint[KEY_RATIOS] = {d.name: {KEY_RATIO: d.token_ratio, KEY_ORIGIN: d.ratio_origin} for d in config.datasets}
+    return checkpoint
+
+
+def ratios_from_json(checkpoint: dict[str, Any], config: SourceConfig) -> dict[str, tuple[float, str]]:
+    """The tokens-per-byte ratios a token-mode checkpoint carries, validated ({} in sample mode)."""
+    if not config.token_mode:
+        return {}
+    ratios = checkpoint.get(KEY_RATIOS)
+    if not isinstance(ratios, dict) or set(ratios) != set(config.names):
+        raise ValueError(f"token-mode checkpoint must carry token_ratios for {list(config.names)}, got {ratios!r}")
+    out = {}
+    for name, entry in ratios.items():
+        ratio = entry.get(KEY_RATIO) if isinstance(entry, dict) else None
+        if type(ratio) is not float or not (math.isfinite(ratio) and ratio > 0) or entry.get(KEY_ORIGIN) not in ORIGINS:
+            raise ValueError(f"checkpoint token ratio of {name!r} is malformed: {entry!r}; the checkpoint is corrupted")
+        out[name] = (ratio, entry[KEY_ORIGIN])
+    return out
 
 
 def check_header(checkpoint: Any) -> None:

@@ -17,6 +17,14 @@ from zephon._ext.schedule import Scheduler
 from zephon.core.alloc import BUILT_IN, Allocator
 from zephon.core.keys import DOMAIN_CHUNK_SEED, DOMAIN_LANE, purpose_key
 
+
+def shard_costs(shard_counts: np.ndarray, shard_bytes: np.ndarray, ratio: float) -> np.ndarray:
+    """Estimated tokens of one draw from each shard: ``max(1, bytes per row × ratio)``."""
+    rows = np.maximum(shard_counts, 1).astype(np.float64)
+    costs = np.maximum(1.0, shard_bytes / rows * ratio)
+    costs.flags.writeable = False
+    return costs
+
 STOP, REPEAT, REDISTRIBUTE = "stop", "repeat", "redistribute"
 POLICIES = (STOP, REPEAT, REDISTRIBUTE)
 MODULO, PERMUTE = "modulo", "permute"
@@ -44,6 +52,11 @@ class DatasetPlan:
     max_repeats: int | None  # extra passes allowed after the first; None = unbounded
     reshuffle_on_repeat: bool  # False: every pass repeats pass 0's order
     block_size: int  # resolved mosaic block size; <= 1 means no block shuffle
+    data_fingerprint: str | None = None  # the dataset's content fingerprint (files), if any
+    shard_bytes: np.ndarray | None = None  # int64 raw bytes per shard (token mode's cost model)
+    token_ratio: float | None = None  # tokens per raw byte, once primed (token mode)
+    ratio_origin: str | None = None  # "measured", "pinned" or "fallback"
+    costs: np.ndarray | None = field(init=False, repr=False)  # float64 tokens per draw per shard
     total: int = field(init=False)  # samples in one pass
     digest: str = field(init=False)  # sha256 (16 hex digits) of shard ids and counts
     layouts: dict = field(init=False, repr=False)  # per-epoch layout cache (see core.layout)
@@ -51,7 +64,13 @@ class DatasetPlan:
     def __post_init__(self) -> None:
         object.__setattr__(self, "shard_ids", _read_only(self.shard_ids))
         object.__setattr__(self, "shard_counts", _read_only(self.shard_counts))
+        if self.shard_bytes is not None:
+            object.__setattr__(self, "shard_bytes", _read_only(self.shard_bytes))
         object.__setattr__(self, "total", int(self.shard_counts.sum()))
+        costs = None
+        if self.token_ratio is not None:
+            costs = shard_costs(self.shard_counts, self.shard_bytes, self.token_ratio)
+        object.__setattr__(self, "costs", costs)
         digest = hashlib.sha256(self.shard_ids.tobytes())
         digest.update(self.shard_counts.tobytes())
         object.__setattr__(self, "digest", digest.hexdigest()[:16])
@@ -70,6 +89,7 @@ class SourceConfig:
     stop_after_passes: int | None  # N >= 1 or None
     lane_assignment: str  # MODULO or PERMUTE
     allocator: Allocator
+    token_mode: bool = False  # weights are token shares (zephon.core.tokens)
     lane: int | None = None  # None: the template (whole stream)
     canonical_replicas: int | None = None
     chunk_key: int = field(init=False, repr=False)  # root key of per-chunk read seeds
@@ -81,8 +101,13 @@ class SourceConfig:
         object.__setattr__(self, "lane_key", purpose_key(self.seed, DOMAIN_LANE))
         object.__setattr__(self, "scheduler", self._make_scheduler())
 
+    @property
+    def primed(self) -> bool:
+        """False only in token mode before every dataset has its tokens-per-byte ratio."""
+        return not self.token_mode or all(d.token_ratio is not None for d in self.datasets)
+
     def _make_scheduler(self) -> Scheduler | None:
-        if self.allocator.name not in KERNEL_ALLOCATORS or BUILT_IN[self.allocator.name] is not self.allocator:
+        if self.token_mode or self.allocator.name not in KERNEL_ALLOCATORS or BUILT_IN[self.allocator.name] is not self.allocator:
             return None
         lane, replicas = self.lane_binding
         return Scheduler(
@@ -110,8 +135,10 @@ class SourceConfig:
         """JSON summary of every setting that shapes the stream (lane binding excluded)."""
         return {
             "datasets": [
-                {"name": d.name, "shards": d.digest, "total": d.total} for d in self.datasets
+                {"name": d.name, "shards": d.digest, "total": d.total, "data": d.data_fingerprint}
+                for d in self.datasets
             ],
+            "mode": "tokens" if self.token_mode else "samples",
             "weights": [d.weight for d in self.datasets],
             "chunk_size": self.chunk_size,
             "seed": self.seed,

@@ -24,6 +24,13 @@ import numpy as np
 
 from zephon.core.config import REPEAT, STOP, SourceConfig
 from zephon.core.cursor import take
+
+
+def take_at(config, c, e, positions):  # TEMPORARY until the cursor kernel's take_at lands
+    out = np.empty((len(positions), 3), dtype=np.int64)
+    for j, p in enumerate(positions.tolist()):
+        take(out, j, config, c, e, p, 1)
+    return out
 from zephon.core.readorder import read_order
 from zephon.core.schedule import SourceState, initial_state, state_arrays
 from zephon.core.step import step
@@ -60,14 +67,20 @@ class StreamIndex:
         return self.ints.nbytes + self.acc.nbytes
 
 
-def _check_indexable(config: SourceConfig) -> None:
-    if config.scheduler is None:
-        raise TypeError(f"random access needs a built-in allocator, not {config.allocator.name!r}")
+def _check_finite(config: SourceConfig) -> None:
     if not is_finite(config):
         raise TypeError(
             "this source repeats forever, so it has no length; set stop_after_passes, max_repeats "
             "or a 'stop' policy to make it finite"
         )
+
+
+def _check_indexable(config: SourceConfig) -> None:
+    if config.token_mode:
+        raise TypeError("a token-aware source has a length but no random access (sample_id_at) yet")
+    if config.scheduler is None:
+        raise TypeError(f"random access needs a built-in allocator, not {config.allocator.name!r}")
+    _check_finite(config)
 
 
 def _walk(config: SourceConfig, state: SourceState, every: int, capacity: int):
@@ -101,8 +114,21 @@ def build_index(config: SourceConfig, every: int = SNAPSHOT_EVERY) -> StreamInde
 
 def remaining_samples(state: SourceState, config: SourceConfig) -> int:
     """Samples the lane will still produce from ``state`` on (walks the schedule; pure)."""
+    if config.token_mode:
+        return _token_samples(state, config)
     _check_indexable(config)
     return _walk(config, state, 2**62, 1)[3]
+
+
+def _token_samples(state: SourceState, config: SourceConfig) -> int:
+    """A token-mode lane's samples from ``state`` to the end: its chunks planned one by one."""
+    _check_finite(config)
+    total = 0
+    while True:
+        chunk, state = step(state, config)
+        if chunk is None:
+            return total
+        total += len(chunk)
 
 
 @lru_cache(maxsize=64)
@@ -113,29 +139,49 @@ def _round_robin(counts: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:
     return component, rows - starts[component]
 
 
-def _locate(index: StreamIndex, config: SourceConfig, i: int) -> tuple[np.ndarray, int]:
-    """The plan (quotas, start epochs, start positions) of the lane chunk holding sample ``i``."""
-    n = len(config.datasets)
-    s = int(np.searchsorted(index.ints[:, 1], i, side="right")) - 1
-    row = index.ints[s]
-    epochs, positions = row[2:2 + n].copy(), row[2 + n:].copy()
-    out, weights = np.empty((3, n), dtype=np.int64), np.empty(n, dtype=np.float64)
-    _, _, offset = config.scheduler.locate(int(row[0]), index.acc[s].copy(), epochs, positions,
-                                           i - int(row[1]), out, weights)
-    return out, offset
+def _plans(index: StreamIndex, config: SourceConfig, targets: np.ndarray):
+    """Quotas, start epochs, start positions and in-chunk offsets of ascending ``targets``."""
+    m, n = len(targets), len(config.datasets)
+    quotas, epochs, positions = (np.empty((m, n), dtype=np.int64) for _ in range(3))
+    offsets = np.empty(m, dtype=np.int64)
+    config.scheduler.locate_many(index.ints, index.acc, targets, quotas, epochs, positions, offsets)
+    return quotas, epochs, positions, offsets
+
+
+def _draws(quotas: np.ndarray, offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """For each target: the dataset it is drawn from and its rank among that dataset's draws."""
+    dataset, rank = np.empty(len(offsets), dtype=np.int64), np.empty(len(offsets), dtype=np.int64)
+    shapes, which = np.unique(quotas, axis=0, return_inverse=True)
+    for k, shape in enumerate(shapes):
+        rows = np.flatnonzero(which.ravel() == k)
+        present = np.flatnonzero(shape)
+        component, ranks = _round_robin(tuple(shape[present].tolist()))
+        dataset[rows] = present[component[offsets[rows]]]
+        rank[rows] = ranks[offsets[rows]]
+    return dataset, rank
+
+
+def samples_at(index: StreamIndex, config: SourceConfig, indices: np.ndarray) -> np.ndarray:
+    """The samples at ``indices`` (any order, repeats allowed) as an ``(n, 3)`` int64 array.
+
+    Pure. Targets are sorted so the schedule is walked forward once per snapshot interval;
+    pointers are computed per (dataset, pass) group by the cursor kernel.
+    """
+    order = np.argsort(indices, kind="stable")
+    quotas, epochs, positions, offsets = _plans(index, config, np.ascontiguousarray(indices[order]))
+    dataset, rank = _draws(quotas, offsets)
+    rows = np.arange(len(order))
+    epoch, position = epochs[rows, dataset], positions[rows, dataset] + rank
+    pointers = np.empty((len(order), 3), dtype=np.int64)
+    groups, which = np.unique(np.stack([dataset, epoch]), axis=1, return_inverse=True)
+    for k, (c, e) in enumerate(groups.T.tolist()):
+        members = np.flatnonzero(which.ravel() == k)
+        pointers[members] = take_at(config, c, e, position[members])
+    result = np.empty_like(pointers)
+    result[order] = pointers
+    return result
 
 
 def sample_at(index: StreamIndex, config: SourceConfig, i: int) -> tuple[int, int, int]:
     """The ``i``-th sample of the lane's stream in default read order."""
-    out, r = _locate(index, config, i)
-    present = np.flatnonzero(out[0])
-    component, rank = _round_robin(tuple(out[0, present].tolist()))
-    c = int(present[component[r]])
-    pointer = np.empty((1, 3), dtype=np.int64)
-    take(pointer, 0, config, c, int(out[1, c]), int(out[2, c] + rank[r]), 1)
-    return tuple(pointer[0].tolist())
-
-
-def samples_at(index: StreamIndex, config: SourceConfig, indices: np.ndarray) -> np.ndarray:
-    """The samples at ``indices`` (any order, repeats allowed) as an ``(n, 3)`` int64 array."""
-    return np.array([sample_at(index, config, int(i)) for i in indices], dtype=np.int64).reshape(-1, 3)
+    return tuple(samples_at(index, config, np.array([i], dtype=np.int64))[0].tolist())

@@ -37,9 +37,10 @@ class SourceState:
 
 def initial_state(config: SourceConfig) -> SourceState:
     """The state at the start of the stream."""
+    n = len(config.datasets)
     return SourceState(
         chunk_index=0,
-        alloc=config.allocator.init(len(config.datasets)),
+        alloc=(0.0,) * n if config.token_mode else config.allocator.init(n),
         cursors=tuple(CursorState(epoch=0, position=0) for _ in config.datasets),
     )
 
@@ -81,7 +82,7 @@ def active_weights(config: SourceConfig, cursors: tuple[CursorState, ...]) -> tu
     return tuple(d.weight / total if is_active else 0.0 for d, is_active in zip(config.datasets, active))
 
 
-def _passes_done(config: SourceConfig, cursors: list[CursorState], counting: int | None = None) -> bool:
+def passes_done(config: SourceConfig, cursors: list[CursorState], counting: int | None = None) -> bool:
     """Every dataset has completed ``stop_after_passes`` passes (``counting`` finishes its pass now)."""
     n = config.stop_after_passes
     for c, (d, cur) in enumerate(zip(config.datasets, cursors)):
@@ -116,12 +117,12 @@ def plan_chunk_reference(config: SourceConfig, alloc: Any, cursors: tuple[Cursor
                 continue
             if d.max_repeats is not None and now[c].epoch >= d.max_repeats:
                 return Ended(-1, c)
-            if config.stop_after_passes is not None and _passes_done(config, now, counting=c):
+            if config.stop_after_passes is not None and passes_done(config, now, counting=c):
                 return Ended(-1, c)
             now[c] = CursorState(epoch=now[c].epoch + 1, position=0)
             restart = True
             break
-    if config.stop_after_passes is not None and _passes_done(config, now):
+    if config.stop_after_passes is not None and passes_done(config, now):
         return Ended(-1, None)
     after = tuple(CursorState(epoch=cur.epoch, position=cur.position + q) for cur, q in zip(now, quotas))
     return tuple(quotas), tuple(now), weights, new_alloc, after

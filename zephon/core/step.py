@@ -8,6 +8,7 @@ from zephon.core.config import REDISTRIBUTE, REPEAT, SourceConfig
 from zephon.core.cursor import take
 from zephon.core.keys import derive
 from zephon.core.schedule import CursorState, Ended, Planned, SourceState, plan_next
+from zephon.core.tokens import plan_next_tokens
 
 
 def step(state: SourceState, config: SourceConfig) -> tuple[WorkChunk | None, SourceState]:
@@ -23,7 +24,9 @@ def step(state: SourceState, config: SourceConfig) -> tuple[WorkChunk | None, So
     **Compatibility**: for a given config the chunks are frozen across versions of the same
     checkpoint version (``zephon.core.checkpoint.VERSION``); tests pin their digests.
     """
-    planned = plan_next(state, config)
+    if not config.primed:
+        raise RuntimeError("this token-aware source is not primed yet: call prime() before reading from it")
+    planned = plan_next_tokens(state, config) if config.token_mode else plan_next(state, config)
     if isinstance(planned, Ended):
         if planned.chunk_index == 0:
             raise ValueError(first_chunk_error(config, planned))
@@ -42,7 +45,7 @@ def materialize(planned: Planned, config: SourceConfig) -> WorkChunk:
             counts.append(quota)
             row += quota
     target = None
-    if any(d.policy == REDISTRIBUTE for d in config.datasets):
+    if config.token_mode or any(d.policy == REDISTRIBUTE for d in config.datasets):
         target = {d.name: w for d, w in zip(config.datasets, planned.weights) if w > 0.0}
     return WorkChunk.from_buffer(
         names, pointers, counts,

@@ -10,8 +10,10 @@ from typing import Any, Mapping, Sequence
 
 from zephon.core.alloc import BUILT_IN, Allocator
 from zephon.core.config import MODULO, PERMUTE, POLICIES, REDISTRIBUTE, REPEAT, STOP, DatasetPlan, SourceConfig
+from zephon.core.tokens import token_shares
 from zephon.io import Dataset
 from zephon.work.spec import MixtureSpec
+from zephon.work.tokens import TokenEstimation
 
 
 class _Unset:
@@ -143,16 +145,21 @@ def _warn_no_effect(plans: list[DatasetPlan], shuffles: bool) -> None:
             warnings.warn(f"reshuffle_on_repeat=False has no effect on {d.name!r}: {why}", RuntimeWarning, stacklevel=4)
 
 
-def _check_liveness(plans: list[DatasetPlan], chunk_size: int, allocation: str) -> None:
-    """Refuse datasets that can never fill their share of a chunk (SPEC §1)."""
+def check_liveness(plans: Sequence[DatasetPlan], chunk_size: int, allocation: str,
+                   shares: Sequence[float] | None = None) -> None:
+    """Refuse datasets that can never fill their share of a chunk (SPEC §1).
+
+    ``shares`` replaces the weights in token mode (effective sample shares).
+    """
     if all(d.total == 0 for d in plans):
         raise ValueError("every dataset is empty; give at least one dataset samples")
     redistributing = any(d.policy == REDISTRIBUTE for d in plans)
+    shares = [d.weight for d in plans] if shares is None else list(shares)
     weight_sum = 0.0
-    for d in plans:
+    for d, share in zip(plans, shares):
         if not (redistributing and d.policy == REDISTRIBUTE):
-            weight_sum += d.weight
-    for d in plans:
+            weight_sum += share
+    for d, share in zip(plans, shares):
         if d.policy == STOP and d.total == 0:
             raise ValueError(f"dataset {d.name!r} is empty and its exhausted_policy is 'stop'; drop it or give it samples")
         if allocation == "fixed" and d.weight / sum(p.weight for p in plans) * chunk_size < 1:
@@ -162,7 +169,7 @@ def _check_liveness(plans: list[DatasetPlan], chunk_size: int, allocation: str) 
             )
         if d.policy != REPEAT:
             continue
-        x = d.weight / weight_sum * chunk_size
+        x = share / weight_sum * chunk_size
         required = int(x) if x == int(x) else min(math.ceil(x) + 1, chunk_size)
         if d.total < required:
             raise ValueError(
@@ -174,7 +181,7 @@ def _check_liveness(plans: list[DatasetPlan], chunk_size: int, allocation: str) 
 def resolve(
     datasets: Any, mixture: Any, *, chunk_size: Any, seed: Any, shuffle_shards: Any, shuffle_within_shard: Any,
     shuffle_block_size: Any, exhausted_policy: Any, reshuffle_on_repeat: Any, max_repeats: Any,
-    stop_after_passes: Any, lane_assignment: Any, allocation: Any,
+    stop_after_passes: Any, lane_assignment: Any, allocation: Any, token_estimation: Any,
 ) -> SourceConfig:
     """Validate every argument and build the template's SourceConfig."""
     datasets = _datasets(datasets)
@@ -196,15 +203,37 @@ def resolve(
                              names, True, _bool)
     _check_stopping(passes, policies, repeats, names)
     blocks = _block_sizes(shuffle_block_size, datasets)
+    pinned = _pinned_ratios(token_estimation, allocation, names)
     plans = [
         DatasetPlan(name=d.name, shard_ids=d.ids(), shard_counts=d.counts(), weight=w, policy=p,
-                    max_repeats=r, reshuffle_on_repeat=s, block_size=b)
+                    max_repeats=r, reshuffle_on_repeat=s, block_size=b, data_fingerprint=d.fingerprint(),
+                    shard_bytes=d.raw_bytes(), token_ratio=pinned.get(d.name),
+                    ratio_origin="pinned" if d.name in pinned else None)
         for d, w, p, r, s, b in zip(datasets, weights, policies, repeats, reshuffle, blocks)
     ]
-    _check_liveness(plans, chunk_size, allocator.name)
+    if token_estimation is None or len(pinned) == len(plans):
+        check_liveness(plans, chunk_size, allocator.name, token_shares(plans) if token_estimation else None)
     _warn_no_effect(plans, shuffle_shards or shuffle_within_shard or shuffle_block_size is not None)
     return SourceConfig(
         datasets=tuple(plans), chunk_size=chunk_size, seed=int(seed), shuffle_shards=shuffle_shards,
         shuffle_within_shard=shuffle_within_shard, stop_after_passes=passes,
-        lane_assignment=lane_assignment, allocator=allocator,
+        lane_assignment=lane_assignment, allocator=allocator, token_mode=token_estimation is not None,
     )
+
+
+def _pinned_ratios(estimation: Any, allocation: Any, names: list[str]) -> dict[str, float]:
+    """The token ratios fixed at construction; checks the token settings."""
+    if estimation is None:
+        return {}
+    if not isinstance(estimation, TokenEstimation):
+        raise TypeError(f"token_estimation must be a TokenEstimation, got {estimation!r}")
+    if allocation != "accumulator":
+        raise ValueError(f"token_estimation replaces the allocator; drop allocation={allocation!r}")
+    pinned = estimation.pinned(names)
+    unmeasured = [n for n in names if n not in pinned]
+    if unmeasured and not estimation.can_measure():
+        raise ValueError(
+            f"token_estimation must measure {unmeasured} but has neither tokenizer nor measure; "
+            f"pass one, or pin their ratios with primer"
+        )
+    return pinned

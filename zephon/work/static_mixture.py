@@ -16,7 +16,9 @@ from zephon.core.config import SourceConfig
 from zephon.core.schedule import SourceState, initial_state
 from zephon.core.step import step
 from zephon.io import Dataset
-from zephon.work._resolve import UNSET, resolve
+from zephon.core.tokens import token_shares, with_ratios
+from zephon.work._priming import cached_ratio
+from zephon.work._resolve import UNSET, check_liveness, resolve
 from zephon.work.source import WorkSource
 
 
@@ -44,15 +46,14 @@ class StaticMixtureWorkSource(WorkSource):
         allocation: Any = "accumulator",
         token_estimation: Any = None,
     ):
-        if token_estimation is not None:
-            raise NotImplementedError("token_estimation: token-aware mixtures are not available in this version yet")
         self._config = resolve(
             datasets, mixture, chunk_size=chunk_size, seed=seed, shuffle_shards=shuffle_shards,
             shuffle_within_shard=shuffle_within_shard, shuffle_block_size=shuffle_block_size,
             exhausted_policy=exhausted_policy, reshuffle_on_repeat=reshuffle_on_repeat,
             max_repeats=max_repeats, stop_after_passes=stop_after_passes,
-            lane_assignment=lane_assignment, allocation=allocation,
+            lane_assignment=lane_assignment, allocation=allocation, token_estimation=token_estimation,
         )
+        self._estimation = token_estimation
         self._datasets = tuple(datasets)
         self._state = initial_state(self._config)
         self._index: index.StreamIndex | None = None  # built on first random access
@@ -83,7 +84,7 @@ class StaticMixtureWorkSource(WorkSource):
         """A clone bound to one lane; it shares the datasets and shard tables with the template."""
         self._check_can_clone(lane_id, canonical_replicas)
         clone = object.__new__(type(self))
-        clone._datasets = self._datasets
+        clone._datasets, clone._estimation = self._datasets, self._estimation
         clone._config = dataclasses.replace(self._config, lane=lane_id, canonical_replicas=canonical_replicas)
         clone._state = self._state
         clone._index = None
@@ -94,9 +95,36 @@ class StaticMixtureWorkSource(WorkSource):
         return checkpoint.state_to_json(self._state, self._config)
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore a checkpoint; a token-mode one brings its ratios (nothing is measured again)."""
         checkpoint.check_header(state)
         self._check_lane_header(state)
-        self._state = checkpoint.state_from_json(state, self._config)
+        restored = checkpoint.state_from_json(state, self._config)
+        ratios = checkpoint.ratios_from_json(state, self._config)
+        if ratios:
+            self._set_ratios(ratios)
+        self._state = restored
+
+    @property
+    def requires_token_priming(self) -> bool:
+        """True for a token-aware source until every dataset has its tokens-per-byte ratio."""
+        return not self._config.primed
+
+    def prime(self, *, progress: bool | None = None, **_: Any) -> None:
+        """Measure the missing tokens-per-byte ratios (on the driver, before workers fork).
+
+        Idempotent; a no-op in sample mode, once primed, or after a token-mode restore.
+        """
+        if self._config.primed:
+            return
+        self._set_ratios({
+            d.name: cached_ratio(self._datasets[i], i, self._estimation, self._config.seed, progress)
+            for i, d in enumerate(self._config.datasets) if d.token_ratio is None
+        })
+
+    def _set_ratios(self, ratios: dict[str, tuple[float, str]]) -> None:
+        config = with_ratios(self._config, ratios)
+        check_liveness(config.datasets, config.chunk_size, config.allocator.name, token_shares(config.datasets))
+        self._config, self._index = config, None
 
     def chunk_size_hint(self) -> int:
         return self._config.chunk_size
@@ -106,7 +134,12 @@ class StaticMixtureWorkSource(WorkSource):
         return index.supports_indexing(self._config)
 
     def __len__(self) -> int:
-        """Samples in the stream from its start: the lane's for a clone, all for the template."""
+        """Samples in the stream from its start: the lane's for a clone, all for the template.
+
+        Sample mode reads it off the random-access index; token mode plans every chunk.
+        """
+        if self._config.token_mode:
+            return index.remaining_samples(initial_state(self._config), self._config)
         return self._stream_index().length
 
     def sample_id_at(self, i: int) -> SampleId:

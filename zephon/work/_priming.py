@@ -1,0 +1,156 @@
+"""Measure tokens per raw byte for a dataset, by tokenizing a seeded sample of its records.
+
+Estimator (Hansen–Hurwitz): shards are drawn with probability proportional to their bytes
+(with replacement, ``k`` draws); in each drawn shard ``m`` rows are read at keyed random
+offsets and tokenized. With ``t_j`` the drawn shard's estimated tokens (rows × mean tokens per
+sampled row), ``b_j`` its bytes and ``p_j = b_j / B`` its draw probability, ``T̂ = (1/k) Σ
+t_j / p_j`` is unbiased for the dataset's total tokens, so ``ratio = T̂ / B = (1/k) Σ t_j /
+b_j``. Size-proportional draws put the reading where the bytes (and tokens) are. ``k`` grows
+from ``calibration_shards_min`` toward ``calibration_shards_max`` with the coefficient of
+variation of bytes per row between shards: more shards when they differ more.
+
+Results are cached per node in ``$ZEPHON_CACHE_DIR`` (default ``~/.cache/zephon``), keyed by
+everything that affects them: seed, settings, tokenizer identity and the dataset's content
+fingerprint; datasets without a fingerprint (in memory, count-only) are not cached.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import tempfile
+import warnings
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from zephon.core.keys import derive, purpose_key
+from zephon.core.perm import perm_range
+from zephon.io import Dataset
+from zephon.io._progress import Progress
+from zephon.work.tokens import TokenEstimation
+
+DOMAIN_CALIBRATION = 0x7A3D9E1B5C2F4086  # keys of calibration draws (a purpose of its own)
+MIN_MEASURED = 32  # fewer tokenized records than this falls back
+MEASURED, PINNED, FALLBACK = "measured", "pinned", "fallback"
+
+
+def tokenizer_identity(estimation: TokenEstimation) -> str:
+    """A stable name for what counts tokens (part of the cache key)."""
+    thing = estimation.measure if estimation.measure is not None else estimation.tokenizer
+    if hasattr(thing, "to_str"):
+        return "tokenizers:" + hashlib.sha256(thing.to_str().encode()).hexdigest()[:16]
+    kind = thing if callable(thing) and not hasattr(thing, "encode") else type(thing)
+    name = getattr(thing, "name_or_path", "")
+    return f"{getattr(kind, '__module__', '?')}.{getattr(kind, '__qualname__', repr(kind))}:{name}"
+
+
+def _shards_to_draw(dataset: Dataset, estimation: TokenEstimation) -> int:
+    counts, sizes = dataset.counts(), dataset.raw_bytes()
+    usable = (counts > 0) & (sizes > 0)
+    per_row = sizes[usable] / counts[usable]
+    spread = float(per_row.std() / per_row.mean()) if per_row.size else 0.0
+    low, high = estimation.calibration_shards_min, estimation.calibration_shards_max
+    return min(high, max(low, math.ceil(low * (1.0 + spread))))
+
+
+def _unit(key: int) -> float:
+    return (key >> 11) * 2.0 ** -53
+
+
+def _draw_shards(dataset: Dataset, draws: int, key: int) -> list[int]:
+    """Shard indices drawn with probability proportional to bytes, with replacement."""
+    cumulative = np.cumsum(dataset.raw_bytes() * (dataset.counts() > 0))
+    return [int(np.searchsorted(cumulative, _unit(derive(key, j)) * cumulative[-1], side="right"))
+            for j in range(draws)]
+
+
+def _calibration_keys(seed: int, dataset_id: int) -> tuple[int, int]:
+    """Keys of the shard draws and of the rows read in each drawn shard."""
+    key = purpose_key(seed, DOMAIN_CALIBRATION, dataset_id)
+    return derive(key, 1), derive(key, 2)
+
+
+def measure_ratio(dataset: Dataset, dataset_id: int, estimation: TokenEstimation, seed: int,
+                  progress: bool | None = None) -> tuple[float, str]:
+    """``(tokens per byte, origin)`` of one dataset; falls back (with a warning) on poor coverage."""
+    counts, sizes = dataset.counts(), dataset.raw_bytes()
+    if not ((counts > 0) & (sizes > 0)).any():
+        return _fallback(dataset, estimation, "no shard has both rows and bytes on disk")
+    shard_key, row_key = _calibration_keys(seed, dataset_id)
+    draws = _shards_to_draw(dataset, estimation)
+    per_shard = max(1, estimation.calibration_samples // draws)
+    estimates, measured, skipped = [], 0, 0
+    bar = Progress(draws, f"measuring tokens/byte of {dataset.name!r}", progress)
+    for j, k in enumerate(_draw_shards(dataset, draws, shard_key)):
+        rows = int(counts[k])
+        offsets = perm_range(derive(row_key, j), rows, 0, min(per_shard, rows))
+        try:
+            records = dataset.read(int(dataset.ids()[k]), offsets.tolist())
+        except TypeError as error:  # a count-only dataset has nothing to read
+            bar.close()
+            return _fallback(dataset, estimation, str(error))
+        tokens = []
+        for record in records:
+            try:
+                tokens.append(estimation.count_tokens(record))
+            except Exception:  # a record the tokenizer cannot handle is skipped and counted
+                skipped += 1
+        measured += len(tokens)
+        if tokens:
+            estimates.append(rows * float(np.mean(tokens)) / float(sizes[k]))
+        bar.advance()
+    bar.close()
+    if measured < MIN_MEASURED or not estimates:
+        return _fallback(dataset, estimation, f"only {measured} records could be tokenized ({skipped} skipped)")
+    return float(np.mean(estimates)), MEASURED
+
+
+def _fallback(dataset: Dataset, estimation: TokenEstimation, why: str) -> tuple[float, str]:
+    warnings.warn(
+        f"token ratio of dataset {dataset.name!r} falls back to {estimation.fallback_tokens_per_byte} "
+        f"tokens/byte: {why}", RuntimeWarning, stacklevel=3)
+    return estimation.fallback_tokens_per_byte, FALLBACK
+
+
+def _cache_path(dataset: Dataset, estimation: TokenEstimation, seed: int) -> Path | None:
+    fingerprint = dataset.fingerprint()
+    if fingerprint is None:
+        return None
+    settings = {
+        "seed": seed, "dataset": dataset.name, "data": fingerprint, "tokenizer": tokenizer_identity(estimation),
+        "text_field": estimation.text_field, "samples": estimation.calibration_samples,
+        "shards": [estimation.calibration_shards_min, estimation.calibration_shards_max],
+        "fallback": estimation.fallback_tokens_per_byte,
+    }
+    digest = hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:24]
+    root = Path(os.environ.get("ZEPHON_CACHE_DIR", Path.home() / ".cache" / "zephon"))
+    return root / "token-ratios" / f"{digest}.json"
+
+
+def cached_ratio(dataset: Dataset, dataset_id: int, estimation: TokenEstimation, seed: int,
+                 progress: bool | None = None) -> tuple[float, str]:
+    """``measure_ratio``, reusing (and writing atomically) this node's cached result."""
+    path = _cache_path(dataset, estimation, seed)
+    if path is not None and path.exists():
+        try:
+            saved = json.loads(path.read_text())
+            return float(saved["ratio"]), str(saved["origin"])
+        except (ValueError, KeyError, TypeError):
+            pass  # a damaged cache entry is measured again and rewritten
+    ratio, origin = measure_ratio(dataset, dataset_id, estimation, seed, progress)
+    if path is not None:
+        _write_atomically(path, json.dumps({"ratio": ratio, "origin": origin}))
+    return ratio, origin
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
+    with os.fdopen(handle, "w") as file:
+        file.write(text)
+        file.flush()
+        os.fsync(file.fileno())
+    os.replace(temporary, path)

@@ -1,0 +1,93 @@
+"""TokenEstimation: how a token-aware source learns each dataset's tokens per raw byte.
+
+``primer`` pins ratios (a float for every dataset, or a mapping for some) or asks for a
+measurement (``"measure"``): ``prime()`` tokenizes a seeded sample of records drawn across
+shards and estimates the ratio, see ``zephon.work._priming``.
+"""
+from __future__ import annotations
+
+import math
+import numbers
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping
+
+MEASURE = "measure"
+
+
+def _positive(parameter: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not (math.isfinite(value) and value > 0):
+        raise ValueError(f"TokenEstimation {parameter} must be a positive finite number, got {value!r}")
+    return float(value)
+
+
+def _count(parameter: str, value: Any) -> int:
+    if type(value) is not int or value < 1:
+        raise ValueError(f"TokenEstimation {parameter} must be an int >= 1, got {value!r}")
+    return value
+
+
+@dataclass(frozen=True)
+class TokenEstimation:
+    """Settings of the token-aware strategy (pass it as ``token_estimation=``).
+
+    ``primer``: ``"measure"``, a float (tokens per byte for every dataset: no measurement, no
+    tokenizer) or a mapping dataset → tokens per byte (pin some, measure the rest).
+    ``tokenizer``: a callable ``str -> sequence of ids`` or an object with ``.encode``;
+    ``measure``: a callable ``record -> token count`` that replaces text extraction and
+    tokenization. ``text_field`` names the text of a record (dict records).
+    """
+
+    primer: str | float | Mapping[str, float] = MEASURE
+    tokenizer: Any = None
+    text_field: str = "text"
+    measure: Callable[[Any], int] | None = None
+    calibration_samples: int = 2048
+    calibration_shards_min: int = 4
+    calibration_shards_max: int = 16
+    fallback_tokens_per_byte: float = 0.25
+
+    def __post_init__(self) -> None:
+        if isinstance(self.primer, Mapping):
+            for name, ratio in self.primer.items():
+                _positive(f"primer[{name!r}]", ratio)
+        elif self.primer != MEASURE:
+            _positive("primer", self.primer)
+        if self.tokenizer is not None and not (callable(self.tokenizer) or hasattr(self.tokenizer, "encode")):
+            raise TypeError(f"TokenEstimation tokenizer must be callable or have .encode, got {self.tokenizer!r}")
+        if self.measure is not None and not callable(self.measure):
+            raise TypeError(f"TokenEstimation measure must be callable (record -> token count), got {self.measure!r}")
+        if not isinstance(self.text_field, str) or not self.text_field:
+            raise ValueError(f"TokenEstimation text_field must be a non-empty str, got {self.text_field!r}")
+        _count("calibration_samples", self.calibration_samples)
+        low = _count("calibration_shards_min", self.calibration_shards_min)
+        if _count("calibration_shards_max", self.calibration_shards_max) < low:
+            raise ValueError(
+                f"TokenEstimation calibration_shards_max={self.calibration_shards_max} is below "
+                f"calibration_shards_min={low}; raise it"
+            )
+        _positive("fallback_tokens_per_byte", self.fallback_tokens_per_byte)
+
+    def pinned(self, names: list[str]) -> dict[str, float]:
+        """The ratios the primer fixes, by dataset name (raises on unknown names)."""
+        if isinstance(self.primer, Mapping):
+            unknown = [n for n in self.primer if n not in names]
+            if unknown:
+                raise ValueError(f"TokenEstimation primer names unknown datasets {unknown}; known: {names}")
+            return {n: float(r) for n, r in self.primer.items()}
+        if self.primer == MEASURE:
+            return {}
+        return {n: float(self.primer) for n in names}
+
+    def can_measure(self) -> bool:
+        return self.tokenizer is not None or self.measure is not None
+
+    def count_tokens(self, record: Any) -> int:
+        """Tokens of one record (raises if the record cannot be tokenized)."""
+        if self.measure is not None:
+            return int(self.measure(record))
+        text = record[self.text_field] if isinstance(record, Mapping) else record
+        if not isinstance(text, str):
+            raise TypeError(f"field {self.text_field!r} is {type(text).__name__}, not str")
+        encode = self.tokenizer.encode if hasattr(self.tokenizer, "encode") else self.tokenizer
+        ids = encode(text)
+        return len(getattr(ids, "ids", ids))
