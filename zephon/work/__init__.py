@@ -8,14 +8,16 @@
 | :class:`MixtureSpec` | validated mixture weights |
 | :class:`MixtureReadConfig` and its enums | how a chunk's pointers are interleaved when read |
 | :class:`PointerSequence` | a map-style view (``len``, ``[i]``) of an indexable source |
+| :class:`TokenEstimation` | token-aware mixtures: weights in tokens, ratios measured or pinned |
 """
 from zephon.core.chunk import ComponentOrder, MixtureReadConfig, MixtureReadMode, SampleId, WorkChunk
 from zephon.work.sequence import PointerSequence
 from zephon.work.source import WorkSource
 from zephon.work.spec import MixtureSpec
 from zephon.work.static_mixture import StaticMixtureWorkSource
+from zephon.work.tokens import TokenEstimation
 
 __all__ = [
     "ComponentOrder", "MixtureReadConfig", "MixtureReadMode", "MixtureSpec", "PointerSequence", "SampleId",
-    "StaticMixtureWorkSource", "WorkChunk", "WorkSource",
+    "StaticMixtureWorkSource", "TokenEstimation", "WorkChunk", "WorkSource",
 ]
