@@ -3,7 +3,12 @@
 | use | for |
 |---|---|
 | :class:`Dataset` | a named, sharded dataset: its shard table and its records |
+| ``Dataset.from_path(name, dir)`` | a directory of Parquet / JSONL shards, cataloged once (:mod:`zephon.io.catalog`) |
+| :func:`fetch` | pointers ``(dataset_id, shard_id, offset)`` → records, in pointer order |
+| :func:`fetch_table` | the same as one Arrow table (the columnar form) |
+| :func:`block_span` | how many shards a fetch cache must hold under block shuffle |
 """
 from zephon.io.dataset import Dataset
+from zephon.io._fetch import block_span, fetch, fetch_table
 
-__all__ = ["Dataset"]
+__all__ = ["Dataset", "block_span", "fetch", "fetch_table"]

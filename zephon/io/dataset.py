@@ -2,17 +2,25 @@
 
 | constructor | payload |
 |---|---|
-| ``Dataset.from_counts(name, counts, shard_ids=None)`` | none: scheduling only |
+| ``Dataset.from_counts(name, counts, shard_ids=None, raw_bytes=None)`` | none: scheduling only |
 | ``Dataset.from_records(name, shards)`` | in-memory records, shard id = position |
+| ``Dataset.from_path(name, path, fmt=None)`` | a directory of Parquet or JSONL files, one file = one shard |
 
-The scheduler reads only ``name``, ``ids()`` and ``counts()``; ``read`` turns pointers back
-into records.
+The scheduler reads only ``name``, ``ids()`` and ``counts()``; ``read`` / ``read_table`` turn
+pointers back into records, and :func:`zephon.io.fetch` does it for many datasets at once.
 """
 from __future__ import annotations
 
+import os
 from typing import Any, Sequence
 
 import numpy as np
+import pyarrow as pa
+
+from zephon.io import catalog as _catalog
+from zephon.io._cache import ShardCache
+from zephon.io._jsonl import JsonlReader
+from zephon.io._parquet import ParquetReader
 
 
 def _int_array(parameter: str, name: str, values: Any) -> np.ndarray:
@@ -30,12 +38,21 @@ def _show(values: Any) -> str:
     return text if len(text) <= 80 else text[:77] + "..."
 
 
+def _columns_arg(name: str, columns: Any) -> tuple[str, ...] | None:
+    if columns is None:
+        return None
+    if isinstance(columns, (str, bytes)) or not all(isinstance(c, str) for c in columns):
+        raise TypeError(f"Dataset {name!r}: columns={columns!r} must be a list of column names, e.g. ['text']")
+    return tuple(columns)
+
+
 class Dataset:
     """A named dataset: shard ids, rows per shard and, optionally, a way to read the rows."""
 
-    __slots__ = ("_name", "_ids", "_counts", "_shards")
+    __slots__ = ("_name", "_ids", "_counts", "_raw_bytes", "_shards", "_reader", "_catalog")
 
-    def __init__(self, name: str, shard_ids: Any, counts: Any, *, shards: Sequence[Sequence[Any]] | None = None):
+    def __init__(self, name: str, shard_ids: Any, counts: Any, *, shards: Sequence[Sequence[Any]] | None = None,
+                 raw_bytes: Any = None):
         if not isinstance(name, str) or not name:
             raise ValueError(f"Dataset name must be a non-empty str, got {name!r}; pass e.g. 'web'")
         ids = _int_array("shard_ids", name, shard_ids)
@@ -48,26 +65,77 @@ class Dataset:
             raise ValueError(f"Dataset {name!r}: counts must be >= 0, got {int(rows.min())}; fix the shard table")
         if (ids < 0).any():
             raise ValueError(f"Dataset {name!r}: shard_ids must be >= 0, got {int(ids.min())}; renumber the shards")
+        if raw_bytes is None:
+            sizes = np.zeros(len(ids), dtype=np.int64)
+        else:
+            sizes = _int_array("raw_bytes", name, raw_bytes)
+            if len(sizes) != len(ids):
+                raise ValueError(f"Dataset {name!r}: {len(sizes)} raw_bytes but {len(ids)} shards; "
+                                 "pass one byte size per shard")
+            if (sizes < 0).any():
+                raise ValueError(f"Dataset {name!r}: raw_bytes must be >= 0, got {int(sizes.min())}")
         order = np.argsort(ids, kind="stable")
-        ids, rows = ids[order], rows[order]
+        ids, rows, sizes = ids[order], rows[order], sizes[order]
         if len(ids) > 1 and not (np.diff(ids) > 0).all():
             duplicate = int(ids[:-1][np.diff(ids) == 0][0])
             raise ValueError(f"Dataset {name!r}: shard id {duplicate} appears twice; shard ids must be unique")
-        ids.flags.writeable = rows.flags.writeable = False
-        self._name, self._ids, self._counts, self._shards = name, ids, rows, shards
+        ids.flags.writeable = rows.flags.writeable = sizes.flags.writeable = False
+        self._name, self._ids, self._counts, self._raw_bytes = name, ids, rows, sizes
+        self._shards, self._reader, self._catalog = shards, None, None
+
+    # -- constructors ---------------------------------------------------------------------
 
     @classmethod
-    def from_counts(cls, name: str, counts: Sequence[int], shard_ids: Sequence[int] | None = None) -> Dataset:
-        """A count-only dataset: shard ``i`` has ``counts[i]`` rows and id ``shard_ids[i]`` (default ``i``)."""
+    def from_counts(cls, name: str, counts: Sequence[int], shard_ids: Sequence[int] | None = None,
+                    raw_bytes: Sequence[int] | None = None) -> Dataset:
+        """A count-only dataset: shard ``i`` has ``counts[i]`` rows, id ``shard_ids[i]`` (default ``i``)
+        and ``raw_bytes[i]`` bytes on disk (default 0)."""
         if shard_ids is None:
             shard_ids = np.arange(len(counts), dtype=np.int64)
-        return cls(name, shard_ids, counts)
+        return cls(name, shard_ids, counts, raw_bytes=raw_bytes)
 
     @classmethod
     def from_records(cls, name: str, shards: Sequence[Sequence[Any]]) -> Dataset:
         """An in-memory dataset; ``shards[i]`` holds the records of shard ``i``."""
         shards = [list(shard) for shard in shards]
         return cls(name, np.arange(len(shards), dtype=np.int64), [len(s) for s in shards], shards=shards)
+
+    @classmethod
+    def from_path(cls, name: str, path: str | os.PathLike, fmt: str | None = None, *,
+                  cache_dir: str | os.PathLike | None = None, progress: bool | None = None,
+                  cache_shards: int = 1, cache_bytes: int | None = None, check_schema: bool = True) -> Dataset:
+        """A directory of ``*.parquet`` or ``*.jsonl`` (``.jsonl.gz``, ``.jsonl.zst``) files, one file per shard.
+
+        Shard ``i`` is the ``i``-th file in sorted name order (hidden files and subdirectories
+        are ignored). ``fmt`` is ``"parquet"``, ``"jsonl"`` or ``None`` (detect; mixed formats
+        raise). Row counts come from the shard catalog (:mod:`zephon.io.catalog`): built once,
+        with a progress bar on stderr when it is slow and stderr is a terminal (``progress=True``
+        forces it, ``False`` silences it), cached next to the data or in ``cache_dir`` /
+        ``$ZEPHON_CACHE_DIR``, and reused while the files are unchanged.
+
+        ``cache_shards`` / ``cache_bytes`` bound the fetch cache (see :meth:`configure_cache`).
+        ``check_schema=False`` skips the check that every shard has the same columns (for
+        JSONL, the keys of each file's first record).
+
+        Raises ``FileNotFoundError`` if ``path`` does not exist and ``ValueError`` naming the
+        file for an empty directory, mixed formats, an unreadable or corrupted file, or shards
+        whose columns differ.
+        """
+        cls(name, [], [])  # check the name before touching the disk
+        cache = ShardCache(cache_shards, cache_bytes)
+        catalog = _catalog.load_or_build(path, fmt, name=name, cache_dir=cache_dir, progress=progress)
+        if check_schema:
+            catalog.check_schema(name)
+        dataset = cls(name, np.arange(len(catalog.files), dtype=np.int64), catalog.rows, raw_bytes=catalog.sizes)
+        if catalog.fmt == "parquet":
+            dataset._reader = ParquetReader(catalog.directory, catalog.files, catalog.rows, cache)
+        else:
+            dataset._reader = JsonlReader(catalog.directory, catalog.files, catalog.sizes, catalog.rows,
+                                          catalog.line_index, cache)
+        dataset._catalog = catalog
+        return dataset
+
+    # -- the shard table ------------------------------------------------------------------
 
     @property
     def name(self) -> str:
@@ -81,6 +149,10 @@ class Dataset:
         """Rows per shard, aligned with ``ids()`` (read-only int64)."""
         return self._counts
 
+    def raw_bytes(self) -> np.ndarray:
+        """Bytes on disk per shard, aligned with ``ids()`` (read-only int64; zeros when unknown)."""
+        return self._raw_bytes
+
     def total(self) -> int:
         return int(self._counts.sum())
 
@@ -93,18 +165,115 @@ class Dataset:
     def __len__(self) -> int:
         return self.total()
 
-    def read(self, shard_id: int, offsets: Sequence[int]) -> list[Any]:
-        """The records at ``offsets`` of shard ``shard_id``, in the order asked."""
-        if self._shards is None:
-            raise TypeError(f"Dataset {self._name!r} is count-only (from_counts): it has no records to read")
+    def fingerprint(self) -> str | None:
+        """A short stable id of the data's content (path datasets; see :mod:`zephon.io.catalog`), else None."""
+        return None if self._catalog is None else self._catalog.fingerprint
+
+    @property
+    def catalog(self) -> _catalog.Catalog | None:
+        """The shard catalog of a path dataset (None otherwise)."""
+        return self._catalog
+
+    def columns(self) -> tuple[str, ...] | None:
+        """Column names of a path dataset (JSONL: the first record's keys); None if unknown."""
+        schema = None if self._catalog is None else self._catalog.schema()
+        return None if schema is None else tuple(c for c, _ in schema)
+
+    def path(self, shard_id: int) -> str | None:
+        """The file of shard ``shard_id`` (path datasets), else None."""
+        k = self._shard_index(shard_id)
+        return None if self._catalog is None else os.path.join(self._catalog.directory, self._catalog.files[k])
+
+    # -- reading --------------------------------------------------------------------------
+
+    def read(self, shard_id: int, offsets: Sequence[int], columns: Sequence[str] | None = None) -> list[Any]:
+        """The records at ``offsets`` of shard ``shard_id``, in the order asked.
+
+        Path datasets return dicts (only ``columns`` if given) and read only the row groups /
+        lines the offsets need. Raises ``IndexError`` for an unknown shard or an offset out of
+        range, ``ValueError`` for an unknown column or bad data (naming the file).
+        """
+        k, rows, columns = self._prepare(shard_id, offsets, columns)
+        if self._reader is not None:
+            return self._reader.read(k, rows, columns)
+        shard = self._shards[k]
+        records = [shard[offset] for offset in rows.tolist()]
+        return records if columns is None else [self._project(r, columns) for r in records]
+
+    def read_table(self, shard_id: int, offsets: Sequence[int], columns: Sequence[str] | None = None) -> pa.Table:
+        """Like :meth:`read`, as an Arrow table (rows in the order asked)."""
+        k, rows, columns = self._prepare(shard_id, offsets, columns)
+        if self._reader is not None:
+            return self._reader.read_table(k, rows, columns)
+        records = self.read(shard_id, rows, columns)
+        if not all(isinstance(r, dict) for r in records):
+            raise TypeError(f"Dataset {self._name!r}: read_table needs dict records, this dataset holds "
+                            f"{type(records[0]).__name__}")
+        return pa.Table.from_pylist(records)
+
+    def _shard_index(self, shard_id: Any) -> int:
         k = int(np.searchsorted(self._ids, shard_id))
         if k == len(self._ids) or self._ids[k] != shard_id:
-            raise IndexError(f"Dataset {self._name!r} has no shard {shard_id}")
-        shard = self._shards[k]
-        for offset in offsets:
-            if not 0 <= offset < len(shard):
-                raise IndexError(f"Dataset {self._name!r}, shard {shard_id}: offset {offset} is out of range [0, {len(shard)})")
-        return [shard[offset] for offset in offsets]
+            span = f"ids {int(self._ids[0])}..{int(self._ids[-1])}" if len(self._ids) else "no shards"
+            raise IndexError(f"Dataset {self._name!r} has no shard {shard_id} ({span})")
+        return k
+
+    def _prepare(self, shard_id: Any, offsets: Any, columns: Any) -> tuple[int, np.ndarray, tuple[str, ...] | None]:
+        if self._shards is None and self._reader is None:
+            raise TypeError(f"Dataset {self._name!r} is count-only (from_counts): it has no records to read")
+        k = self._shard_index(shard_id)
+        rows = np.asarray(offsets)
+        if rows.size == 0:
+            rows = np.zeros(0, dtype=np.int64)
+        elif rows.ndim != 1 or rows.dtype.kind not in "iu":
+            raise TypeError(f"Dataset {self._name!r}: offsets must be a 1-D sequence of ints, got {_show(offsets)}")
+        rows = rows.astype(np.int64, copy=False)
+        count = int(self._counts[k])
+        bad = (rows < 0) | (rows >= count)
+        if bad.any():
+            where = f" ({self.path(shard_id)})" if self._catalog is not None else ""
+            raise IndexError(f"Dataset {self._name!r}, shard {shard_id}{where}: offset {int(rows[bad][0])} is out of "
+                             f"range [0, {count})")
+        columns = _columns_arg(self._name, columns)
+        if columns is not None and self._catalog is not None and self._catalog.fmt == "parquet":
+            known = self.columns() or ()
+            for column in columns:
+                if column not in known:
+                    raise ValueError(f"Dataset {self._name!r}: no column {column!r} in {self.path(int(self._ids[0]))} "
+                                     f"(columns: {', '.join(known)})")
+        return k, rows, columns
+
+    def _project(self, record: Any, columns: tuple[str, ...]) -> dict[str, Any]:
+        if not isinstance(record, dict):
+            raise TypeError(f"Dataset {self._name!r}: columns= needs dict records, got {type(record).__name__}")
+        missing = [c for c in columns if c not in record]
+        if missing:
+            raise ValueError(f"Dataset {self._name!r}: no column {missing[0]!r} in record {_show(record)}")
+        return {c: record[c] for c in columns}
+
+    # -- the fetch cache --------------------------------------------------------------------
+
+    def configure_cache(self, max_shards: int = 1, max_bytes: int | None = None) -> None:
+        """Set the bounds of a path dataset's fetch cache (no-op for other datasets).
+
+        ``max_shards``: decoded shards kept, least recently used evicted first (1 suits
+        sequential and within-shard shuffled reads; under block shuffle pass
+        :func:`zephon.io.block_span` ``(counts, block_size)``). ``max_bytes``: a ceiling on the
+        decoded bytes held (``None``: none). Memory is then at most ``max_shards`` x the largest
+        decoded shard, and at most ``max_bytes``. See :mod:`zephon.io._cache` for the policy.
+        """
+        if self._reader is not None:
+            self._reader.cache.resize(max_shards, max_bytes)
+
+    def cache_info(self) -> dict[str, int | None] | None:
+        """Bounds, size, peak bytes, hits and misses of the fetch cache; None without one."""
+        return None if self._reader is None else self._reader.cache.info()
+
+    def clear_cache(self) -> None:
+        """Drop everything the fetch cache holds (open files included) and reset its counters."""
+        if self._reader is not None:
+            self._reader.cache.clear()
 
     def __repr__(self) -> str:
-        return f"Dataset({self._name!r}, shards={self.shard_count()}, total={self.total()})"
+        where = f", path={self._catalog.directory!r}" if self._catalog is not None else ""
+        return f"Dataset({self._name!r}, shards={self.shard_count()}, total={self.total()}{where})"

@@ -29,7 +29,7 @@ import numpy as np
 from zephon.core.keys import derive, purpose_key
 from zephon.core.perm import perm_range
 from zephon.io import Dataset
-from zephon.io._progress import Progress
+from zephon.io.progress import Progress
 from zephon.work.tokens import TokenEstimation
 
 DOMAIN_CALIBRATION = 0x7A3D9E1B5C2F4086  # keys of calibration draws (a purpose of its own)

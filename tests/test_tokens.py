@@ -1,0 +1,223 @@
+"""Token-aware mixtures: weights in tokens, priming, checkpointed ratios (issue 6)."""
+import json
+import warnings
+from collections import Counter
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from zephon import Dataset, StaticMixtureWorkSource
+from zephon._ext import tokens as kernel
+from zephon.core.tokens import draw_reference
+from zephon.io import fetch
+from zephon.testing import assert_lanes_partition, assert_replay_equivalent, collect
+from zephon.work.tokens import TokenEstimation
+
+WORDS = "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu nu xi omicron pi".split()
+
+
+def words(rng, n):
+    return " ".join(rng.choice(WORDS, n))
+
+
+def write_jsonl(directory, shards):
+    directory.mkdir()
+    for i, docs in enumerate(shards):
+        (directory / f"part-{i:03d}.jsonl").write_text("".join(json.dumps({"text": d}) + "\n" for d in docs))
+    return directory
+
+
+@pytest.fixture(scope="module")
+def bpe():
+    """A small BPE tokenizer trained offline on generated text."""
+    tokenizers = pytest.importorskip("tokenizers")
+    from tokenizers import models, pre_tokenizers, trainers
+
+    rng = np.random.default_rng(0)
+    tokenizer = tokenizers.Tokenizer(models.BPE(unk_token="[UNK]"))
+    tokenizer.pre_tokenizer = pre_tokenizers.Whitespace()
+    trainer = trainers.BpeTrainer(vocab_size=60, special_tokens=["[UNK]"], show_progress=False)
+    tokenizer.train_from_iterator((words(rng, 30) for _ in range(500)), trainer)
+    return tokenizer
+
+
+@pytest.fixture(scope="module")
+def short_and_long(tmp_path_factory):
+    rng = np.random.default_rng(1)
+    root = tmp_path_factory.mktemp("docs")
+    short = write_jsonl(root / "short", [[words(rng, 10) for _ in range(300)] for _ in range(6)])
+    long = write_jsonl(root / "long", [[words(rng, 40) for _ in range(300)] for _ in range(6)])
+    mixed = write_jsonl(root / "mixed", [[words(rng, 10 if j % 2 else 40) for j in range(300)] for _ in range(6)])
+    return {"short": short, "long": long, "mixed": mixed}
+
+
+def realised_shares(source, tokenizer, chunks=20):
+    datasets = source.datasets_by_id
+    tokens = Counter()
+    for chunk in collect(source.clone_for_lane(0, 1), chunks):
+        for name, pointers in chunk.components.items():
+            tokens[name] += sum(len(tokenizer.encode(r["text"]).ids) for r in fetch(datasets, pointers))
+    total = sum(tokens.values())
+    return {name: count / total for name, count in tokens.items()}
+
+
+@pytest.mark.parametrize("names, tolerance", [(("short", "long"), 0.005), (("mixed", "short"), 0.01)])
+def test_realised_token_shares_match_the_weights(bpe, short_and_long, tmp_path, monkeypatch, names, tolerance):
+    monkeypatch.setenv("ZEPHON_CACHE_DIR", str(tmp_path))
+    datasets = [Dataset.from_path(n, short_and_long[n]) for n in names]
+    source = StaticMixtureWorkSource(datasets, {n: 0.5 for n in names}, chunk_size=512, seed=3,
+                                     token_estimation=TokenEstimation(tokenizer=bpe), exhausted_policy="repeat")
+    assert source.requires_token_priming
+    source.prime()
+    assert not source.requires_token_priming
+    shares = realised_shares(source, bpe)
+    assert all(abs(shares[n] - 0.5) <= tolerance for n in names), shares
+
+
+def test_whitespace_tokenizer_and_measure_callable(short_and_long, tmp_path, monkeypatch):
+    monkeypatch.setenv("ZEPHON_CACHE_DIR", str(tmp_path))
+    for estimation in (TokenEstimation(tokenizer=str.split), TokenEstimation(measure=lambda r: len(r["text"].split()))):
+        data = [Dataset.from_path(n, short_and_long[n]) for n in ("short", "long")]
+        source = StaticMixtureWorkSource(data, {"short": 0.5, "long": 0.5}, chunk_size=256, token_estimation=estimation)
+        source.prime()
+        for d in source.config.datasets:
+            files = sorted(short_and_long[d.name].glob("*.jsonl"))
+            words_on_disk = sum(len(json.loads(line)["text"].split()) for f in files for line in f.read_text().splitlines())
+            exact = words_on_disk / sum(f.stat().st_size for f in files)
+            assert d.ratio_origin == "measured" and abs(d.token_ratio / exact - 1) < 0.03
+
+
+def test_unprimed_sources_refuse_to_run_and_priming_is_idempotent(short_and_long, tmp_path, monkeypatch):
+    monkeypatch.setenv("ZEPHON_CACHE_DIR", str(tmp_path))
+    calls = Counter()
+
+    def measure(record):
+        calls["n"] += 1
+        return len(record["text"].split())
+
+    data = [Dataset.from_path("short", short_and_long["short"])]
+    source = StaticMixtureWorkSource(data, {"short": 1}, chunk_size=64, token_estimation=TokenEstimation(measure=measure))
+    lane = source.clone_for_lane(0, 1)
+    with pytest.raises(RuntimeError, match="prime"):
+        lane.next_chunk()
+    with pytest.raises(RuntimeError, match="prime"):
+        len(source)
+    source.prime()
+    measured = calls["n"]
+    source.prime()
+    assert calls["n"] == measured > 0
+    again = StaticMixtureWorkSource(data, {"short": 1}, chunk_size=64, token_estimation=TokenEstimation(measure=measure))
+    again.prime()  # the node cache answers: nothing is tokenized again
+    assert calls["n"] == measured
+    assert again.config.datasets[0].token_ratio == source.config.datasets[0].token_ratio
+
+
+def pinned_source(**overrides):
+    data = [Dataset.from_counts("a", [50] * 8, raw_bytes=[3000] * 8),
+            Dataset.from_counts("b", [40, 60, 30], raw_bytes=[10000, 30000, 9000]),
+            Dataset.from_counts("c", [20] * 5, raw_bytes=[500, 9000] * 2 + [100])]
+    kwargs = dict(datasets=data, mixture={"a": 0.5, "b": 0.3, "c": 0.2}, chunk_size=16, seed=5,
+                  token_estimation=TokenEstimation(primer={"a": 0.2, "b": 0.25, "c": 0.3}), stop_after_passes=2)
+    kwargs.update(overrides)
+    return StaticMixtureWorkSource(**kwargs)
+
+
+@given(st.integers(1, 4), st.lists(st.integers(0, 60), min_size=1, max_size=4))
+def test_restore_equals_the_uninterrupted_stream_and_lanes_partition(replicas, cuts):
+    assert_replay_equivalent(lambda: pinned_source().clone_for_lane(0, replicas), cuts, max_chunks=80)
+    assert_lanes_partition(pinned_source, replicas, max_chunks=80)
+
+
+@pytest.mark.parametrize("policies", [{"exhausted_policy": "stop", "stop_after_passes": None},
+                                      {"exhausted_policy": {"a": "repeat", "b": "redistribute", "c": "repeat"},
+                                       "max_repeats": {"a": 2, "c": 3}, "stop_after_passes": None}])
+def test_policies_behave_as_in_sample_mode(policies):
+    source = pinned_source(**policies)
+    chunks = collect(source.clone_for_lane(0, 1))
+    assert chunks and source.clone_for_lane(0, 1).next_chunk() == chunks[0]
+    lane = source.clone_for_lane(0, 1)
+    collect(lane)
+    saved = lane.state_dict()
+    assert lane.next_chunk() is None and lane.state_dict() == saved
+    assert all(c.target_mixture is not None for c in chunks)
+    assert all(len(c) == 16 for c in chunks[:-1] if "b" not in c.source_exhausted)
+
+
+def test_ratios_survive_restore_and_are_never_measured_again():
+    lane = pinned_source().clone_for_lane(0, 1)
+    collect(lane, 7)
+    state = json.loads(json.dumps(lane.state_dict()))
+    assert state["token_ratios"]["b"] == {"ratio": 0.25, "origin": "pinned"}
+
+    def refuse(record):
+        raise AssertionError("a restored source must not measure")
+
+    fresh = pinned_source(token_estimation=TokenEstimation(measure=refuse)).clone_for_lane(0, 1)
+    assert fresh.requires_token_priming
+    fresh.load_state_dict(state)
+    assert not fresh.requires_token_priming
+    assert collect(fresh, 5) == collect(lane, 5)
+
+
+def test_sample_and_token_checkpoints_do_not_mix():
+    token_lane = pinned_source().clone_for_lane(0, 1)
+    sample_lane = pinned_source(token_estimation=None).clone_for_lane(0, 1)
+    with pytest.raises(ValueError, match="mode"):
+        token_lane.load_state_dict(sample_lane.state_dict())
+    with pytest.raises(ValueError, match="mode"):
+        sample_lane.load_state_dict(token_lane.state_dict())
+
+
+def test_poor_coverage_falls_back_with_a_warning(short_and_long, tmp_path, monkeypatch):
+    monkeypatch.setenv("ZEPHON_CACHE_DIR", str(tmp_path))
+
+    def broken(record):
+        raise ValueError("cannot tokenize")
+
+    data = [Dataset.from_path("short", short_and_long["short"])]
+    source = StaticMixtureWorkSource(data, {"short": 1}, chunk_size=64,
+                                     token_estimation=TokenEstimation(measure=broken, fallback_tokens_per_byte=0.3))
+    with pytest.warns(RuntimeWarning, match="'short'.*0.3"):
+        source.prime()
+    assert (source.config.datasets[0].token_ratio, source.config.datasets[0].ratio_origin) == (0.3, "fallback")
+
+
+@pytest.mark.parametrize("kwargs, error", [
+    ({"primer": "guess"}, ValueError), ({"primer": 0.0}, ValueError), ({"primer": {"a": -1}}, ValueError),
+    ({"primer": True}, ValueError), ({"tokenizer": 42}, TypeError), ({"measure": "len"}, TypeError),
+    ({"calibration_samples": 0}, ValueError), ({"calibration_shards_min": 5, "calibration_shards_max": 4}, ValueError),
+    ({"fallback_tokens_per_byte": float("nan")}, ValueError), ({"text_field": ""}, ValueError),
+])
+def test_bad_token_estimations_raise(kwargs, error):
+    with pytest.raises(error):
+        TokenEstimation(**kwargs)
+
+
+def test_token_settings_are_checked_against_the_source():
+    with pytest.raises(ValueError, match="neither tokenizer nor measure"):
+        pinned_source(token_estimation=TokenEstimation())
+    with pytest.raises(ValueError, match="unknown datasets"):
+        pinned_source(token_estimation=TokenEstimation(primer={"zzz": 0.2}))
+    with pytest.raises(ValueError, match="allocation"):
+        pinned_source(allocation="fixed")
+    with pytest.raises(TypeError):
+        pinned_source(token_estimation="tokens")
+
+
+@given(st.lists(st.floats(0.05, 1.0), min_size=1, max_size=5), st.integers(1, 200), st.data())
+def test_draw_kernel_matches_reference(weights, target, data):
+    n = len(weights)
+    weights = [w / sum(weights) for w in weights]
+    costs = [data.draw(st.lists(st.floats(1.0, 50.0), min_size=0, max_size=target)) for _ in range(n)]
+    width = max(1, max(len(c) for c in costs))
+    table = np.zeros((n, width))
+    for c, row in enumerate(costs):
+        table[c, :len(row)] = row
+    available = np.array([len(c) for c in costs], dtype=np.int64)
+    ref_deficits, ref_drawn = [0.0] * n, [0] * n
+    expected = draw_reference(ref_deficits, weights, costs, available.tolist(), ref_drawn, target)
+    deficits, drawn = np.zeros(n), np.zeros(n, dtype=np.int64)
+    assert kernel.draw(deficits, np.array(weights), table, available, drawn, target) == expected
+    assert drawn.tolist() == ref_drawn and deficits.tolist() == ref_deficits

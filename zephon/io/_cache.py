@@ -1,0 +1,155 @@
+"""The fetch cache: decoded pieces of recently read shards, bounded in shards and in bytes.
+
+Policy
+------
+Entries are grouped by shard. A shard holds an open file handle (not counted in bytes) and
+its decoded pieces: Parquet row groups keyed by ``(row group, columns)``, or a decompressed
+JSONL file. Shards are evicted least recently used first, whole, as soon as more than
+``max_shards`` are held or, with ``max_bytes`` set, the pieces exceed ``max_bytes`` bytes
+(then, if one shard alone is over the limit, its own oldest pieces go, never the newest).
+
+Sizing for the shuffle level (see :func:`zephon.io.block_span`):
+
+* sequential reading or ``shuffle_within_shard`` only: a chunk reads one shard (two at a shard
+  boundary), so ``max_shards=1`` (the default) decodes every row group once per pass;
+* block shuffle: consecutive chunks draw from every shard a block spans, so hold
+  ``block_span(counts, block_size)`` shards.
+
+Memory is then at most ``max_shards`` x (the largest decoded shard), or ``max_bytes``.
+After a ``fork`` the child starts with an empty cache (handles are not shared).
+"""
+from __future__ import annotations
+
+import numbers
+import os
+import threading
+from typing import Any, Callable
+
+
+def _count(value: Any) -> bool:
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool) and value >= 1
+
+
+class _Shard:
+    __slots__ = ("handle", "pieces", "nbytes")
+
+    def __init__(self) -> None:
+        self.handle: Any = None
+        self.pieces: dict[Any, tuple[Any, int]] = {}  # insertion order = recency
+        self.nbytes = 0
+
+
+class ShardCache:
+    """LRU of decoded shard pieces; ``ShardCache(max_shards=1, max_bytes=None)``."""
+
+    def __init__(self, max_shards: int = 1, max_bytes: int | None = None):
+        self._lock = threading.RLock()
+        self._shards: dict[int, _Shard] = {}  # insertion order = recency
+        self._max_shards, self._max_bytes = 1, None
+        self._reset_counters()
+        self.resize(max_shards, max_bytes)
+
+    # -- configuration ------------------------------------------------------------------
+
+    def resize(self, max_shards: int, max_bytes: int | None) -> None:
+        """Set both bounds (``max_bytes=None``: no byte bound) and evict down to them."""
+        if not _count(max_shards):
+            raise ValueError(f"max_shards={max_shards!r} must be an int >= 1; pass e.g. block_span(counts, b)")
+        if max_bytes is not None and not _count(max_bytes):
+            raise ValueError(f"max_bytes={max_bytes!r} must be an int >= 1 or None (no byte bound)")
+        with self._lock:
+            self._max_shards = int(max_shards)
+            self._max_bytes = None if max_bytes is None else int(max_bytes)
+            self._evict(None)
+
+    def clear(self) -> None:
+        """Drop every shard and reset the counters."""
+        with self._lock:
+            self._shards.clear()
+            self._reset_counters()
+
+    def info(self) -> dict[str, int | None]:
+        """Bounds, current and peak size, hits and misses (pieces decoded)."""
+        with self._lock:
+            return {"max_shards": self._max_shards, "max_bytes": self._max_bytes,
+                    "shards": len(self._shards), "bytes": self._bytes, "peak_bytes": self._peak,
+                    "hits": self._hits, "misses": self._misses, "evictions": self._evictions}
+
+    # -- use ----------------------------------------------------------------------------
+
+    def handle(self, shard: int, opener: Callable[[], Any]) -> Any:
+        """The shard's open handle, opened with ``opener()`` on first use; marks the shard used."""
+        with self._lock:
+            entry = self._touch(shard)
+            if entry.handle is None:
+                entry.handle = opener()
+            return entry.handle
+
+    def get(self, shard: int, key: Any) -> Any:
+        """A cached piece or ``None``; counts a hit or a miss."""
+        with self._lock:
+            entry = self._touch(shard)
+            found = entry.pieces.pop(key, None)
+            if found is None:
+                self._misses += 1
+                return None
+            entry.pieces[key] = found
+            self._hits += 1
+            return found[0]
+
+    def put(self, shard: int, key: Any, value: Any, nbytes: int) -> None:
+        """Store a piece of ``nbytes`` bytes, then evict down to the bounds."""
+        with self._lock:
+            entry = self._touch(shard)
+            old = entry.pieces.pop(key, None)
+            if old is not None:
+                entry.nbytes -= old[1]
+                self._bytes -= old[1]
+            entry.pieces[key] = (value, nbytes)
+            entry.nbytes += nbytes
+            self._bytes += nbytes
+            self._peak = max(self._peak, self._bytes)
+            self._evict(key)
+
+    def __getstate__(self) -> dict[str, Any]:  # pickles and deep copies start empty
+        return {"max_shards": self._max_shards, "max_bytes": self._max_bytes}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["max_shards"], state["max_bytes"])
+
+    # -- internals ----------------------------------------------------------------------
+
+    def _reset_counters(self) -> None:
+        self._pid = os.getpid()
+        self._bytes = self._peak = self._hits = self._misses = self._evictions = 0
+
+    def _touch(self, shard: int) -> _Shard:
+        if self._pid != os.getpid():  # forked: never share handles or buffers with the parent
+            self._shards.clear()
+            self._reset_counters()
+        entry = self._shards.pop(shard, None)
+        if entry is None:
+            entry = _Shard()
+        self._shards[shard] = entry
+        self._evict(None)
+        return entry
+
+    def _evict(self, keep: Any) -> None:
+        while len(self._shards) > self._max_shards or (
+                self._max_bytes is not None and self._bytes > self._max_bytes and len(self._shards) > 1):
+            self._drop(next(iter(self._shards)))
+        if self._max_bytes is None or self._bytes <= self._max_bytes or not self._shards:
+            return
+        entry = self._shards[next(reversed(self._shards))]
+        for key in [k for k, (_, n) in entry.pieces.items() if n and k != keep]:
+            if self._bytes <= self._max_bytes:
+                break
+            _, nbytes = entry.pieces.pop(key)
+            entry.nbytes -= nbytes
+            self._bytes -= nbytes
+            self._evictions += 1
+
+    def _drop(self, shard: int) -> None:
+        entry = self._shards.pop(shard)
+        self._bytes -= entry.nbytes
+        self._evictions += len(entry.pieces)

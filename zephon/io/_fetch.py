@@ -1,0 +1,119 @@
+"""Fetch: pointers ``(dataset_id, shard_id, offset)`` to records, batched per shard.
+
+``fetch`` returns records (dicts for path datasets) and ``fetch_table`` one Arrow table, both
+in pointer order. Pointers are sorted by ``(dataset, shard, offset)`` and grouped by
+``(dataset, shard)``; each group is one ``Dataset.read`` / ``read_table`` call with ascending
+offsets, so a shard's row groups (Parquet) or lines (JSONL) are read once per call, front to
+back. ``fetch_table`` then restores pointer order with one Arrow ``take``. Groups run in the
+order of their *last* pointer, so the shards a chunk ends on are the most recently used and
+survive in each dataset's bounded fetch cache for the next chunk.
+"""
+from __future__ import annotations
+
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+import pyarrow as pa
+
+from zephon.io.dataset import Dataset
+
+
+def _pointers(pointers: Any) -> np.ndarray:
+    array = np.asarray(pointers)
+    if array.size == 0:
+        return np.zeros((0, 3), dtype=np.int64)
+    if array.ndim != 2 or array.shape[1] != 3 or array.dtype.kind not in "iu":
+        raise TypeError("pointers must be an (n, 3) int array or a sequence of (dataset_id, shard_id, offset) "
+                        f"triples, got {'shape ' + str(array.shape) if array.ndim else repr(pointers)} of {array.dtype}")
+    return array.astype(np.int64, copy=False)
+
+
+def _plan(pointers: np.ndarray) -> tuple[np.ndarray, list[np.ndarray], list[int]]:
+    """Pointer positions sorted by ``(dataset, shard, offset)``, split per ``(dataset, shard)``.
+
+    Returns ``(order, groups, run_order)``: ``groups`` in sorted order, each with ascending
+    offsets (so each shard is read front to back), and ``run_order``, the groups by their
+    last position in the input.
+    """
+    order = np.lexsort((pointers[:, 2], pointers[:, 1], pointers[:, 0]))
+    keys = pointers[order, :2]
+    cuts = np.flatnonzero((keys[1:] != keys[:-1]).any(axis=1)) + 1
+    groups = np.split(order, cuts) if len(order) else []
+    run_order = sorted(range(len(groups)), key=lambda g: int(groups[g].max()))
+    return order, groups, run_order
+
+
+def _dataset(datasets_by_id: Mapping[int, Dataset], dataset_id: int) -> Dataset:
+    try:
+        if dataset_id < 0:
+            raise KeyError(dataset_id)
+        return datasets_by_id[dataset_id]
+    except (KeyError, IndexError):
+        known = sorted(datasets_by_id) if isinstance(datasets_by_id, Mapping) else range(len(datasets_by_id))
+        raise IndexError(f"pointer names dataset {dataset_id}, which is not in datasets_by_id "
+                         f"(ids {list(known)})") from None
+
+
+def fetch(datasets_by_id: Mapping[int, Dataset], pointers: Any, columns: Sequence[str] | None = None) -> list[Any]:
+    """The records at ``pointers`` (an ``(n, 3)`` int array or triples), in pointer order.
+
+    ``datasets_by_id`` maps each dataset id to its :class:`Dataset` (e.g. a source's
+    ``datasets_by_id``). ``columns`` projects every record. Raises ``IndexError`` for an
+    unknown dataset or shard or an offset out of range (naming dataset, shard and offset) and
+    ``ValueError`` for bad data (naming the file).
+    """
+    array = _pointers(pointers)
+    out: list[Any] = [None] * len(array)
+    _, groups, run_order = _plan(array)
+    for g in run_order:
+        positions = groups[g]
+        dataset = _dataset(datasets_by_id, int(array[positions[0], 0]))
+        records = dataset.read(int(array[positions[0], 1]), array[positions, 2], columns)
+        for position, record in zip(positions.tolist(), records):
+            out[position] = record
+    return out
+
+
+def fetch_table(datasets_by_id: Mapping[int, Dataset], pointers: Any,
+                columns: Sequence[str] | None = None) -> pa.Table:
+    """Like :func:`fetch`, as one Arrow table in pointer order (the columnar form).
+
+    Tables of different datasets are combined by column name; a column missing from one
+    dataset is null in its rows.
+    """
+    array = _pointers(pointers)
+    order, groups, run_order = _plan(array)
+    pieces: list[pa.Table | None] = [None] * len(groups)
+    for g in run_order:
+        positions = groups[g]
+        dataset = _dataset(datasets_by_id, int(array[positions[0], 0]))
+        pieces[g] = dataset.read_table(int(array[positions[0], 1]), array[positions, 2], columns)
+    if not pieces:
+        return pa.table({})
+    try:
+        table = pa.concat_tables(pieces, promote_options="default") if len(pieces) > 1 else pieces[0]
+    except (pa.ArrowException, TypeError) as error:
+        raise ValueError(f"fetch_table: the datasets' columns do not combine into one table ({error}); "
+                         "pass columns= with columns of one type everywhere") from error
+    if (order[1:] > order[:-1]).all():  # already in pointer order
+        return table.combine_chunks()
+    inverse = np.empty_like(order)
+    inverse[order] = np.arange(len(order))
+    return table.combine_chunks().take(pa.array(inverse))
+
+
+def block_span(counts: Any, block_size: int | None) -> int:
+    """The most shards that ``block_size`` consecutive rows can touch, whatever the shard order.
+
+    Size a dataset's fetch cache with it under block shuffle
+    (``dataset.configure_cache(max_shards=block_span(dataset.counts(), b))``); ``None`` or a
+    block of ≤ 1 row (no block shuffle) gives 1.
+    """
+    rows = np.sort(np.asarray(counts, dtype=np.int64))
+    rows = rows[rows > 0]
+    if block_size is None or block_size <= 1 or not len(rows):
+        return 1
+    ends = np.cumsum(rows)
+    # j whole shards plus p partial ones (>= 1 row each) fit when the j smallest sum to <= b - p
+    spans = [int(np.searchsorted(ends, block_size - p, side="right")) + p for p in (0, 1, 2)]
+    return max(1, min(len(rows), max(spans)))
