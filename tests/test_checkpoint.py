@@ -5,7 +5,7 @@ import json
 import pytest
 
 from helpers import three_datasets
-from zephon import StaticMixtureWorkSource
+from zephon import Dataset, StaticMixtureWorkSource
 
 MIX = {"web": 5, "code": 3, "math": 2}
 
@@ -106,3 +106,20 @@ def test_template_checkpoint_restores_into_a_template():
     other.load_state_dict(template.state_dict())
     with pytest.raises(ValueError, match="lane None of None"):
         lane().load_state_dict(template.state_dict())
+
+
+def test_a_checkpoint_taken_before_the_data_changed_is_refused(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    for i in range(3):
+        pq.write_table(pa.table({"id": list(range(i * 100, i * 100 + 100))}), tmp_path / f"part-{i}.parquet")
+    make = lambda: StaticMixtureWorkSource([Dataset.from_path("files", tmp_path)], {"files": 1},
+                                           chunk_size=8).clone_for_lane(0, 1)
+    source = make()
+    source.next_chunk()
+    state = source.state_dict()
+    make().load_state_dict(state)  # unchanged data restores
+    pq.write_table(pa.table({"id": list(range(1000, 1100))}), tmp_path / "part-1.parquet")
+    with pytest.raises(ValueError, match="different configuration: datasets"):
+        make().load_state_dict(state)
