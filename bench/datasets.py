@@ -29,6 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from zephon import StaticMixtureWorkSource  # noqa: E402
 from zephon.io import Dataset, block_span, catalog, fetch, fetch_table  # noqa: E402
+from core import median_ratio, paired  # noqa: E402  (bench/core.py)
 
 SEED = 11
 MODES = {"within": {"shuffle_within_shard": True},
@@ -175,21 +176,6 @@ def fetch_rate(dataset: Dataset, chunks: list[np.ndarray], records: bool) -> flo
     for pointers in chunks:
         rows += len(fetch(datasets, pointers) if records else fetch_table(datasets, pointers))
     return rows / (time.perf_counter() - start)
-
-
-def paired(repeats: int, *measures: Callable[[], float]) -> list[list[float]]:
-    """Run the measures back to back ``repeats`` times after one untimed warm-up round."""
-    for measure in measures:
-        measure()
-    samples: list[list[float]] = [[] for _ in measures]
-    for _ in range(repeats):
-        for bucket, measure in zip(samples, measures):
-            bucket.append(measure())
-    return samples
-
-
-def median_ratio(numerators: list[float], denominators: list[float]) -> float:
-    return statistics.median(n / d for n, d in zip(numerators, denominators))
 
 
 def fetch_rows(cfg: Settings, folder: Path) -> list[Row]:

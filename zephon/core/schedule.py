@@ -9,7 +9,7 @@ belongs to another lane costs O(datasets) arithmetic.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -128,19 +128,23 @@ def plan_chunk_reference(config: SourceConfig, alloc: Any, cursors: tuple[Cursor
     return tuple(quotas), tuple(now), weights, new_alloc, after
 
 
-def plan_next_reference(state: SourceState, config: SourceConfig) -> Planned | Ended:
-    """Walk the global schedule from ``state`` to the lane's next chunk (pure Python)."""
+def walk_to_lane(state: SourceState, config: SourceConfig, plan_chunk: Callable) -> Planned | Ended:
+    """Plan global chunks with ``plan_chunk(config, alloc, cursors)`` until one belongs to the lane."""
     lane, _ = config.lane_binding
     g, alloc, cursors = state.chunk_index, state.alloc, state.cursors
     while True:
-        planned = plan_chunk_reference(config, alloc, cursors)
+        planned = plan_chunk(config, alloc, cursors)
         if isinstance(planned, Ended):
             return Ended(g, planned.dataset)
         quotas, starts, weights, alloc, cursors = planned
         if lane_of(config, g) == lane:
-            after = SourceState(chunk_index=g + 1, alloc=alloc, cursors=cursors)
-            return Planned(g, quotas, starts, weights, after)
+            return Planned(g, quotas, starts, weights, SourceState(chunk_index=g + 1, alloc=alloc, cursors=cursors))
         g += 1
+
+
+def plan_next_reference(state: SourceState, config: SourceConfig) -> Planned | Ended:
+    """Walk the global schedule from ``state`` to the lane's next chunk (pure Python)."""
+    return walk_to_lane(state, config, plan_chunk_reference)
 
 
 def state_arrays(state: SourceState, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

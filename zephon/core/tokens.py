@@ -25,7 +25,7 @@ import numpy as np
 from zephon._ext import tokens as _kernel
 from zephon.core.config import REDISTRIBUTE, STOP, DatasetPlan, SourceConfig
 from zephon.core.cursor import take
-from zephon.core.schedule import CursorState, Ended, Planned, SourceState, passes_done, active_weights, lane_of
+from zephon.core.schedule import CursorState, Ended, Planned, SourceState, active_weights, passes_done, walk_to_lane
 
 _DONE = -1
 
@@ -167,13 +167,4 @@ def _draw_chunk(config: SourceConfig, saved: list[float], weights: Sequence[floa
 
 def plan_next_tokens(state: SourceState, config: SourceConfig) -> Planned | Ended:
     """Walk the token-mode schedule from ``state`` to the lane's next chunk (pure)."""
-    lane, _ = config.lane_binding
-    g, deficits, cursors = state.chunk_index, state.alloc, state.cursors
-    while True:
-        planned = plan_token_chunk(config, deficits, cursors)
-        if isinstance(planned, Ended):
-            return Ended(g, planned.dataset)
-        quotas, starts, weights, deficits, cursors = planned
-        if lane_of(config, g) == lane:
-            return Planned(g, quotas, starts, weights, SourceState(chunk_index=g + 1, alloc=deficits, cursors=cursors))
-        g += 1
+    return walk_to_lane(state, config, plan_token_chunk)
