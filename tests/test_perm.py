@@ -7,6 +7,7 @@ from hypothesis import strategies as st
 
 from zephon.core.keys import derive, mix64, purpose_key, seed_key
 from zephon.core.perm import (
+    perm_each,
     perm_inverse_range,
     perm_inverse_reference,
     perm_range,
@@ -31,6 +32,15 @@ def test_inverse_kernel_matches_reference(key, n, data):
     count = data.draw(st.integers(0, min(n - start, 200)))
     expected = [perm_inverse_reference(key, n, j) for j in range(start, start + count)]
     assert perm_inverse_range(key, n, start, count).tolist() == expected
+
+
+@given(st.lists(st.tuples(keys, st.integers(0, 300) | st.integers(0, 2**62)), max_size=150), st.data())
+def test_each_kernel_matches_reference(pairs, data):
+    # One permutation per element, in groups of 64 with a short last group; n <= 1 is the identity.
+    xs = [data.draw(st.integers(0, max(n - 1, 0))) for _, n in pairs]
+    expected = [perm_reference(k, n, x) for (k, n), x in zip(pairs, xs)]
+    got = perm_each(np.array([k for k, _ in pairs], dtype=np.uint64), [n for _, n in pairs], xs)
+    assert got.tolist() == expected
 
 
 @given(keys, st.integers(0, 5000))

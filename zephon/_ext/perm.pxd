@@ -5,10 +5,12 @@ Defined by zephon/core/perm.py::perm_reference and perm_inverse_reference.
 * ``perm_make(key, n)`` builds a ``Perm``; ``perm_apply(&p, i)`` is element ``i`` and
   ``perm_invert(&p, j)`` the ``i`` with ``perm_apply(&p, i) == j``.
 * ``perm_apply_many(&p, x, m)`` applies one permutation to ``x[0..m)`` in place and
-  ``perm_apply_each(x, keys, ns, m)`` a different one per element. Both carry
-  ``PERM_LANES`` elements through the rounds together, without branches, so the CPU
-  overlaps their multiply chains, and walk the few outputs that land in ``[n, a·b)``
-  afterwards.
+  ``perm_apply_each(x, keys, ns, m)`` a different one per element. Both are the batched
+  network of ``feistel.h``: groups of elements go through the rounds together in
+  branch-free loops (SIMD over 64 elements with AVX-512 or AVX2 where GCC on x86-64 Linux
+  can dispatch at run time, else 8 in registers), and the few outputs that land in
+  ``[n, a·b)`` walk afterwards. The scalar functions here and the header compute the same
+  bits; tests/test_perm.py checks both against the Python twin.
 """
 from libc.stdint cimport uint64_t
 from zephon._ext._keys cimport GOLDEN
@@ -19,8 +21,7 @@ cdef extern from *:
 cdef enum:
     PERM_ROUNDS = 6  # must match ROUNDS in zephon/core/perm.py
     PERM_MIN_BITS = 6  # must match MIN_BITS in zephon/core/perm.py
-    PERM_LANES = 8  # elements carried through the rounds together (8 beat 4 and 16)
-    PERM_BATCH = 64  # elements a batched kernel stages at a time in stack buffers
+    PERM_BATCH = 64  # elements a batched kernel stages at a time (must match ZEPHON_BATCH in feistel.h)
 
 
 cdef struct Perm:  # build with perm_make
@@ -42,7 +43,7 @@ cdef inline Perm perm_make(uint64_t key, uint64_t n) noexcept nogil:
 
 
 cdef inline uint64_t _round(uint64_t key, int r, uint64_t v) noexcept nogil:
-    """F_r(v): 32 bits of v < 2**32; must match zephon/core/perm.py::_round."""
+    """F_r(v): 32 bits of v < 2**32; must match zephon/core/perm.py::_round and feistel.h."""
     cdef uint64_t z = (v ^ (key + <uint64_t>r * GOLDEN)) * <uint64_t>0xBF58476D1CE4E5B9ULL
     z = (z ^ (z >> 32)) * <uint64_t>0x94D049BB133111EBULL
     return z >> 32
@@ -65,7 +66,10 @@ cdef inline uint64_t _sub_mod(uint64_t x, uint64_t y, uint64_t b) noexcept nogil
 
 
 cdef inline uint64_t _network(const Perm* p, uint64_t x) noexcept nogil:
-    """One pass of the network on x = high·a + low < a·b: even rounds move high, odd rounds low."""
+    """One pass of the network on x = high·a + low < a·b: even rounds move high, odd rounds low.
+
+    Must match zephon_network in feistel.h.
+    """
     cdef uint64_t mask = ((<uint64_t>1) << p.bits) - 1
     cdef uint64_t low = x & mask, high = x >> p.bits
     cdef int r
@@ -115,58 +119,18 @@ cdef inline uint64_t perm_invert(const Perm* p, uint64_t j) noexcept nogil:
     return x
 
 
-cdef inline void _network_lanes(const Perm* lane, uint64_t* x) noexcept nogil:
-    """x[u] = _network(&lane[u], x[u]) for u < PERM_LANES, all lanes together round by round."""
-    cdef uint64_t low[PERM_LANES]
-    cdef uint64_t high[PERM_LANES]
-    cdef uint64_t mask[PERM_LANES]
-    cdef int r, u
-    for u in range(PERM_LANES):
-        mask[u] = ((<uint64_t>1) << lane[u].bits) - 1
-        low[u] = x[u] & mask[u]
-        high[u] = x[u] >> lane[u].bits
-    for r in range(PERM_ROUNDS):
-        if (r & 1) == 0:
-            for u in range(PERM_LANES):
-                high[u] = _add_mod(high[u], _scale(_round(lane[u].key, r, low[u]), lane[u].b), lane[u].b)
-        else:
-            for u in range(PERM_LANES):
-                low[u] = (low[u] + _round(lane[u].key, r, high[u])) & mask[u]
-    for u in range(PERM_LANES):
-        x[u] = (high[u] << lane[u].bits) | low[u]
+cdef extern from "feistel.h" nogil:
+    # The batched network, SIMD where the CPU has it; see the header.
+    void zephon_perm_many(uint64_t* x, size_t m, uint64_t key, uint64_t n)
+    void zephon_perm_each(uint64_t* x, const uint64_t* keys, const uint64_t* ns, size_t m)
 
 
 cdef inline void perm_apply_many(const Perm* p, uint64_t* x, Py_ssize_t m) noexcept nogil:
     """x[j] = perm_apply(p, x[j]) for j < m."""
-    cdef Perm lane[PERM_LANES]
-    cdef uint64_t lanes[PERM_LANES]
-    cdef Py_ssize_t j = 0, u
-    if p.n <= 1:
-        return
-    for u in range(PERM_LANES):
-        lane[u] = p[0]
-    while j < m:
-        for u in range(PERM_LANES):
-            lanes[u] = x[j + u] if j + u < m else 0
-        _network_lanes(lane, lanes)
-        for u in range(PERM_LANES):
-            if j + u < m:
-                x[j + u] = _walk(p, lanes[u])
-        j += PERM_LANES
+    zephon_perm_many(x, <size_t>m, p.key, p.n)
 
 
 cdef inline void perm_apply_each(uint64_t* x, const uint64_t* keys, const uint64_t* ns,
                                  Py_ssize_t m) noexcept nogil:
     """x[j] = perm_apply(&perm_make(keys[j], ns[j]), x[j]) for j < m."""
-    cdef Perm lane[PERM_LANES]
-    cdef uint64_t lanes[PERM_LANES]
-    cdef Py_ssize_t j = 0, u
-    while j < m:
-        for u in range(PERM_LANES):
-            lane[u] = perm_make(keys[j + u], ns[j + u]) if j + u < m else perm_make(0, 0)
-            lanes[u] = x[j + u] if j + u < m else 0
-        _network_lanes(lane, lanes)
-        for u in range(PERM_LANES):
-            if j + u < m and ns[j + u] > 1:
-                x[j + u] = _walk(&lane[u], lanes[u])
-        j += PERM_LANES
+    zephon_perm_each(x, keys, ns, <size_t>m)

@@ -404,6 +404,17 @@ cdef class Scheduler:
         self._close(&s)
         return status != PLANNED, g, offset
 
+    def locate_one(self, const int64_t[:, ::1] snap_ints, const double[:, ::1] snap_acc, int64_t target,
+                   int64_t[:, ::1] out):
+        """locate_many for one target: ``out`` rows get quotas, start epochs, start positions.
+
+        Returns the target's offset inside its chunk.
+        """
+        cdef int64_t offset
+        cdef Py_ssize_t n = self.totals.shape[0]
+        self._locate(snap_ints, snap_acc, &target, 1, &out[0, 0], &out[1, 0], &out[2, 0], &offset)
+        return offset
+
     def locate_many(self, const int64_t[:, ::1] snap_ints, const double[:, ::1] snap_acc,
                     const int64_t[::1] targets, int64_t[:, ::1] quotas, int64_t[:, ::1] start_epochs,
                     int64_t[:, ::1] start_positions, int64_t[::1] offsets):
@@ -413,15 +424,31 @@ cdef class Scheduler:
         ``targets[j]`` and ``offsets[j]``, the target's place in it. Targets must lie inside
         the indexed stream.
         """
+        if targets.shape[0]:
+            self._locate(snap_ints, snap_acc, &targets[0], targets.shape[0], &quotas[0, 0], &start_epochs[0, 0],
+                         &start_positions[0, 0], &offsets[0])
+
+    cdef void _locate(self, const int64_t[:, ::1] snap_ints, const double[:, ::1] snap_acc,
+                      const int64_t* targets, Py_ssize_t m, int64_t* quotas, int64_t* start_epochs,
+                      int64_t* start_positions, int64_t* offsets) except *:
+        """locate_many on raw row-major ``(m, n)`` outputs (for one target, the rows of a plan)."""
         cdef Schedule s
-        cdef Py_ssize_t j, c, n = self.totals.shape[0], snap, current = -1
+        cdef Py_ssize_t j, c, n = self.totals.shape[0], snap, current = -1, at
         cdef int64_t g = 0, walked = 0, chunk_start = 0, chunk_length = 0, target
-        cdef double[::1] acc = np.empty(n, dtype=np.float64), weights = np.empty(n, dtype=np.float64)
-        cdef int64_t[::1] epochs = np.empty(n, dtype=np.int64), positions = np.empty(n, dtype=np.int64)
-        cdef int64_t[:, ::1] out = np.zeros((3, n), dtype=np.int64)
-        self._open(&s, &weights[0])
+        cdef double* acc = <double*>malloc(2 * n * sizeof(double))
+        cdef int64_t* ints = <int64_t*>malloc(5 * n * sizeof(int64_t))
+        if acc == NULL or ints == NULL:
+            free(acc)
+            free(ints)
+            raise MemoryError()
+        cdef int64_t* epochs = ints
+        cdef int64_t* positions = ints + n
+        cdef int64_t* plan = ints + 2 * n  # quotas, start epochs, start positions
+        for c in range(3 * n):
+            plan[c] = 0
+        self._open(&s, acc + n)
         with nogil:
-            for j in range(targets.shape[0]):
+            for j in range(m):
                 target = targets[j]
                 if not (chunk_start <= target < chunk_start + chunk_length):
                     snap = _last_at_most(snap_ints, target)
@@ -432,18 +459,22 @@ cdef class Scheduler:
                             epochs[c], positions[c] = snap_ints[snap, 2 + c], snap_ints[snap, 2 + n + c]
                             acc[c] = snap_acc[snap, c]
                     while True:
-                        self._step(&s, &g, acc, epochs, positions, out)
+                        _walk(&s, self.lane, self.replicas, self.permute, self.lane_key, &g, acc, epochs,
+                              positions, plan, plan + n, plan + 2 * n)
                         g += 1
                         chunk_start, chunk_length = walked, 0
                         for c in range(n):
-                            chunk_length += out[0, c]
+                            chunk_length += plan[c]
                         walked += chunk_length
                         if target < walked:
                             break
                 for c in range(n):
-                    quotas[j, c], start_epochs[j, c], start_positions[j, c] = out[0, c], out[1, c], out[2, c]
+                    at = j * n + c
+                    quotas[at], start_epochs[at], start_positions[at] = plan[c], plan[n + c], plan[2 * n + c]
                 offsets[j] = target - chunk_start
         self._close(&s)
+        free(acc)
+        free(ints)
 
 
 cdef Py_ssize_t _last_at_most(const int64_t[:, ::1] snap_ints, int64_t target) noexcept nogil:

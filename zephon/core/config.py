@@ -59,7 +59,7 @@ class DatasetPlan:
     costs: np.ndarray | None = field(init=False, repr=False)  # float64 tokens per draw per shard
     total: int = field(init=False)  # samples in one pass
     digest: str = field(init=False)  # sha256 (16 hex digits) of shard ids and counts
-    layouts: dict = field(init=False, repr=False)  # per-epoch layout cache (see core.layout)
+    layouts: dict = field(init=False, repr=False)  # the cursor's per-dataset memo (core.cursor)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "shard_ids", _read_only(self.shard_ids))

@@ -6,25 +6,36 @@ For pass ``e`` (keys use ``e``, or 0 without ``reshuffle_on_repeat``)::
     q ──shard lookup──► (k, r): k-th non-empty shard in this pass's shard order, row r
     r ──within shard──► offset = perm_shard(r)                          (if within-shard)
 
-``pointer_reference`` is the readable definition; ``take`` writes many pointers with the
-cursor kernel from an :class:`EpochLayout` (the O(#shards) per-pass tables, cached per
-dataset, never O(#samples)).
+``pointer_reference`` is the readable definition. ``take`` (a range of positions) and
+``take_at`` (any positions) write pointers with the cursor kernel from a pass layout
+(``epoch_layout``), cached per dataset, never O(#samples):
+
+* **uniform shards** — every shard has the same count ``u > 0`` except at most one, the odd
+  shard, of any count (0 included): the layout is O(1). Order position ``k`` holds shard
+  index ``perm(order_key, S, k)``, the odd shard sits at ``perm⁻¹(order_key, S, odd)``, the
+  shard of a position is arithmetic around it, and a shard's within key is derived when
+  needed. Detected once per dataset (``_shape``).
+* **other shard tables** — the O(#shards) tables of the pass: ids in pass order,
+  cumulative counts and within keys, searched by binary search.
+
+A pass's three level keys are ``derive(prefix, e)``; the prefixes
+``purpose_key(seed, domain, dataset_id)`` are computed once per dataset (``_table``).
 
 **Compatibility**: the key paths below are frozen; they define sample order.
 """
 from __future__ import annotations
 
 import bisect
-from dataclasses import dataclass
 
 import numpy as np
 
 from zephon._ext import cursor as _kernel
 from zephon.core.config import DatasetPlan, SourceConfig
 from zephon.core.keys import DOMAIN_BLOCK, DOMAIN_SHARD_ORDER, DOMAIN_WITHIN_SHARD, derive, purpose_key
-from zephon.core.perm import perm_range, perm_reference
+from zephon.core.perm import perm_reference
 
-_CACHED_LAYOUTS = 2  # per dataset: the pass being read and the next one
+_CACHED_LAYOUTS = 2  # per dataset and seed: the pass being read and the next one
+_SHAPE, _PASSES = "shape", "passes"  # keys of a plan's memo (``DatasetPlan.layouts``)
 
 
 def _level_key(config: SourceConfig, dataset_id: int, domain: int, epoch: int) -> int:
@@ -53,51 +64,85 @@ def pointer_reference(config: SourceConfig, dataset_id: int, epoch: int, p: int)
     return dataset_id, shard_id, row
 
 
-@dataclass(frozen=True, slots=True)
-class EpochLayout:
-    """The O(#shards) tables of one pass of one dataset, as the cursor kernel reads them."""
+def _shape(plan: DatasetPlan) -> tuple[int, int, int]:
+    """``(u, odd, t)``: every shard has ``u > 0`` rows except shard index ``odd`` (-1: none),
+    which has ``t``; ``(0, -1, 0)`` if the shard table is not of that form. Memoised on the plan.
+    """
+    shape = plan.layouts.get(_SHAPE)
+    if shape is None:
+        shape = _detect_shape(plan.shard_counts)
+        plan.layouts[_SHAPE] = shape
+    return shape
 
-    ordered_ids: np.ndarray  # int64: shard ids in this pass's order
-    cum_end: np.ndarray  # int64: cumulative row counts in that order
-    within_keys: np.ndarray  # uint64 per ordered shard; empty without within-shard shuffle
-    block_key: int  # level key of the block mosaic
+
+def _detect_shape(counts: np.ndarray) -> tuple[int, int, int]:
+    for u in (int(counts[0]), int(counts[-1])) if len(counts) else ():
+        if u > 0:
+            odd = np.flatnonzero(counts != u)
+            if len(odd) <= 1:
+                return (u, -1, 0) if len(odd) == 0 else (u, int(odd[0]), int(counts[odd[0]]))
+    return 0, -1, 0
 
 
-def epoch_layout(config: SourceConfig, dataset_id: int, epoch: int) -> EpochLayout:
-    """The layout of pass ``epoch``, memoised on the dataset plan (a pure function of its inputs)."""
+def _table(config: SourceConfig, dataset_id: int) -> _kernel.ShardTable:
+    """The kernel's view of a dataset under ``config``'s seed and shuffles, memoised on the plan."""
     plan = config.datasets[dataset_id]
-    cache_key = (config.seed, dataset_id, config.shuffle_shards, config.shuffle_within_shard,
-                 epoch if plan.reshuffle_on_repeat else 0)
-    layout = plan.layouts.get(cache_key)
+    key = (config.seed, dataset_id, config.shuffle_shards, config.shuffle_within_shard)
+    table = plan.layouts.get(key)
+    if table is None:
+        u, odd, t = _shape(plan)
+        prefixes = [purpose_key(config.seed, domain, dataset_id)
+                    for domain in (DOMAIN_SHARD_ORDER, DOMAIN_WITHIN_SHARD, DOMAIN_BLOCK)]
+        table = _kernel.ShardTable(plan.shard_ids, plan.shard_counts, u, odd, t, config.shuffle_shards,
+                                   config.shuffle_within_shard, *prefixes, plan.block_size)
+        plan.layouts[key] = table
+    return table
+
+
+def epoch_layout(config: SourceConfig, dataset_id: int, epoch: int) -> _kernel.PassLayout:
+    """The kernel layout of pass ``epoch`` (a pure function of its inputs), memoised on the plan.
+
+    O(1) for uniform shards, O(#shards) otherwise; the plan keeps the last two per seed and
+    shuffle settings.
+    """
+    plan = config.datasets[dataset_id]
+    key = (config.seed, dataset_id, config.shuffle_shards, config.shuffle_within_shard,
+           epoch if plan.reshuffle_on_repeat else 0)
+    passes = plan.layouts.get(_PASSES)
+    if passes is None:
+        passes = plan.layouts.setdefault(_PASSES, {})
+    layout = passes.get(key)
     if layout is None:
-        layout = _build_layout(config, plan, dataset_id, epoch)
-        while len(plan.layouts) >= _CACHED_LAYOUTS:
-            plan.layouts.pop(next(iter(plan.layouts)))
-        plan.layouts[cache_key] = layout
+        layout = _table(config, dataset_id).layout(key[-1])
+        while len(passes) >= _CACHED_LAYOUTS:
+            passes.pop(next(iter(passes)), None)
+        passes[key] = layout
     return layout
-
-
-def _build_layout(config: SourceConfig, plan: DatasetPlan, dataset_id: int, epoch: int) -> EpochLayout:
-    shards = len(plan.shard_ids)
-    if config.shuffle_shards:
-        order = perm_range(_level_key(config, dataset_id, DOMAIN_SHARD_ORDER, epoch), shards, 0, shards)
-    else:
-        order = np.arange(shards, dtype=np.int64)
-    ordered_ids = np.ascontiguousarray(plan.shard_ids[order])
-    within_keys = np.empty(0, dtype=np.uint64)
-    if config.shuffle_within_shard:
-        within_keys = _kernel.derive_many(_level_key(config, dataset_id, DOMAIN_WITHIN_SHARD, epoch), ordered_ids)
-    return EpochLayout(
-        ordered_ids=ordered_ids,
-        cum_end=np.cumsum(plan.shard_counts[order], dtype=np.int64),
-        within_keys=within_keys,
-        block_key=_level_key(config, dataset_id, DOMAIN_BLOCK, epoch),
-    )
 
 
 def take(out: np.ndarray, row: int, config: SourceConfig, dataset_id: int, epoch: int, position: int, count: int) -> None:
     """Write the pointers at positions ``[position, position + count)`` of a pass into ``out[row:]``."""
-    plan = config.datasets[dataset_id]
-    layout = epoch_layout(config, dataset_id, epoch)
-    _kernel.take(out, row, dataset_id, position, count, layout.ordered_ids, layout.cum_end,
-                 layout.within_keys, plan.block_size, layout.block_key, plan.total)
+    _kernel.take(out, row, dataset_id, epoch_layout(config, dataset_id, epoch), position, count)
+
+
+def take_at(config: SourceConfig, dataset_id: int, epoch: int, positions: np.ndarray,
+            out: np.ndarray | None = None) -> np.ndarray:
+    """The pointers at ``positions`` (any order, repeats allowed) of pass ``epoch`` of a dataset.
+
+    Returns an ``(m, 3)`` int64 array (``out`` if given, which must be C-contiguous int64 of
+    that shape). Raises ``ValueError`` naming the first position outside ``[0, total)``.
+    Pure apart from writing ``out``; ``out[j]`` is ``pointer_reference(config, dataset_id,
+    epoch, positions[j])``.
+    """
+    positions = np.ascontiguousarray(positions, dtype=np.int64).reshape(-1)
+    if out is None:
+        out = np.empty((len(positions), 3), dtype=np.int64)
+    elif out.shape != (len(positions), 3) or out.dtype != np.int64 or not out.flags.c_contiguous:
+        raise ValueError(f"take_at: out must be a C-contiguous int64 array of shape ({len(positions)}, 3), "
+                         f"got {out.dtype} {out.shape}; pass np.empty((len(positions), 3), np.int64)")
+    bad = _kernel.take_at(out, dataset_id, epoch_layout(config, dataset_id, epoch), positions)
+    if bad >= 0:
+        plan = config.datasets[dataset_id]
+        raise ValueError(f"take_at: positions[{bad}] = {int(positions[bad])} is outside pass [0, {plan.total}) "
+                         f"of dataset {plan.name!r}; pass positions inside the pass")
+    return out

@@ -23,14 +23,7 @@ from functools import lru_cache
 import numpy as np
 
 from zephon.core.config import REPEAT, STOP, SourceConfig
-from zephon.core.cursor import take
-
-
-def take_at(config, c, e, positions):  # TEMPORARY until the cursor kernel's take_at lands
-    out = np.empty((len(positions), 3), dtype=np.int64)
-    for j, p in enumerate(positions.tolist()):
-        take(out, j, config, c, e, p, 1)
-    return out
+from zephon.core.cursor import take_at
 from zephon.core.readorder import read_order
 from zephon.core.schedule import SourceState, initial_state, state_arrays
 from zephon.core.step import step
@@ -132,11 +125,14 @@ def _token_samples(state: SourceState, config: SourceConfig) -> int:
 
 
 @lru_cache(maxsize=64)
-def _round_robin(counts: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:
-    """Component and rank inside it of every step of a chunk's default read order."""
+def _round_robin(quotas: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:
+    """For every step of a chunk's default read order: the dataset it draws from and the rank
+    of that draw among the dataset's draws (``quotas`` per dataset, zeros included)."""
+    present = np.flatnonzero(quotas)
+    counts = [quotas[c] for c in present]
     component, rows = read_order(counts, weighted_random=False, shuffle=False, seed=0)
     starts = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64)
-    return component, rows - starts[component]
+    return present[component], rows - starts[component]
 
 
 def _plans(index: StreamIndex, config: SourceConfig, targets: np.ndarray):
@@ -148,16 +144,29 @@ def _plans(index: StreamIndex, config: SourceConfig, targets: np.ndarray):
     return quotas, epochs, positions, offsets
 
 
+def _groups(keys: np.ndarray) -> list[np.ndarray]:
+    """Row indices grouped by equal ``keys`` (one sort, no per-group scans)."""
+    order = np.argsort(keys, kind="stable")
+    bounds = np.flatnonzero(np.diff(keys[order])) + 1
+    return np.split(order, bounds)
+
+
+def _shape_keys(quotas: np.ndarray) -> np.ndarray:
+    """One int64 per quota row, equal for equal rows (rows are checked again when used)."""
+    mix = np.array([0x9E3779B97F4A7C15 * (c + 1) % 2**63 | 1 for c in range(quotas.shape[1])], dtype=np.int64)
+    with np.errstate(over="ignore"):
+        return (quotas * mix).sum(axis=1)
+
+
 def _draws(quotas: np.ndarray, offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """For each target: the dataset it is drawn from and its rank among that dataset's draws."""
     dataset, rank = np.empty(len(offsets), dtype=np.int64), np.empty(len(offsets), dtype=np.int64)
-    shapes, which = np.unique(quotas, axis=0, return_inverse=True)
-    for k, shape in enumerate(shapes):
-        rows = np.flatnonzero(which.ravel() == k)
-        present = np.flatnonzero(shape)
-        component, ranks = _round_robin(tuple(shape[present].tolist()))
-        dataset[rows] = present[component[offsets[rows]]]
-        rank[rows] = ranks[offsets[rows]]
+    for rows in _groups(_shape_keys(quotas)):
+        for shape in np.unique(quotas[rows], axis=0):  # one shape unless two rows' keys collide
+            same = rows[(quotas[rows] == shape).all(axis=1)]
+            datasets, ranks = _round_robin(tuple(shape.tolist()))
+            dataset[same] = datasets[offsets[same]]
+            rank[same] = ranks[offsets[same]]
     return dataset, rank
 
 
@@ -173,9 +182,8 @@ def samples_at(index: StreamIndex, config: SourceConfig, indices: np.ndarray) ->
     rows = np.arange(len(order))
     epoch, position = epochs[rows, dataset], positions[rows, dataset] + rank
     pointers = np.empty((len(order), 3), dtype=np.int64)
-    groups, which = np.unique(np.stack([dataset, epoch]), axis=1, return_inverse=True)
-    for k, (c, e) in enumerate(groups.T.tolist()):
-        members = np.flatnonzero(which.ravel() == k)
+    for members in _groups(epoch * len(config.datasets) + dataset):
+        c, e = int(dataset[members[0]]), int(epoch[members[0]])
         pointers[members] = take_at(config, c, e, position[members])
     result = np.empty_like(pointers)
     result[order] = pointers
@@ -183,5 +191,11 @@ def samples_at(index: StreamIndex, config: SourceConfig, indices: np.ndarray) ->
 
 
 def sample_at(index: StreamIndex, config: SourceConfig, i: int) -> tuple[int, int, int]:
-    """The ``i``-th sample of the lane's stream in default read order."""
-    return tuple(samples_at(index, config, np.array([i], dtype=np.int64))[0].tolist())
+    """The ``i``-th sample of the lane's stream in default read order (``samples_at`` for one)."""
+    plan = np.empty((3, len(config.datasets)), dtype=np.int64)
+    offset = config.scheduler.locate_one(index.ints, index.acc, i, plan)
+    quotas, epochs, positions = plan.tolist()
+    datasets, ranks = _round_robin(tuple(quotas))
+    c = int(datasets[offset])
+    position = np.array([positions[c] + ranks[offset]], dtype=np.int64)
+    return tuple(take_at(config, c, epochs[c], position)[0].tolist())

@@ -106,3 +106,27 @@ def perm_inverse_range(key: int, n: int, start: int, count: int) -> np.ndarray:
     """``[perm⁻¹(start), …, perm⁻¹(start + count - 1)]`` as int64, computed by the kernel."""
     _check_range("perm_inverse_range", n, start, count)
     return _kernel.perm_inverse_range(key & MASK64, n, start, count)
+
+
+def perm_each(keys: np.ndarray, ns: np.ndarray, xs: np.ndarray) -> np.ndarray:
+    """``[perm(keys[j], ns[j], xs[j]) for j]`` as int64: a different permutation per element.
+
+    ``keys`` are taken mod 2**64; every ``xs[j]`` must lie in ``[0, ns[j])`` (or ``ns[j] <= 1``,
+    the identity).
+    """
+    keys = np.asarray(keys)
+    if keys.dtype == object:  # Python ints beyond int64
+        keys = np.array([int(k) & MASK64 for k in keys], dtype=np.uint64)
+    keys = np.ascontiguousarray(keys, dtype=np.uint64)
+    ns, xs = np.ascontiguousarray(ns, dtype=np.int64), np.ascontiguousarray(xs, dtype=np.int64)
+    if not (keys.ndim == ns.ndim == xs.ndim == 1 and len(keys) == len(ns) == len(xs)):
+        raise ValueError(
+            f"perm_each: keys, ns and xs must be 1-d arrays of one length, got shapes "
+            f"{keys.shape}, {ns.shape}, {xs.shape}; pass one key, size and index per element"
+        )
+    bad = (ns < 0) | (xs < 0) | ((xs >= ns) & (ns > 1))
+    if bad.any():
+        j = int(np.flatnonzero(bad)[0])
+        raise ValueError(f"perm_each: xs[{j}] = {int(xs[j])} must lie in [0, ns[{j}] = {int(ns[j])}) with "
+                         f"ns[{j}] >= 0; pass sizes and indices of each permuted domain")
+    return _kernel.perm_each(keys, ns, xs)
