@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 
@@ -70,12 +70,26 @@ def draw_reference(deficits: list[float], weights: Sequence[float], costs: Seque
     return _DONE
 
 
+def _cost_of_shard_id(plan: DatasetPlan) -> Callable[[np.ndarray], np.ndarray]:
+    """Shard ids → draw costs: a direct table when ids are dense (the usual case), else a search."""
+    memo = plan.layouts.get(("costs by id", id(plan.costs)))
+    if memo is None:
+        top = int(plan.shard_ids[-1]) if len(plan.shard_ids) else 0
+        if top < 4 * len(plan.shard_ids) + 1024:
+            table = np.zeros(top + 1)
+            table[plan.shard_ids] = plan.costs
+            memo = table.take
+        else:
+            memo = lambda ids: plan.costs[np.searchsorted(plan.shard_ids, ids)]
+        plan.layouts[("costs by id", id(plan.costs))] = memo
+    return memo
+
+
 def _candidate_costs(config: SourceConfig, c: int, cursor: CursorState, count: int) -> np.ndarray:
     """Costs of the next ``count`` samples of dataset ``c``'s pass from ``cursor``."""
-    plan = config.datasets[c]
     pointers = np.empty((count, 3), dtype=np.int64)
     take(pointers, 0, config, c, cursor.epoch, cursor.position, count)
-    return plan.costs[np.searchsorted(plan.shard_ids, pointers[:, 1])]
+    return _cost_of_shard_id(config.datasets[c])(pointers[:, 1])
 
 
 class _Costs:
