@@ -19,7 +19,6 @@ import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 import pyarrow as pa
@@ -27,9 +26,10 @@ import pyarrow.parquet as pq
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from core import median_ratio, paired  # noqa: E402  (bench/core.py)
+
 from zephon import StaticMixtureWorkSource  # noqa: E402
 from zephon.io import Dataset, block_span, catalog, fetch, fetch_table  # noqa: E402
-from core import median_ratio, paired  # noqa: E402  (bench/core.py)
 
 SEED = 11
 MODES = {"within": {"shuffle_within_shard": True},

@@ -12,8 +12,8 @@ import statistics
 import time
 
 import numpy as np
-
 from core import CHUNK_SIZE, SEED, SHARDS, WEIGHTS, Row, table
+
 from zephon import Dataset, StaticMixtureWorkSource
 
 PASSES = 492  # the slowest dataset (b) needs 2034 chunks a pass: about 10**6 chunks in all

@@ -17,8 +17,8 @@ import time
 from pathlib import Path
 
 import numpy as np
-
 from core import CHUNK_SIZE, SEED, SHARDS, WEIGHTS, Row, table
+
 from zephon import Dataset, StaticMixtureWorkSource
 from zephon.work import TokenEstimation
 

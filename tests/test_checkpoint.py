@@ -3,8 +3,8 @@ import copy
 import json
 
 import pytest
-
 from helpers import three_datasets
+
 from zephon import Dataset, StaticMixtureWorkSource
 
 MIX = {"web": 5, "code": 3, "math": 2}

@@ -4,8 +4,8 @@ import warnings
 
 import numpy as np
 import pytest
-
 from helpers import three_datasets
+
 from zephon import Dataset, StaticMixtureWorkSource
 from zephon.work import MixtureSpec
 

@@ -6,7 +6,6 @@ import shutil
 import tempfile
 import time
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest

@@ -5,10 +5,9 @@ compatibility and needs a new checkpoint version (zephon.core.checkpoint.VERSION
 """
 import hashlib
 
-import numpy as np
 import pytest
-
 from helpers import three_datasets
+
 from zephon import StaticMixtureWorkSource
 from zephon.testing import collect
 

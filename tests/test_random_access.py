@@ -3,11 +3,11 @@ import json
 
 import numpy as np
 import pytest
+from helpers import three_datasets
 from hypothesis import given
 from hypothesis import strategies as st
-
-from helpers import three_datasets
 from test_schedule import _Fork
+
 from zephon import Dataset, StaticMixtureWorkSource
 from zephon.core.index import build_index, sample_at
 from zephon.testing import collect, source_configs

@@ -4,10 +4,10 @@ import json
 from collections import Counter
 
 import pytest
+from helpers import lane_stream, pointers_of, three_datasets
 from hypothesis import given
 from hypothesis import strategies as st
 
-from helpers import lane_stream, pointers_of, three_datasets
 from zephon import Dataset, StaticMixtureWorkSource
 from zephon.core import initial_state, step
 from zephon.testing import assert_lanes_partition, assert_replay_equivalent, collect, cut_points, source_configs

@@ -1,6 +1,5 @@
 """Token-aware mixtures: weights in tokens, priming, checkpointed ratios (issue 6)."""
 import json
-import warnings
 from collections import Counter
 
 import numpy as np

@@ -8,7 +8,7 @@
 | :func:`fetch_table` | the same as one Arrow table (the columnar form) |
 | :func:`block_span` | how many shards a fetch cache must hold under block shuffle |
 """
-from zephon.io.dataset import Dataset
 from zephon.io._fetch import block_span, fetch, fetch_table
+from zephon.io.dataset import Dataset
 
 __all__ = ["Dataset", "block_span", "fetch", "fetch_table"]

@@ -22,7 +22,6 @@ import os
 import tempfile
 import warnings
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 

@@ -15,8 +15,8 @@ from zephon.core.chunk import SampleId, WorkChunk
 from zephon.core.config import SourceConfig
 from zephon.core.schedule import SourceState, initial_state
 from zephon.core.step import step
-from zephon.io import Dataset
 from zephon.core.tokens import token_shares, with_ratios
+from zephon.io import Dataset
 from zephon.work._priming import cached_ratio
 from zephon.work._resolve import UNSET, check_liveness, resolve
 from zephon.work.source import WorkSource
