@@ -5,11 +5,14 @@
 | :class:`Dataset` | a named, sharded dataset (``zephon.io``) |
 | :class:`StaticMixtureWorkSource` | datasets + weights → per-lane streams of work chunks |
 | :class:`WorkSource`, :class:`WorkChunk` | the source interface and its unit of work |
+| :class:`Pipeline` | items (records + ``_sample_id``, ``_component``) of a source, with ``map`` steps |
+| ``zephon.torch`` | the torch DataLoader, checkpoints and elastic resume (``zephon[torch]``) |
 | ``zephon.core`` | the pure functional core: ``step(state, config) -> (chunk, state')`` |
 | ``zephon.testing`` | hypothesis strategies and replay assertions for your own suite |
 """
 from zephon.io import Dataset
+from zephon.pipeline import Pipeline
 from zephon.work import StaticMixtureWorkSource, WorkChunk, WorkSource
 
-__all__ = ["Dataset", "StaticMixtureWorkSource", "WorkChunk", "WorkSource"]
+__all__ = ["Dataset", "Pipeline", "StaticMixtureWorkSource", "WorkChunk", "WorkSource"]
 __version__ = "0.1.0"

@@ -300,6 +300,12 @@ cdef class Scheduler:
         self.chunk_size, self.lane, self.replicas = chunk_size, lane, replicas
         self.permute, self.lane_key = permute, lane_key
 
+    def __reduce__(self):
+        """Pickle by the constructor's arguments (for spawned DataLoader workers)."""
+        return Scheduler, (self.allocator, np.asarray(self.raw_weights), np.asarray(self.totals),
+                           np.asarray(self.policies), np.asarray(self.max_repeats), self.stop_after,
+                           self.chunk_size, self.lane, self.replicas, self.permute, self.lane_key)
+
     cdef int _open(self, Schedule* s, double* weights) except -1:
         cdef Py_ssize_t n = self.totals.shape[0]
         s.n, s.allocator, s.stop_after, s.chunk_size = n, self.allocator, self.stop_after, self.chunk_size

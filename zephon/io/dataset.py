@@ -165,6 +165,11 @@ class Dataset:
     def __len__(self) -> int:
         return self.total()
 
+    @property
+    def has_records(self) -> bool:
+        """Whether ``read`` can return records (False for count-only datasets)."""
+        return self._reader is not None or self._shards is not None
+
     def fingerprint(self) -> str | None:
         """A short stable id of the data's content (path datasets; see :mod:`zephon.io.catalog`), else None."""
         return None if self._catalog is None else self._catalog.fingerprint

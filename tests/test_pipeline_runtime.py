@@ -1,0 +1,234 @@
+"""The runtime under the torch layer: reader streams, exact ledgers, states, checkpoint files (issue #5).
+
+Torch-free. Checkpoints are tested Grain's way: take the ledger at many positions, restore
+each into a *fresh* reader (after a JSON round trip) and compare the rest with the
+uninterrupted run; elastic restores compare lane by lane.
+"""
+import json
+import os
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from zephon import Dataset, StaticMixtureWorkSource
+from zephon.runtime import (
+    LaneMux,
+    Tracker,
+    initial_entries,
+    load_checkpoint,
+    make_state,
+    merge_states,
+    parse_state,
+    save_checkpoint,
+)
+from zephon.runtime._stream import DELIVERED
+
+
+def make_source(chunk_size=5, policy=None, seed=3):
+    datasets = [Dataset.from_counts("a", [9, 4, 0, 12]), Dataset.from_counts("b", [7, 7]),
+                Dataset.from_counts("c", [5])]
+    kwargs = {} if policy is None else {"exhausted_policy": policy}
+    return StaticMixtureWorkSource(datasets, {"a": 0.5, "b": 0.3, "c": 0.2}, chunk_size=chunk_size, seed=seed,
+                                   **kwargs)
+
+
+def roundtrip(entries):
+    return {int(k): tuple(v) for k, v in json.loads(json.dumps({str(k): v for k, v in entries.items()})).items()}
+
+
+def drain(mux, sizes, tracker=None):
+    """All samples of ``mux`` as ``(pointer, component id)`` pairs, taken in blocks of ``sizes``."""
+    out, k = [], 0
+    while True:
+        pointers, components = mux.take(sizes[k % len(sizes)])
+        k += 1
+        if tracker is not None:
+            tracker.extend(*mux.drain())
+        if not len(pointers):
+            return out
+        out.extend(zip(map(tuple, pointers.tolist()), components.tolist()))
+
+
+def lane_streams(source, replicas):
+    out = {}
+    for lane in range(replicas):
+        clone, pointers = source.clone_for_lane(lane, replicas), []
+        while (chunk := clone.next_chunk()) is not None:
+            pointers.extend(map(tuple, chunk.read_order()[0].tolist()))
+        out[lane] = pointers
+    return out
+
+
+setup = st.fixed_dictionaries({
+    "replicas": st.integers(1, 5),
+    "chunk_size": st.integers(1, 7),
+    "policy": st.sampled_from([None, "stop", "redistribute"]),
+    "sizes": st.lists(st.integers(1, 9), min_size=1, max_size=3),
+})
+
+
+@settings(max_examples=40)
+@given(setup, st.data())
+def test_ledger_at_any_position_restores_the_rest_exactly(cfg, data):
+    source = make_source(cfg["chunk_size"], cfg["policy"])
+    replicas = cfg["replicas"]
+    lanes = sorted(data.draw(st.sets(st.integers(0, replicas - 1), min_size=1)))
+    vocabulary = source.component_ids()
+    start = initial_entries(source, lanes, replicas)
+    tracker = Tracker(start)
+    stream = drain(LaneMux(source, lanes, replicas, start, vocabulary), cfg["sizes"], tracker)
+    cuts = sorted(data.draw(st.lists(st.integers(0, len(stream)), min_size=1, max_size=5)))
+    folded = Tracker(start)
+    folded.extend(*LaneMux(source, lanes, replicas, start, vocabulary).drain())
+    replay = LaneMux(source, lanes, replicas, start, vocabulary)
+    replay.take(len(stream) + 1)
+    folded.extend(*replay.drain())
+    for cut in cuts:
+        entries = tracker.entries_at(cut)
+        folded.fold(cut)
+        assert folded.entries_at(cut) == entries
+        restored = LaneMux(make_source(cfg["chunk_size"], cfg["policy"]), lanes, replicas, roundtrip(entries),
+                           vocabulary)
+        assert drain(restored, cfg["sizes"][::-1]) == stream[cut:]
+
+
+@settings(max_examples=40)
+@given(setup, st.data())
+def test_ledger_restores_every_lane_on_any_grouping(cfg, data):
+    """Elastic: the lanes of one reader, resumed by other readers, continue lane by lane."""
+    source = make_source(cfg["chunk_size"], "stop")  # no sample repeats: a pointer names its lane
+    replicas = cfg["replicas"]
+    reference = lane_streams(source, replicas)
+    owner = {p: lane for lane, pointers in reference.items() for p in pointers}
+    start = initial_entries(source, range(replicas), replicas)
+    tracker = Tracker(start)
+    vocabulary = source.component_ids()
+    stream = drain(LaneMux(source, range(replicas), replicas, start, vocabulary), cfg["sizes"], tracker)
+    cut = data.draw(st.integers(0, len(stream)))
+    entries = roundtrip(tracker.entries_at(cut))
+    groups = data.draw(st.lists(st.integers(0, 2), min_size=replicas, max_size=replicas))
+    seen = {lane: [] for lane in range(replicas)}
+    for pointer, _ in stream[:cut]:
+        seen[owner[pointer]].append(pointer)
+    for g in set(groups):
+        lanes = [lane for lane in range(replicas) if groups[lane] == g]
+        for pointer, _ in drain(LaneMux(source, lanes, replicas, entries, vocabulary), [4]):
+            seen[owner[pointer]].append(pointer)
+    assert seen == reference
+
+
+def test_round_robin_order_and_turn_flags():
+    source = make_source(chunk_size=3)
+    start = initial_entries(source, [0, 1, 2], 3)
+    mux = LaneMux(source, [0, 1, 2], 3, start, source.component_ids())
+    tracker = Tracker(start)
+    pointers, _ = mux.take(7)
+    tracker.extend(*mux.drain())
+    ref = lane_streams(source, 3)
+    expected = [ref[0][0], ref[1][0], ref[2][0], ref[0][1], ref[1][1], ref[2][1], ref[0][2]]
+    assert list(map(tuple, pointers.tolist())) == expected
+    entries = tracker.entries_at(7)
+    assert [entries[lane][2] & DELIVERED for lane in range(3)] == [DELIVERED, 0, 0]
+    assert [entries[lane][1] for lane in range(3)] == [3, 2, 2]
+    assert tracker.entries_at(6)[0][2] == 0  # a full round: nobody has delivered yet
+
+
+def test_restore_refuses_a_position_beyond_the_chunk():
+    source = make_source()
+    entries = initial_entries(source, [0], 1)
+    with pytest.raises(ValueError, match="corrupted"):
+        LaneMux(source, [0], 1, {0: (entries[0][0], 99, 0)}, source.component_ids())
+
+
+# -- states -----------------------------------------------------------------------------------
+
+
+def state_of(lanes, replicas=4, consumed=1):
+    source = make_source()
+    entries = {lane: (source.clone_for_lane(lane, replicas).state_dict(), consumed, 0) for lane in lanes}
+    return make_state(replicas, entries, [{"id": 0, "name": "a", "fingerprint": None}],
+                      {"world_size": 2, "ranks": [lanes[0] // 2], "mapping": "contiguous", "num_workers": 0})
+
+
+def test_state_is_factored_json_and_parses_back():
+    state = state_of([0, 1, 2, 3])
+    assert json.loads(json.dumps(state)) == state
+    assert "fingerprint" in state["source"] and all("fingerprint" not in row[3] for row in state["lanes"])
+    parsed = parse_state(state)
+    source = make_source()
+    assert parsed.entries[2] == (source.clone_for_lane(2, 4).state_dict(), 1, 0)
+
+
+def test_state_size_depends_on_lanes_only():
+    small, large = state_of([0], consumed=1), state_of([0], consumed=10**9)
+    assert abs(len(json.dumps(small)) - len(json.dumps(large))) <= 9
+
+
+def test_merge_states_unions_lanes_and_refuses_conflicts():
+    merged = merge_states([state_of([0, 1]), state_of([2, 3])])
+    assert sorted(parse_state(merged).entries) == [0, 1, 2, 3]
+    assert merged["topology"]["ranks"] == [0, 1]
+    assert merge_states([merged, state_of([0, 1])]) == merged  # identical duplicates are fine
+    with pytest.raises(ValueError, match="lane 0"):
+        merge_states([state_of([0, 1]), state_of([0], consumed=2)])
+    with pytest.raises(ValueError, match="canonical_replicas"):
+        merge_states([state_of([0]), state_of([1], replicas=2)])
+    with pytest.raises(ValueError, match="at least one"):
+        merge_states([])
+
+
+@pytest.mark.parametrize("mutate,match", [
+    (lambda s: s.update(kind="x"), "kind"),
+    (lambda s: s.update(version=99), "version"),
+    (lambda s: s.pop("lanes"), "missing"),
+    (lambda s: s.update(canonical_replicas=0), "canonical_replicas"),
+    (lambda s: s["lanes"][0].__setitem__(0, 7), "outside"),
+    (lambda s: s["lanes"][0].__setitem__(1, -1), "consumed"),
+    (lambda s: s["lanes"][0].__setitem__(2, 9), "turn"),
+    (lambda s: s["lanes"].append(list(s["lanes"][0])), "twice"),
+    (lambda s: s["lanes"].__setitem__(0, [0, 1]), r"\[lane, consumed, turn, state\]"),
+])
+def test_parse_state_refuses_malformed_states(mutate, match):
+    state = state_of([0, 1])
+    mutate(state)
+    with pytest.raises(ValueError, match=match):
+        parse_state(state)
+
+
+# -- checkpoint files -----------------------------------------------------------------------
+
+
+def test_checkpoint_roundtrip_is_atomic_and_leaves_no_temp_files(tmp_path):
+    path = tmp_path / "ckpt.json"
+    state = state_of([0, 1, 2, 3])
+    save_checkpoint(path, state)
+    save_checkpoint(path, state)  # overwrite
+    assert load_checkpoint(path) == state
+    assert os.listdir(tmp_path) == ["ckpt.json"]
+
+
+@pytest.mark.parametrize("damage,match", [
+    (lambda b: b[:len(b) // 2], "truncated"),
+    (lambda b: b[:20], "header"),
+    (lambda b: b.replace(b'"consumed', b'"consumeX').replace(b"[0,1,0", b"[0,2,0"), "checksum"),
+    (lambda b: b"garbage\n" + b, "header"),
+    (lambda b: b.replace(b"zephon-checkpoint 1", b"zephon-checkpoint 7", 1), "file version 7"),
+    (lambda b: b"", "header"),
+])
+def test_damaged_checkpoints_are_refused_clearly(tmp_path, damage, match):
+    path = tmp_path / "ckpt"
+    save_checkpoint(path, state_of([0, 1]))
+    path.write_bytes(damage(path.read_bytes()))
+    with pytest.raises(ValueError, match=match):
+        load_checkpoint(path)
+
+
+def test_save_checkpoint_refuses_what_would_not_load(tmp_path):
+    with pytest.raises(ValueError, match="kind"):
+        save_checkpoint(tmp_path / "x", {"kind": "other"})
+    state = state_of([0])
+    state["topology"]["bad"] = float("nan")
+    with pytest.raises(TypeError, match="JSON"):
+        save_checkpoint(tmp_path / "x", state)
+    assert os.listdir(tmp_path) == []

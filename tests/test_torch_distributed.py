@@ -1,0 +1,253 @@
+"""Real multi-process runs over torch.distributed (gloo): elastic resume and crash-safe saves (issue #5).
+
+Ranks are processes forked from the test (``multiprocessing`` "fork": no re-import of torch,
+so a run costs well under a second); each rank runs a zephon DataLoader with real worker
+processes and joins a gloo process group, exactly as under ``torchrun``.
+
+Scenario: 2 ranks x 2 workers read a few batches, checkpoint mid-chunk (all_gather_state on
+every rank, save_checkpoint on rank 0), then the run resumes from the file as 1 rank x 3
+workers and, separately, as 4 ranks x 1 worker: each lane's stream must equal the
+uninterrupted single-process run and the union over ranks must miss and repeat nothing.
+"""
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+import traceback
+
+import pytest
+import torch.distributed as dist
+import torch.multiprocessing as torch_mp
+
+import zephon.torch as zt
+from zephon import Dataset, Pipeline, StaticMixtureWorkSource
+
+CTX = torch_mp.get_context("fork")
+REPLICAS = 4
+TIMEOUT = 60
+pytestmark = pytest.mark.filterwarnings("ignore:This DataLoader will create:UserWarning",
+                                        "ignore:'set_vital' is deprecated:UserWarning")
+
+
+def make_source():
+    datasets = [Dataset.from_counts("web", [60] * 6), Dataset.from_counts("code", [45] * 4),
+                Dataset.from_counts("math", [30] * 2)]
+    return StaticMixtureWorkSource(datasets, {"web": 0.5, "code": 0.3, "math": 0.2}, chunk_size=16, seed=21,
+                                   exhausted_policy="stop")  # no sample repeats: a pointer names its lane
+
+
+def ids(batch):
+    return list(map(tuple, batch["_sample_id"].tolist()))
+
+
+def _child(target, rank, world, init_file, out_file, args):
+    try:
+        dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
+        result = target(rank, world, *args)
+        dist.destroy_process_group()
+        with open(out_file, "w") as f:
+            json.dump(result, f)
+    except BaseException:
+        with open(out_file + ".err", "w") as f:
+            f.write(traceback.format_exc())
+        raise
+
+
+def start_ranks(target, world, tmp_path, *args, tag="run"):
+    init = tmp_path / f"{tag}.init"
+    outs = [str(tmp_path / f"{tag}.{rank}.json") for rank in range(world)]
+    procs = [CTX.Process(target=_child, args=(target, rank, world, str(init), outs[rank], args))
+             for rank in range(world)]
+    for p in procs:
+        p.start()
+    return procs, outs
+
+
+def wait(proc, deadline):
+    """Wait for ``proc`` by its pid (its sentinel may be held open by orphaned DataLoader workers)."""
+    while proc.exitcode is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    if proc.exitcode is None:
+        proc.kill()
+        proc.join()
+
+
+def finish(procs, outs):
+    deadline = time.monotonic() + TIMEOUT
+    for p in procs:
+        wait(p, deadline)
+    errors = [open(o + ".err").read() for o in outs if os.path.exists(o + ".err")]
+    assert not errors, "\n".join(errors)
+    assert [p.exitcode for p in procs] == [0] * len(procs)
+    return [json.load(open(o)) for o in outs]
+
+
+def run_ranks(target, world, tmp_path, *args, tag="run"):
+    return finish(*start_ranks(target, world, tmp_path, *args, tag=tag))
+
+
+# -- rank programs (run inside the forked rank processes) ----------------------------------------
+
+
+def first_leg(rank, world, path, batches):
+    loader = zt.DataLoader(Pipeline(make_source()), batch_size=5, num_workers=2, canonical_replicas=REPLICAS)
+    assert loader.topology.origin == "torch.distributed" and loader.topology.world_size == world
+    it = iter(loader)
+    seen = [p for _ in range(batches) for p in ids(next(it))]
+    state = zt.all_gather_state(loader.state_dict())
+    if rank == 0:
+        zt.save_checkpoint(path, state)
+    dist.barrier()
+    return {"seen": seen, "lanes": loader.lanes(), "state": state}
+
+
+def second_leg(rank, world, path, workers, mapping):
+    state = zt.load_checkpoint(path)
+    loader = zt.DataLoader(Pipeline(make_source()), batch_size=3, num_workers=workers, mapping=mapping)
+    loader.load_state_dict(state)
+    seen = [p for batch in loader for p in ids(batch)]
+    dist.barrier()
+    return {"seen": seen, "lanes": loader.lanes(), "replicas": loader.canonical_replicas}
+
+
+def saver_killed_mid_save(rank, world, path, marker):
+    loader = zt.DataLoader(Pipeline(make_source()), batch_size=5, num_workers=2, canonical_replicas=REPLICAS)
+    it = iter(loader)
+    for _ in range(3):
+        next(it)
+    first = zt.all_gather_state(loader.state_dict())
+    if rank == 0:
+        zt.save_checkpoint(path, first)
+    dist.barrier()
+    for _ in range(3):
+        next(it)
+    second = zt.all_gather_state(loader.state_dict())
+    if rank == 0:
+        import zephon.runtime._checkpoint as checkpoint
+
+        def stall(fd):  # the new file is written, not yet renamed: the worst moment to die
+            open(marker, "w").close()
+            time.sleep(TIMEOUT)
+
+        checkpoint.os.fsync = stall
+        zt.save_checkpoint(path, second)
+        raise AssertionError("rank 0 should have been killed during save_checkpoint")
+    return {"first": first, "second": second}
+
+
+# -- tests ------------------------------------------------------------------------------------
+
+
+def lane_streams():
+    source, out = make_source(), {}
+    for lane in range(REPLICAS):
+        clone, pointers = source.clone_for_lane(lane, REPLICAS), []
+        while (chunk := clone.next_chunk()) is not None:
+            pointers.extend(map(tuple, chunk.read_order()[0].tolist()))
+        out[lane] = pointers
+    return out
+
+
+@pytest.fixture(scope="module")
+def first_run(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("dist")
+    path = tmp / "checkpoint"
+    results = run_ranks(first_leg, 2, tmp, str(path), 7, tag="first")
+    return tmp, path, results
+
+
+def test_first_leg_checkpoints_mid_chunk_on_two_ranks(first_run):
+    _, path, results = first_run
+    assert [r["lanes"] for r in results] == [[0, 1], [2, 3]]
+    state = zt.load_checkpoint(path)
+    assert state == results[0]["state"] == results[1]["state"]  # all_gather_state gives everyone the same
+    assert sorted(row[0] for row in state["lanes"]) == [0, 1, 2, 3]
+    assert state["topology"]["ranks"] == [0, 1]
+    assert any(0 < row[1] < 16 for row in state["lanes"]), "the checkpoint is mid-chunk"
+
+
+@pytest.mark.parametrize("world,workers,mapping", [(1, 3, "contiguous"), (4, 1, "interleaved")])
+def test_resume_on_another_topology_continues_every_lane(first_run, world, workers, mapping):
+    tmp, path, first = first_run
+    second = run_ranks(second_leg, world, tmp, str(path), workers, mapping, tag=f"second{world}")
+    assert all(r["replicas"] == REPLICAS for r in second)
+    assert sorted(lane for r in second for lane in r["lanes"]) == list(range(REPLICAS))
+    seen = [tuple(p) for r in first for p in r["seen"]] + [tuple(p) for r in second for p in r["seen"]]
+    reference = lane_streams()
+    owner = {p: lane for lane, pointers in reference.items() for p in pointers}
+    assert len(seen) == len(set(seen)) == len(owner) and set(seen) == set(owner)  # nothing missing or repeated
+    # per lane: the first leg's samples, then the second leg's, in the order they came
+    per_lane = {lane: [] for lane in reference}
+    for r in first + second:
+        for p in r["seen"]:
+            per_lane[owner[tuple(p)]].append(tuple(p))
+    assert per_lane == reference
+
+
+def test_a_rank_killed_during_save_leaves_the_previous_checkpoint_loadable(tmp_path):
+    path, marker = tmp_path / "checkpoint", tmp_path / "saving"
+    procs, outs = start_ranks(saver_killed_mid_save, 2, tmp_path, str(path), str(marker), tag="kill")
+    deadline = time.monotonic() + TIMEOUT
+    while not marker.exists():
+        assert time.monotonic() < deadline and procs[0].is_alive(), "rank 0 never reached the save"
+        time.sleep(0.02)
+    os.kill(procs[0].pid, signal.SIGKILL)
+    wait(procs[0], deadline)
+    assert procs[0].exitcode == -signal.SIGKILL
+    wait(procs[1], deadline)
+    assert procs[1].exitcode == 0
+    result = json.load(open(outs[1]))
+    leftovers = [name for name in os.listdir(tmp_path) if name.startswith("checkpoint.")]
+    assert leftovers, "the interrupted save left its temporary file behind"
+    state = zt.load_checkpoint(path)
+    assert state == result["first"] and state != result["second"]
+    loader = zt.DataLoader(Pipeline(make_source()), batch_size=5)
+    loader.load_state_dict(state)  # and it restores
+    assert loader.canonical_replicas == REPLICAS
+
+
+TORCHRUN_SCRIPT = textwrap.dedent("""
+    import json, sys
+    import torch.distributed as dist
+    import zephon.torch as zt
+    from zephon import Pipeline
+    sys.path.insert(0, sys.argv[3])
+    from test_torch_distributed import make_source
+
+    before = zt.detect_topology()  # torchrun's environment, before any process group
+    assert before.origin == "environment" and before.world_size == 2, before
+    dist.init_process_group("gloo")
+    loader = zt.DataLoader(Pipeline(make_source()), batch_size=5, num_workers=2, canonical_replicas=4)
+    assert loader.topology.origin == "torch.distributed"
+    it = iter(loader)
+    seen = [p for _ in range(4) for p in next(it)["_sample_id"].tolist()]
+    state = zt.all_gather_state(loader.state_dict())
+    if dist.get_rank() == 0:
+        zt.save_checkpoint(sys.argv[1], state)
+    with open(sys.argv[2] + str(dist.get_rank()), "w") as f:
+        json.dump({"seen": seen, "rank": before.rank, "local_rank": before.local_rank}, f)
+    dist.destroy_process_group()
+""")
+
+
+def test_torchrun_launch_detects_the_topology_and_checkpoints(tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text(TORCHRUN_SCRIPT)
+    torchrun = os.path.join(os.path.dirname(sys.executable), "torchrun")
+    done = subprocess.run([torchrun, "--standalone", "--nproc-per-node", "2", str(script), str(tmp_path / "ckpt"),
+                           str(tmp_path / "seen"), os.path.dirname(__file__)],
+                          capture_output=True, text=True, timeout=120, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert done.returncode == 0, done.stderr[-3000:]
+    runs = [json.load(open(tmp_path / f"seen{rank}")) for rank in range(2)]
+    assert [(r["rank"], r["local_rank"]) for r in runs] == [(0, 0), (1, 1)]
+    seen = [tuple(p) for r in runs for p in r["seen"]]
+    loader = zt.DataLoader(Pipeline(make_source()), batch_size=7, num_workers=2)
+    loader.load_state_dict(zt.load_checkpoint(tmp_path / "ckpt"))  # 2 ranks -> 1 process
+    seen += [p for batch in loader for p in ids(batch)]
+    reference = lane_streams()
+    owner = {p: lane for lane, pointers in reference.items() for p in pointers}
+    assert sorted(seen) == sorted(owner)
+    assert {lane: [p for p in seen if owner[p] == lane] for lane in reference} == reference

@@ -1,0 +1,408 @@
+"""zephon.torch.DataLoader in one process: order, batches, exact and elastic resume (issue #5).
+
+Ranks are simulated with explicit ``rank`` / ``world_size``; real multi-process runs are in
+``test_torch_distributed.py``. DataLoader workers are real (``num_workers=2``).
+"""
+import json
+import logging
+import math
+
+import pytest
+import torch
+
+import zephon.torch as zt
+from zephon import Dataset, Pipeline, StaticMixtureWorkSource
+from zephon.runtime import LaneMux, initial_entries, rank_lanes, worker_lanes
+
+pytestmark = pytest.mark.filterwarnings("ignore:This DataLoader will create:UserWarning",
+                                        "ignore:'set_vital' is deprecated:UserWarning")
+
+
+def make_source(seed=3, chunk_size=16, policy="stop", **kwargs):
+    datasets = [Dataset.from_counts("web", [60] * 6), Dataset.from_counts("code", [45] * 4),
+                Dataset.from_counts("math", [30] * 2)]
+    return StaticMixtureWorkSource(datasets, {"web": 0.5, "code": 0.3, "math": 0.2}, chunk_size=chunk_size,
+                                   seed=seed, exhausted_policy=policy, **kwargs)
+
+
+def sample_ids(unit):
+    """The pointers of a batch or an item, as a list of tuples."""
+    ids = unit["_sample_id"]
+    return list(map(tuple, ids.tolist())) if isinstance(ids, torch.Tensor) else [ids]
+
+
+def flatten(units):
+    return [p for unit in units for p in sample_ids(unit)]
+
+
+def lane_streams(source, replicas):
+    out = {}
+    for lane in range(replicas):
+        clone, pointers = source.clone_for_lane(lane, replicas), []
+        while (chunk := clone.next_chunk()) is not None:
+            pointers.extend(map(tuple, chunk.read_order()[0].tolist()))
+        out[lane] = pointers
+    return out
+
+
+def reader_stream(source, lanes, replicas):
+    mux = LaneMux(source, lanes, replicas, initial_entries(source, lanes, replicas), source.component_ids())
+    return list(map(tuple, mux.take(10**9)[0].tolist()))
+
+
+def expected_units(source, replicas, rank, world, workers, batch, mapping="contiguous", drop_last=False):
+    """What the loader must yield: each reader's round-robin stream cut into batches, readers in turn."""
+    lanes = rank_lanes(replicas, rank, world, mapping)
+    queues = []
+    for w in range(max(1, workers)):
+        mine = worker_lanes(lanes, w, max(1, workers), mapping)
+        stream = reader_stream(source, mine, replicas) if mine else []
+        size = batch or 1
+        cuts = [stream[a:a + size] for a in range(0, len(stream), size)]
+        if drop_last and cuts and len(cuts[-1]) < size:
+            cuts.pop()
+        queues.append(cuts)
+    out = []
+    while any(queues):
+        for q in queues:
+            if q:
+                out.append(q.pop(0))
+    return out
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+@pytest.mark.parametrize("batch", [None, 7])
+def test_single_lane_loader_yields_the_global_stream(workers, batch):
+    pipeline = Pipeline(make_source())
+    loader = zt.DataLoader(pipeline, batch_size=batch, num_workers=workers)
+    units = list(loader)
+    assert flatten(units) == [item["_sample_id"] for item in pipeline]
+    if batch:
+        assert all(set(u) == {"_sample_id", "_component"} and u["_sample_id"].dtype == torch.int64 for u in units)
+        assert [u["_sample_id"].shape[0] for u in units[:-1]] == [batch] * (len(units) - 1)
+    else:
+        assert units[0] == next(iter(pipeline))
+    assert loader.batch_size == batch and loader.canonical_replicas == 1
+
+
+@pytest.mark.parametrize("workers,replicas,mapping", [(0, 3, "contiguous"), (2, 5, "contiguous"),
+                                                      (2, 4, "interleaved"), (3, 7, "interleaved")])
+def test_lanes_readers_and_round_robin_order(workers, replicas, mapping):
+    source = make_source()
+    loader = zt.DataLoader(Pipeline(source), batch_size=5, num_workers=workers, canonical_replicas=replicas,
+                           mapping=mapping, rank=1, world_size=2)
+    units = [sample_ids(u) for u in loader]
+    assert units == expected_units(source, replicas, 1, 2, workers, 5, mapping)
+    mine = rank_lanes(replicas, 1, 2, mapping)
+    assert loader.lanes() == mine
+    reference = lane_streams(source, replicas)
+    assert sorted(flatten_ids(units)) == sorted(p for lane in mine for p in reference[lane])
+
+
+def flatten_ids(units):
+    return [p for unit in units for p in unit]
+
+
+def test_components_are_named_per_sample():
+    source = make_source()
+    pipeline = Pipeline(source)
+    names = {item["_sample_id"]: item["_component"] for item in pipeline}
+    for batch in zt.DataLoader(pipeline, batch_size=9, num_workers=2, canonical_replicas=2):
+        assert batch["_component"] == [names[p] for p in sample_ids(batch)]
+
+
+def test_drop_last_drops_each_readers_last_partial_batch():
+    source = make_source()
+    loader = zt.DataLoader(Pipeline(source), batch_size=6, num_workers=2, canonical_replicas=3, drop_last=True)
+    units = [sample_ids(u) for u in loader]
+    assert units == expected_units(source, 3, 0, 1, 2, 6, drop_last=True)
+    assert all(len(u) == 6 for u in units) and loader.drop_last
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+@pytest.mark.parametrize("batch", [None, 6])
+def test_resume_on_the_same_topology_is_exact_batch_for_batch(workers, batch):
+    def make():
+        return zt.DataLoader(Pipeline(make_source()), batch_size=batch, num_workers=workers, canonical_replicas=3)
+
+    full = [sample_ids(u) for u in make()]
+    for cut in [0, 1, 5, 12, len(full) - 1, len(full)]:
+        loader = make()
+        it = iter(loader)
+        head = [sample_ids(next(it)) for _ in range(cut)]
+        state = json.loads(json.dumps(loader.state_dict()))
+        fresh = make()
+        fresh.load_state_dict(state)
+        assert head + [sample_ids(u) for u in fresh] == full, cut
+
+
+def test_state_is_exact_whatever_was_prefetched_and_mid_chunk():
+    loader = zt.DataLoader(Pipeline(make_source()), batch_size=5, num_workers=2, canonical_replicas=4,
+                           prefetch_factor=4)
+    it = iter(loader)
+    for _ in range(3):
+        next(it)
+    consumed = {row[0]: row[1] for row in loader.state_dict()["lanes"]}
+    # 3 batches of 5: readers 0, 1, 0 -> reader 0 (lanes 0, 1) gave 10 samples, reader 1 (lanes 2, 3) gave 5
+    assert consumed == {0: 5, 1: 5, 2: 3, 3: 2}
+
+
+def test_break_and_iterate_again_continues_and_persistent_workers_do_too():
+    for kwargs in ({"num_workers": 0}, {"num_workers": 2, "persistent_workers": True}):
+        def make():
+            return zt.DataLoader(Pipeline(make_source()), batch_size=4, canonical_replicas=2, **kwargs)
+
+        full = [sample_ids(u) for u in make()]
+        loader, got = make(), []
+        for _ in range(3):
+            for k, unit in enumerate(loader):
+                got.append(sample_ids(unit))
+                if k == 4:
+                    break
+        got += [sample_ids(u) for u in loader]
+        assert got == full
+        assert list(loader) == []  # the stream has ended
+
+
+def elastic_run(first, second, batches, replicas=4):
+    """Run ``first`` topology for ``batches`` batches per rank, merge the states, resume with ``second``.
+
+    A topology is ``(world_size, workers, mapping)``. Returns everything yielded, in order."""
+    source = make_source(seed=11)
+    world, workers, mapping = first
+    seen, states = [], []
+    for rank in range(world):
+        loader = zt.DataLoader(Pipeline(source), batch_size=5, num_workers=workers, canonical_replicas=replicas,
+                               mapping=mapping, rank=rank, world_size=world)
+        it = iter(loader)
+        for _ in range(batches):
+            seen += sample_ids(next(it))
+        states.append(json.loads(json.dumps(loader.state_dict())))
+    merged = zt.merge_states(states)
+    world, workers, mapping = second
+    for rank in range(world):
+        loader = zt.DataLoader(Pipeline(make_source(seed=11)), batch_size=3, num_workers=workers,
+                               mapping=mapping, rank=rank, world_size=world)
+        loader.load_state_dict(merged)
+        assert loader.canonical_replicas == replicas  # taken from the checkpoint
+        seen += flatten(loader)
+    return source, seen, merged
+
+
+@pytest.mark.parametrize("second", [(1, 3, "contiguous"), (4, 1, "interleaved"), (3, 0, "interleaved")])
+def test_elastic_resume_continues_every_lane_exactly(second):
+    source, seen, merged = elastic_run((2, 2, "contiguous"), second, batches=5)
+    assert any(0 < row[1] < 16 for row in merged["lanes"]), "the checkpoint is mid-chunk"
+    reference = lane_streams(source, 4)
+    owner = {p: lane for lane, pointers in reference.items() for p in pointers}
+    assert sorted(seen) == sorted(owner)  # nothing missing, nothing repeated
+    per_lane = {lane: [p for p in seen if owner[p] == lane] for lane in reference}
+    assert per_lane == reference
+
+
+def test_state_size_depends_only_on_lanes():
+    loader = zt.DataLoader(Pipeline(make_source(policy="repeat")), batch_size=16, canonical_replicas=8)
+    it = iter(loader)
+    sizes = []
+    for k in range(600):
+        next(it)
+        if k % 100 == 99:
+            sizes.append(len(json.dumps(loader.state_dict())))
+    # no chunk contents, no history: only the digits of a few numbers per lane vary
+    assert max(sizes) - min(sizes) < 8 * 80 and max(sizes) < 8 * 400
+
+
+def test_load_state_dict_refuses_mismatches_before_changing_anything():
+    loader = zt.DataLoader(Pipeline(make_source()), batch_size=4, canonical_replicas=4, rank=0, world_size=2)
+    it = iter(loader)
+    next(it)
+    state = loader.state_dict()
+    before = loader.state_dict()
+    with pytest.raises(ValueError, match="canonical_replicas=4.*canonical_replicas=2"):
+        zt.DataLoader(Pipeline(make_source()), canonical_replicas=2).load_state_dict(state)
+    with pytest.raises(ValueError, match="seed"):
+        zt.DataLoader(Pipeline(make_source(seed=4)), rank=0, world_size=2).load_state_dict(state)
+    other = [Dataset.from_counts("web", [60] * 6), Dataset.from_counts("code", [45] * 4)]
+    with pytest.raises(ValueError, match="datasets"):
+        zt.DataLoader(Pipeline(StaticMixtureWorkSource(other, {"web": 1, "code": 1}, chunk_size=16)),
+                      rank=0, world_size=2).load_state_dict(state)
+    with pytest.raises(ValueError, match=r"lacks lanes \[2, 3\]"):
+        zt.DataLoader(Pipeline(make_source()), rank=1, world_size=2).load_state_dict(state)
+    corrupted = json.loads(json.dumps(state))
+    corrupted["lanes"][0][1] = 17
+    with pytest.raises(ValueError, match="corrupted"):
+        loader.load_state_dict(corrupted)
+    with pytest.raises(ValueError, match="kind"):
+        loader.load_state_dict({"kind": "torch"})
+    assert loader.state_dict() == before
+
+
+def test_dataset_fingerprints_are_checked(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    (tmp_path / "d").mkdir()
+    pq.write_table(pa.table({"x": list(range(20))}), tmp_path / "d" / "0.parquet")
+
+    def make():
+        dataset = Dataset.from_path("d", tmp_path / "d", cache_dir=tmp_path / "c")
+        return zt.DataLoader(Pipeline(StaticMixtureWorkSource([dataset], {"d": 1}, chunk_size=4)), batch_size=2)
+
+    loader = make()
+    next(iter(loader))
+    state = loader.state_dict()
+    assert state["datasets"][0]["fingerprint"]
+    pq.write_table(pa.table({"x": [-v for v in range(20)]}), tmp_path / "d" / "0.parquet")
+    with pytest.raises(ValueError, match="content fingerprint"):
+        make().load_state_dict(state)
+
+
+def test_records_batches_and_custom_collate():
+    shards = [[{"id": 10 * s + o, "w": float(o)} for o in range(n)] for s, n in enumerate([30, 25, 40])]
+    source = StaticMixtureWorkSource([Dataset.from_records("r", shards), Dataset.from_counts("n", [50])],
+                                     {"r": 2, "n": 1}, chunk_size=9, seed=1, exhausted_policy="stop")
+    pipeline = Pipeline(source).map(lambda item: {"twice": 2 * item.get("id", -1), **item})
+    with pytest.raises(ValueError, match="different fields"):
+        list(zt.DataLoader(Pipeline(source), batch_size=8))
+    pipeline = pipeline.map(lambda item: {k: v for k, v in item.items() if k in ("twice", "_sample_id", "_component")})
+    items = list(pipeline)
+    batches = list(zt.DataLoader(pipeline, batch_size=8, num_workers=2, canonical_replicas=1))
+    assert flatten(batches) == [i["_sample_id"] for i in items]
+    assert torch.equal(torch.cat([b["twice"] for b in batches]), torch.tensor([i["twice"] for i in items]))
+    lists = list(zt.DataLoader(pipeline, batch_size=8, collate_fn=list))
+    assert [i for b in lists for i in b] == items
+
+
+def test_parquet_columnar_batches_equal_collated_items(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    (tmp_path / "p").mkdir()
+    for s in range(3):
+        pq.write_table(pa.table({"id": pa.array(range(100 * s, 100 * s + 40), pa.int32()),
+                                 "score": [0.5 * i for i in range(40)], "ok": [i % 2 == 0 for i in range(40)],
+                                 "text": [f"t{s}.{i}" for i in range(40)]}), tmp_path / "p" / f"{s}.parquet",
+                       row_group_size=16)
+    dataset = Dataset.from_path("p", tmp_path / "p", cache_dir=tmp_path / "c")
+    pipeline = Pipeline(StaticMixtureWorkSource([dataset], {"p": 1}, chunk_size=12, shuffle_within_shard=True))
+    assert pipeline.columnar
+    columnar = list(zt.DataLoader(pipeline, batch_size=10, num_workers=2, canonical_replicas=2))
+    items = list(zt.DataLoader(pipeline, batch_size=10, num_workers=2, canonical_replicas=2,
+                               collate_fn=zt.collate))
+    assert len(columnar) == len(items) == 12
+    for a, b in zip(columnar, items):
+        assert list(a) == list(b) == ["id", "score", "ok", "text", "_sample_id", "_component"]
+        for key in a:
+            if isinstance(a[key], torch.Tensor):
+                assert a[key].dtype == b[key].dtype and torch.equal(a[key], b[key]), key
+            else:
+                assert a[key] == b[key], key
+
+
+def test_len_counts_what_is_still_to_come():
+    loader = zt.DataLoader(Pipeline(make_source()), batch_size=7, num_workers=2, canonical_replicas=3)
+    total = len(loader)
+    it = iter(loader)
+    next(it)
+    next(it)
+    assert len(loader) == total - 2
+    assert len(list(it)) == total - 2
+    with pytest.raises(TypeError):
+        len(zt.DataLoader(Pipeline(make_source(policy="repeat")), batch_size=7))
+    lanes = lane_streams(make_source(), 3)
+    assert total == math.ceil(len(lanes[0] + lanes[1]) / 7) + math.ceil(len(lanes[2]) / 7)
+
+
+def test_idle_workers_are_logged_once(caplog):
+    with caplog.at_level(logging.WARNING, logger="zephon"):
+        loader = zt.DataLoader(Pipeline(make_source()), batch_size=50, num_workers=3, canonical_replicas=2)
+        assert flatten(loader) and flatten(loader) == []
+    assert sum("stay idle" in r.message for r in caplog.records) == 1
+
+
+def test_loader_refuses_torch_side_ordering_and_bad_arguments():
+    pipeline = Pipeline(make_source())
+    with pytest.raises(ValueError, match="shuffle"):
+        zt.DataLoader(pipeline, shuffle=True)
+    with pytest.raises(ValueError, match="sampler"):
+        zt.DataLoader(pipeline, sampler=[0, 1])
+    with pytest.raises(ValueError, match="batch_size"):
+        zt.DataLoader(pipeline, batch_size=0)
+    with pytest.raises(ValueError, match="mapping"):
+        zt.DataLoader(pipeline, mapping="zigzag")
+    with pytest.raises(ValueError, match="rank=2 and world_size=2"):
+        zt.DataLoader(pipeline, rank=2, world_size=2)
+    with pytest.raises(TypeError, match="Pipeline"):
+        zt.DataLoader([1, 2, 3])
+    assert isinstance(zt.DataLoader(make_source()), torch.utils.data.DataLoader)  # a WorkSource works too
+
+
+def test_topology_detection(monkeypatch):
+    monkeypatch.delenv("RANK", raising=False)
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    assert zt.detect_topology() == zt.Topology(0, 1, 0, "single process")
+    monkeypatch.setenv("RANK", "3")
+    monkeypatch.setenv("WORLD_SIZE", "4")
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    assert zt.detect_topology() == zt.Topology(3, 4, 1, "environment")
+    assert zt.detect_topology(rank=0) == zt.Topology(0, 4, 1, "explicit")
+    loader = zt.DataLoader(Pipeline(make_source()))
+    assert loader.canonical_replicas == 4 and loader.lanes() == [3]
+    monkeypatch.setenv("WORLD_SIZE", "four")
+    with pytest.raises(ValueError, match="WORLD_SIZE"):
+        zt.detect_topology()
+
+
+def test_all_gather_state_without_a_process_group_merges_locally():
+    loader = zt.DataLoader(Pipeline(make_source()), canonical_replicas=2)
+    assert zt.all_gather_state(loader.state_dict()) == zt.merge_states([loader.state_dict()])
+
+
+def test_checkpoint_files_check_against_a_loader(tmp_path):
+    loader = zt.DataLoader(Pipeline(make_source()), batch_size=3, canonical_replicas=2)
+    it = iter(loader)
+    next(it)
+    zt.save_checkpoint(tmp_path / "c", loader.state_dict())
+    state = zt.load_checkpoint(tmp_path / "c", expect=zt.DataLoader(Pipeline(make_source())))
+    assert state == loader.state_dict()
+    with pytest.raises(ValueError, match="seed"):
+        zt.load_checkpoint(tmp_path / "c", expect=zt.DataLoader(Pipeline(make_source(seed=9))))
+
+
+def _tag(item):
+    return dict(item, tagged=True)
+
+
+@pytest.mark.filterwarnings("ignore:Got pickle error:UserWarning")
+def test_spawned_workers_read_the_same_stream_and_need_a_picklable_pipeline():
+    forked = zt.DataLoader(Pipeline(make_source()).map(_tag), batch_size=4, num_workers=1)
+    spawned = zt.DataLoader(Pipeline(make_source()).map(_tag), batch_size=4, num_workers=1,
+                            multiprocessing_context="spawn")
+    assert [sample_ids(b) for b in spawned] == [sample_ids(b) for b in forked]
+    loader = zt.DataLoader(Pipeline(make_source()).map(lambda item: item), batch_size=4, num_workers=1,
+                           multiprocessing_context="spawn")
+    with pytest.raises(TypeError, match="cannot be pickled.*'fork'"):
+        next(iter(loader))
+
+
+def test_bundles_pin_their_tensors(monkeypatch):
+    from zephon.torch._loader import Bundle
+
+    pinned = []
+    monkeypatch.setattr(torch.Tensor, "pin_memory", lambda self, *a, **k: pinned.append(self.shape) or self)
+    bundle = Bundle(0, 0, [], [], False)
+    bundle.pointers = torch.zeros((4, 3), dtype=torch.int64)
+    assert bundle.pin_memory() is bundle and pinned == [(4, 3)]
+    bundle.pointers, bundle.units = None, [{"x": torch.ones(2), "_component": ["a", "b"]}]
+    bundle.pin_memory()
+    assert pinned[-1] == (2,) and bundle.units[0]["_component"] == ["a", "b"]
+
+
+def test_collectives_use_the_cuda_device_under_nccl(monkeypatch):
+    from zephon.torch import _dist
+
+    monkeypatch.setattr(_dist.dist, "get_backend", lambda group=None: "nccl")
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 3)
+    assert _dist._device(None) == torch.device("cuda", 3)
+    monkeypatch.setattr(_dist.dist, "get_backend", lambda group=None: "gloo")
+    assert _dist._device(None) == torch.device("cpu")

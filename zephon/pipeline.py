@@ -1,0 +1,191 @@
+"""Pipeline: a work source, the records its pointers name, and per-record map steps.
+
+| use | for |
+|---|---|
+| ``Pipeline(source)`` | items of the source's stream: record fields + ``_sample_id`` + ``_component`` |
+| ``.map(fn)`` | a stateless per-record step (returns a new pipeline) |
+| ``iter(pipeline)`` | the whole stream in one process (lane 0 of 1: global chunk order) |
+| ``.to_torch_dataset()`` | a torch ``IterableDataset`` (lanes on ranks and workers, checkpointable) |
+| ``.to_indexable_torch_dataset()`` | a map-style torch ``Dataset`` via random access |
+| ``zephon.torch.DataLoader(pipeline, ...)`` | the checkpointable, elastic torch DataLoader |
+
+An item is a dict: the record's fields (a record that is not a mapping comes as
+``{"record": value}``), then ``"_sample_id"`` — the ``(dataset_id, shard_id, offset)`` tuple —
+and ``"_component"`` — the component's name. Count-only datasets have no records, so their
+items hold just those two keys. Records are read with :func:`zephon.io.fetch`, batched per
+shard. This module never imports torch.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, Iterator, Mapping, Sequence
+
+import numpy as np
+
+from zephon.io import fetch
+from zephon.runtime._stream import ItemStream, component_table, initial_entries
+from zephon.work.source import WorkSource
+
+KEY_SAMPLE_ID, KEY_COMPONENT, KEY_RECORD = "_sample_id", "_component", "record"
+
+
+class Pipeline:
+    """Items of ``work_source``'s stream: records fetched from its datasets, then ``map`` steps.
+
+    ``work_source`` is the template source you built (each lane is cloned from it).
+    ``columns`` reads only those columns of path datasets (default: all).
+    """
+
+    def __init__(self, work_source: WorkSource, *, columns: Sequence[str] | None = None):
+        if not isinstance(work_source, WorkSource):
+            raise TypeError(f"Pipeline needs a WorkSource (e.g. StaticMixtureWorkSource), got "
+                            f"{type(work_source).__name__}")
+        if work_source.lane_id is not None:
+            raise ValueError(f"Pipeline needs the template source, not the clone of lane {work_source.lane_id}; "
+                             "pass the source you built (zephon clones it per lane)")
+        if columns is not None and (isinstance(columns, str) or not all(isinstance(c, str) for c in columns)):
+            raise TypeError(f"columns={columns!r} must be a list of column names, e.g. ['text']")
+        self._source = work_source
+        self._maps: tuple[Callable[[Any], Any], ...] = ()
+        self._columns = None if columns is None else tuple(columns)
+        self._vocabulary = component_table(work_source.component_ids())
+        names = np.empty(max(self._vocabulary.values(), default=-1) + 1, dtype=object)
+        for name, i in self._vocabulary.items():
+            names[i] = name
+        self._names = names
+        datasets = dict(work_source.datasets_by_id)
+        self._datasets = datasets
+        readable = np.zeros(max(datasets, default=-1) + 1, dtype=bool)
+        for dataset_id, dataset in datasets.items():
+            readable[dataset_id] = dataset.has_records
+        self._readable = readable
+        self._any_records = bool(readable.any())
+        self._all_paths = bool(datasets) and all(getattr(d, "catalog", None) is not None for d in datasets.values())
+
+    # -- composition ------------------------------------------------------------------------
+
+    def map(self, fn: Callable[[Any], Any]) -> Pipeline:
+        """A new pipeline that applies ``fn`` to every item (after the earlier steps).
+
+        ``fn`` must be stateless: an item's result may only depend on the item, since items are
+        produced by several workers and replayed on resume.
+        """
+        if not callable(fn):
+            raise TypeError(f"map(fn): fn must be callable, got {fn!r}")
+        new = object.__new__(Pipeline)
+        for slot in ("_source", "_columns", "_vocabulary", "_names", "_datasets", "_readable", "_any_records",
+                     "_all_paths"):
+            setattr(new, slot, getattr(self, slot))
+        new._maps = self._maps + (fn,)
+        return new
+
+    # -- what it is -------------------------------------------------------------------------
+
+    @property
+    def source(self) -> WorkSource:
+        return self._source
+
+    @property
+    def maps(self) -> tuple[Callable[[Any], Any], ...]:
+        return self._maps
+
+    @property
+    def columns(self) -> tuple[str, ...] | None:
+        return self._columns
+
+    @property
+    def datasets_by_id(self) -> Mapping[int, Any]:
+        return self._datasets
+
+    @property
+    def vocabulary(self) -> dict[str, int]:
+        """The source's ``component_ids()``: component name -> id."""
+        return self._vocabulary
+
+    def component_names(self, ids: np.ndarray) -> list[str]:
+        """Names of component ``ids`` (one per sample)."""
+        return self._names[ids].tolist()
+
+    @property
+    def is_indexable(self) -> bool:
+        """Whether items can be read by position (``to_indexable_torch_dataset``): a finite
+        source with random access (map steps are per record, so they never prevent it)."""
+        return bool(self._source.supports_indexing())
+
+    @property
+    def pointer_only(self) -> bool:
+        """No records and no map steps: an item is just its pointer and component."""
+        return not self._any_records and not self._maps
+
+    @property
+    def columnar(self) -> bool:
+        """Every dataset is a path dataset and there are no map steps: batches can be read as columns."""
+        return self._all_paths and not self._maps
+
+    # -- items ------------------------------------------------------------------------------
+
+    def materialize(self, pointers: np.ndarray, components: np.ndarray) -> list[Any]:
+        """The items of ``pointers`` (``(n, 3)`` int64) with component ids ``components``, in order."""
+        ids = pointers.tolist()
+        names = self._names[components].tolist()
+        if not self._any_records:
+            items: list[Any] = [{KEY_SAMPLE_ID: tuple(p), KEY_COMPONENT: c} for p, c in zip(ids, names)]
+        else:
+            readable = self._readable[pointers[:, 0]]
+            rows = np.flatnonzero(readable)
+            records = iter(fetch(self._datasets, pointers[rows], self._columns) if len(rows) else ())
+            items = []
+            for p, c, r in zip(ids, names, readable.tolist()):
+                if r:
+                    record = next(records)
+                    item = dict(record) if isinstance(record, Mapping) else {KEY_RECORD: record}
+                else:
+                    item = {}
+                item[KEY_SAMPLE_ID] = tuple(p)
+                item[KEY_COMPONENT] = c
+                items.append(item)
+        for fn in self._maps:
+            items = [fn(item) for item in items]
+        return items
+
+    def items_at(self, pointers: np.ndarray) -> list[Any]:
+        """Items of ``pointers`` whose component is their dataset's name (random access)."""
+        pointers = np.asarray(pointers, dtype=np.int64).reshape(-1, 3)
+        components = self._dataset_components()[pointers[:, 0]]
+        return self.materialize(pointers, components)
+
+    def _dataset_components(self) -> np.ndarray:
+        table = np.full(max(self._datasets, default=-1) + 1, -1, dtype=np.int64)
+        for dataset_id, dataset in self._datasets.items():
+            component = self._vocabulary.get(dataset.name)
+            if component is None:
+                raise TypeError(f"dataset {dataset.name!r} is not a component of the source "
+                                f"({sorted(self._vocabulary)}), so random access cannot name its component")
+            table[dataset_id] = component
+        return table
+
+    def __iter__(self) -> Iterator[Any]:
+        """Every item of the stream in one process: lane 0 of 1, i.e. global chunk order."""
+        return ItemStream(self, [0], 1, initial_entries(self._source, [0], 1))
+
+    # -- torch front ends (import torch) ------------------------------------------------------
+
+    def to_torch_dataset(self, *, canonical_replicas: int | None = None, mapping: str = "contiguous",
+                         rank: int | None = None, world_size: int | None = None) -> Any:
+        """A torch ``IterableDataset`` of the items: see :class:`zephon.torch.StreamDataset`."""
+        from zephon.torch import StreamDataset
+
+        return StreamDataset(self, canonical_replicas=canonical_replicas, mapping=mapping, rank=rank,
+                             world_size=world_size)
+
+    def to_indexable_torch_dataset(self, *, lane: int | None = None, canonical_replicas: int | None = None) -> Any:
+        """A map-style torch ``Dataset`` of the items: see :class:`zephon.torch.IndexedDataset`.
+
+        Raises ``TypeError`` when the pipeline is not indexable (see :attr:`is_indexable`).
+        """
+        from zephon.torch import IndexedDataset
+
+        return IndexedDataset(self, lane=lane, canonical_replicas=canonical_replicas)
+
+    def __repr__(self) -> str:
+        maps = ", ".join(getattr(fn, "__qualname__", repr(fn)) for fn in self._maps)
+        return f"Pipeline({self._source!r}{', maps=[' + maps + ']' if maps else ''})"

@@ -1,0 +1,128 @@
+"""The lane book: which lanes a rank reads, and where each stands (shared by every torch front end)."""
+from __future__ import annotations
+
+import logging
+from typing import Any, Mapping, Sequence
+
+from zephon.runtime._lanes import check_count, check_mapping, rank_lanes, worker_lanes
+from zephon.runtime._state import (
+    LoaderState,
+    dataset_differences,
+    dataset_fingerprints,
+    make_state,
+    missing_lanes,
+    parse_state,
+)
+from zephon.runtime._stream import Entry, initial_entries
+
+log = logging.getLogger("zephon")
+_logged: set[str] = set()
+
+
+def log_once(message: str) -> None:
+    """Log ``message`` (a warning) once per process."""
+    if message not in _logged:
+        _logged.add(message)
+        log.warning(message)
+
+
+class LaneBook:
+    """Lanes of one rank and their ledger entries; validates and adopts checkpoints.
+
+    ``canonical_replicas`` is fixed on first use: the value asked for, else the one of a
+    loaded checkpoint, else ``world_size``.
+    """
+
+    def __init__(self, pipeline: Any, *, canonical_replicas: int | None, mapping: str, rank: int, world_size: int):
+        if canonical_replicas is not None:
+            check_count("canonical_replicas", canonical_replicas)
+        self.pipeline = pipeline
+        self.mapping = check_mapping(mapping)
+        self.rank, self.world_size = rank, world_size
+        self._requested = canonical_replicas
+        self._replicas: int | None = None
+        self._entries: dict[int, Entry] | None = None
+        self._datasets = dataset_fingerprints(pipeline.datasets_by_id)
+
+    @property
+    def canonical_replicas(self) -> int:
+        if self._replicas is None:
+            self._replicas = self._requested or self.world_size
+        return self._replicas
+
+    def rank_lanes(self) -> list[int]:
+        lanes = rank_lanes(self.canonical_replicas, self.rank, self.world_size, self.mapping)
+        if not lanes:
+            log_once(f"zephon: rank {self.rank} of {self.world_size} owns no lane (canonical_replicas="
+                     f"{self.canonical_replicas}); it stays idle")
+        return lanes
+
+    def worker_lanes(self, worker: int, num_workers: int) -> list[int]:
+        return worker_lanes(self.rank_lanes(), worker, num_workers, self.mapping)
+
+    def entries(self, lanes: Sequence[int] | None = None) -> dict[int, Entry]:
+        """Ledger entries of ``lanes`` (default: the rank's)."""
+        lanes = self.rank_lanes() if lanes is None else lanes
+        if self._entries is None:
+            return initial_entries(self.pipeline.source, lanes, self.canonical_replicas)
+        missing = [lane for lane in lanes if lane not in self._entries]
+        if missing:
+            raise RuntimeError(f"zephon: no position for lanes {missing}; load a state that covers them")
+        return {lane: self._entries[lane] for lane in lanes}
+
+    def update(self, entries: Mapping[int, Entry]) -> None:
+        """Record the positions of some lanes (e.g. after an iteration)."""
+        current = dict(self._entries) if self._entries is not None else self.entries()
+        current.update(entries)
+        self._entries = current
+
+    def state(self, entries: Mapping[int, Entry], num_workers: int | None) -> dict:
+        topology = {"world_size": self.world_size, "ranks": [self.rank], "mapping": self.mapping,
+                    "num_workers": num_workers}
+        return make_state(self.canonical_replicas, entries, self._datasets, topology)
+
+    def check(self, state: Any, worker: tuple[int, int] = (0, 1)) -> LoaderState:
+        """Validate ``state`` against this pipeline and rank; raise ``ValueError`` before changing anything.
+
+        Checks the format and version, ``canonical_replicas``, the datasets' fingerprints,
+        that the state covers the lanes read here (the rank's lanes under the state's
+        ``canonical_replicas``; only those of ``worker = (id, count)`` inside a DataLoader
+        worker), and that each of those lanes' source state restores (which checks the
+        source's config fingerprint).
+        """
+        parsed = parse_state(state)
+        replicas = parsed.canonical_replicas
+        if self._requested is not None and replicas != self._requested:
+            raise ValueError(f"the checkpoint was taken with canonical_replicas={replicas}, but this loader was "
+                             f"built with canonical_replicas={self._requested}; canonical_replicas is fixed for a "
+                             f"run: pass canonical_replicas={replicas} (or leave it unset)")
+        differences = dataset_differences(parsed.datasets, self._datasets)
+        if differences:
+            raise ValueError("the checkpoint was taken over other data: " + "; ".join(differences)
+                             + ". Restore it into a pipeline over the same datasets")
+        lanes = worker_lanes(rank_lanes(replicas, self.rank, self.world_size, self.mapping), *worker, self.mapping)
+        missing = missing_lanes(parsed, lanes)
+        if missing:
+            have = sorted(parsed.entries)
+            raise ValueError(f"the checkpoint lacks lanes {missing} that rank {self.rank} of {self.world_size} "
+                             f"reads (it holds lanes {have if len(have) <= 16 else f'{have[:16]}...'}); load "
+                             "the global checkpoint (all_gather_state / merge_states of every rank's state)")
+        template = self.pipeline.source
+        hint = template.chunk_size_hint()
+        for lane in lanes:
+            state_of_lane, consumed, _ = parsed.entries[lane]
+            try:
+                template.clone_for_lane(lane, replicas).load_state_dict(state_of_lane)
+            except (ValueError, TypeError, KeyError) as error:
+                raise ValueError(f"lane {lane} of the checkpoint does not restore into this pipeline's source: "
+                                 f"{error}") from error
+            if hint is not None and consumed > hint:
+                raise ValueError(f"lane {lane} of the checkpoint has consumed={consumed} samples of a chunk of "
+                                 f"at most {hint}; the checkpoint is corrupted")
+        return parsed
+
+    def load(self, state: Any, worker: tuple[int, int] = (0, 1)) -> LoaderState:
+        parsed = self.check(state, worker)
+        self._replicas = parsed.canonical_replicas
+        self._entries = dict(parsed.entries)
+        return parsed

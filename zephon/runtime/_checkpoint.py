@@ -1,0 +1,118 @@
+"""Checkpoint files: atomic (temp file + fsync + rename), checksummed, JSON.
+
+A file is one header line and the state as compact JSON::
+
+    zephon-checkpoint 1 sha256=<64 hex digits> bytes=<payload length>
+    {"canonical_replicas": 4, ...}
+
+A reader checks the header, the length (a truncated file is refused) and the checksum (a
+corrupted one is refused) before parsing anything; nothing is unpickled. A writer killed at
+any moment leaves the previous file intact: the new one only replaces it by ``os.replace``
+once it is completely on disk.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from typing import Any
+
+from zephon.runtime._state import parse_state
+
+MAGIC = "zephon-checkpoint"
+FILE_VERSION = 1
+
+
+def _encode(state: Any) -> bytes:
+    try:
+        return json.dumps(state, sort_keys=True, separators=(",", ":"), allow_nan=False).encode("utf-8")
+    except (TypeError, ValueError) as error:
+        raise TypeError(f"save_checkpoint: the state is not plain JSON ({error}); pass a state_dict() of a "
+                        "zephon loader (or merge_states / all_gather_state of them)") from error
+
+
+def save_checkpoint(path: str | os.PathLike, state: Any) -> None:
+    """Write ``state`` (a loader state) to ``path`` atomically, with a checksum.
+
+    Writes a temporary file in the same directory, flushes and fsyncs it, renames it over
+    ``path`` and fsyncs the directory. Call it on one rank (e.g. rank 0, after
+    :func:`zephon.torch.all_gather_state`).
+    """
+    parse_state(state)  # refuse to write something that would not load
+    payload = _encode(state)
+    header = f"{MAGIC} {FILE_VERSION} sha256={hashlib.sha256(payload).hexdigest()} bytes={len(payload)}\n"
+    path = os.fspath(path)
+    directory = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(prefix=os.path.basename(path) + ".", suffix=".tmp", dir=directory)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(header.encode("ascii"))
+            f.write(payload)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    try:
+        dir_fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(dir_fd)
+    except OSError:
+        pass
+    finally:
+        os.close(dir_fd)
+
+
+def _refuse(path: str, why: str) -> ValueError:
+    return ValueError(f"checkpoint {path!r} {why}; it was not written completely by save_checkpoint or was "
+                      "changed since: restore an earlier checkpoint")
+
+
+def load_checkpoint(path: str | os.PathLike, *, expect: Any = None) -> dict:
+    """Read a checkpoint written by :func:`save_checkpoint`; refuse a truncated or corrupted one.
+
+    Checks the header, the length, the checksum, the state's kind and version. With
+    ``expect`` (a zephon ``DataLoader`` or torch dataset), also checks that it restores
+    there: ``canonical_replicas``, the datasets' fingerprints, the source's config
+    fingerprint and the lanes that loader reads (its ``check_state_dict``). Returns the state.
+    """
+    path = os.fspath(path)
+    with open(path, "rb") as f:
+        data = f.read()
+    newline = data.find(b"\n")
+    if newline < 0:
+        raise _refuse(path, "has no header line (it is truncated or not a zephon checkpoint)")
+    try:
+        fields = data[:newline].decode("ascii").split(" ")
+    except UnicodeDecodeError:
+        raise _refuse(path, "does not start with a zephon checkpoint header") from None
+    if (len(fields) != 4 or fields[0] != MAGIC or not fields[2].startswith("sha256=")
+            or not fields[3].startswith("bytes=")):
+        raise _refuse(path, "does not start with a zephon checkpoint header")
+    if fields[1] != str(FILE_VERSION):
+        raise ValueError(f"checkpoint {path!r} has file version {fields[1]}; this zephon reads version {FILE_VERSION}: "
+                         "restore it with the zephon version that wrote it")
+    try:
+        size = int(fields[3][len("bytes="):])
+    except ValueError:
+        raise _refuse(path, "has a malformed header") from None
+    payload = data[newline + 1:]
+    if len(payload) != size:
+        raise _refuse(path, f"is truncated or padded: {len(payload)} bytes of state, the header says {size}")
+    if hashlib.sha256(payload).hexdigest() != fields[2][len("sha256="):]:
+        raise _refuse(path, "fails its sha256 checksum (corrupted)")
+    try:
+        state = json.loads(payload)
+    except ValueError as error:
+        raise _refuse(path, f"holds malformed JSON ({error})") from error
+    parse_state(state)
+    if expect is not None:
+        expect.check_state_dict(state)
+    return state

@@ -1,0 +1,353 @@
+"""One reader's sample stream over its lanes, and the ledger that checkpoints it exactly.
+
+A reader (a DataLoader worker, or the main process with ``num_workers=0``) owns some lanes.
+It reads them **round robin, one sample at a time**: round ``j`` takes the next sample of
+every active lane in lane order; a lane whose chunk is used up pulls its next chunk at its
+turn, and a lane whose source has ended leaves the rotation. Positions in this stream are
+absolute sample counts of the reader.
+
+:class:`LaneMux` produces the stream (whole rounds at a time, as arrays) and records two
+kinds of facts, by position:
+
+* a :class:`Segment` — from ``start`` on, the rotation is ``lanes`` (it changes only when a
+  lane ends, so there are few);
+* an :class:`Event` — at ``position`` a lane started a new chunk whose chunk-start state is
+  ``state`` (or, for a lane that ended, the state that returns ``None``).
+
+:class:`Tracker` turns those facts into the **ledger** at any position ``p``: per lane, the
+lane source's state at the start of the chunk in flight and how many samples of that chunk
+were consumed. The ledger is all a checkpoint holds; restoring loads the state, regenerates
+the chunk and skips the consumed samples. Facts are positioned, so a producer may run ahead
+of its consumer (prefetch) without changing the ledger at ``p``.
+
+Turn flags make a resume on the *same* topology exact batch for batch, not only lane for
+lane: ``DELIVERED`` marks the lanes that already gave their sample of the current round.
+A restored reader puts those lanes first in its rotation and starts mid-round after them
+(a segment may start at a negative position for that). On another topology the flags
+still give a deterministic order; per-lane streams are exact either way.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Iterator, Mapping, Sequence
+
+import numpy as np
+
+Entry = tuple  # (lane state at the start of the chunk in flight, samples consumed from it, turn flags)
+DELIVERED = 1  # turn flag: the lane already gave its sample of its reader's current round
+SERVED = 2  # turn flag: the lane's reader already gave its batch of the loader's current cycle
+
+
+@dataclass(frozen=True, slots=True)
+class Segment:
+    """From ``start`` on, rounds visit ``lanes`` in this order (empty: the stream has ended)."""
+
+    start: int  # absolute position of the first sample of the first round, >= 0
+    lanes: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """A lane's chunk boundary: samples of the lane at ``position`` or later belong to the chunk
+    that starts at ``state`` (for a lane that ended: ``state`` returns ``None`` and no sample
+    of the lane comes at or after ``position``)."""
+
+    position: int
+    lane: int
+    state: dict
+
+
+class _Lane:
+    __slots__ = ("lane", "source", "pointers", "components")
+
+    def __init__(self, lane: int, source: Any):
+        self.lane, self.source = lane, source
+        self.pointers = np.zeros((0, 3), dtype=np.int64)
+        self.components = np.zeros(0, dtype=np.int64)
+
+
+def component_table(vocabulary: Mapping[str, int]) -> dict[str, int]:
+    """Check a source's ``component_ids()``: unique non-negative int ids."""
+    table = dict(vocabulary)
+    ids = list(table.values())
+    if not all(type(i) is int and i >= 0 for i in ids) or len(set(ids)) != len(ids):
+        raise ValueError(f"component_ids() must map names to unique ints >= 0, got {table!r}")
+    return table
+
+
+class LaneMux:
+    """Round-robin sample stream of ``lanes``, resumed from ledger ``entries``.
+
+    ``template`` is the unbound source; each lane is cloned from it and restored to its
+    entry ``(state, consumed, turn)``: the chunk is regenerated and ``consumed`` samples
+    skipped; lanes flagged ``DELIVERED`` lead the rotation, which resumes right after them.
+    Component names are mapped to ids with ``vocabulary`` (the source's ``component_ids()``).
+    """
+
+    def __init__(self, template: Any, lanes: Sequence[int], canonical_replicas: int,
+                 entries: Mapping[int, Entry], vocabulary: Mapping[str, int]):
+        self._vocabulary = vocabulary
+        self._offsets: dict[int, int] = {}  # lane -> samples of its current chunk already generated
+        self.position = 0  # samples handed out by take()
+        self._frontier = 0  # samples generated
+        self._carry: list[tuple[np.ndarray, np.ndarray]] = []
+        self._segments: list[Segment] = []
+        self._events: list[Event] = []
+        active, delivered = [], set()
+        for lane in lanes:
+            state, consumed, flags = entries[lane]
+            source = template.clone_for_lane(lane, canonical_replicas)
+            source.load_state_dict(state)
+            slot = _Lane(lane, source)
+            if self._load_chunk(slot) is None:
+                if consumed:
+                    raise ValueError(f"lane {lane}: the checkpoint says {consumed} samples of its chunk were "
+                                     "consumed, but the lane has ended there; the checkpoint is corrupted")
+                continue
+            if consumed > len(slot.pointers):
+                raise ValueError(f"lane {lane}: the checkpoint says {consumed} samples of its chunk were consumed, "
+                                 f"but the chunk holds {len(slot.pointers)}; the checkpoint is corrupted")
+            self._offsets[lane] = consumed
+            active.append(slot)
+            if flags & DELIVERED:
+                delivered.add(lane)
+        # lanes that gave their sample of the current round go first, and the rotation starts after them
+        self._active = active
+        fresh = self._refill_slots()
+        first = [slot for slot in self._active if slot.lane in delivered]
+        self._active = first + [slot for slot in self._active if slot.lane not in delivered]
+        self._start = -len(first)
+        self._rotation = tuple(slot.lane for slot in self._active)
+        self._segments.append(Segment(self._start, self._rotation))
+        self._record_fresh(fresh)
+
+    def _load_chunk(self, slot: _Lane) -> dict | None:
+        """Pull the lane's next non-empty chunk; its chunk-start state, or None at the end."""
+        while True:
+            state = slot.source.state_dict()
+            chunk = slot.source.next_chunk()
+            if chunk is None:
+                return None
+            if len(chunk):
+                break
+        pointers, local = chunk.read_order()
+        try:
+            ids = np.array([self._vocabulary[name] for name in chunk.component_names], dtype=np.int64)
+        except KeyError as error:
+            raise ValueError(f"lane {slot.lane} emitted component {error.args[0]!r}, which component_ids() "
+                             f"does not declare ({sorted(self._vocabulary)})") from None
+        slot.pointers, slot.components = pointers, ids[local]
+        return state
+
+    def _refill_slots(self) -> list[tuple[int, dict]]:
+        """Lanes whose chunk is used up pull the next one or leave the rotation (an END event).
+
+        Returns ``(lane, chunk-start state)`` of the lanes that got a new chunk."""
+        survivors, fresh = [], []
+        for slot in self._active:
+            if self._offsets[slot.lane] < len(slot.pointers):
+                survivors.append(slot)
+                continue
+            state = self._load_chunk(slot)
+            if state is None:
+                self._events.append(Event(self._frontier, slot.lane, slot.source.state_dict()))
+                del self._offsets[slot.lane]
+            else:
+                self._offsets[slot.lane] = 0
+                survivors.append(slot)
+                fresh.append((slot.lane, state))
+        self._active = survivors
+        return fresh
+
+    def _record_fresh(self, fresh: list[tuple[int, dict]]) -> None:
+        """NEW events at the position of each refreshed lane's next turn in the rotation."""
+        m = len(self._rotation)
+        index = {lane: i for i, lane in enumerate(self._rotation)}
+        for lane, state in sorted(fresh, key=lambda f: index[f[0]]):
+            at = self._start + index[lane]
+            if at < self._frontier:
+                at += -(-(self._frontier - at) // m) * m
+            self._events.append(Event(at, lane, state))
+        self._events.sort(key=lambda e: e.position)
+
+    def _generate(self, need: int) -> None:
+        """Append rounds to the carry until it grew by ``need`` samples or the lanes ended."""
+        made = 0
+        while made < need and self._active:
+            m = len(self._active)
+            phase = (self._frontier - self._start) % m
+            if phase:  # the rest of a round begun before a restore (every lane has a sample)
+                slots = self._active[phase:]
+                pointers = np.stack([s.pointers[self._offsets[s.lane]] for s in slots])
+                components = np.array([s.components[self._offsets[s.lane]] for s in slots], dtype=np.int64)
+                for slot in slots:
+                    self._offsets[slot.lane] += 1
+                self._carry.append((pointers, components))
+                self._frontier += len(slots)
+                made += len(slots)
+                continue
+            fresh = self._refill_slots()
+            rotation = tuple(slot.lane for slot in self._active)
+            if rotation != self._rotation:
+                self._start, self._rotation = self._frontier, rotation
+                self._segments.append(Segment(self._frontier, rotation))
+            self._record_fresh(fresh)
+            if not rotation:
+                return
+            m = len(rotation)
+            rounds = min(min(len(s.pointers) - self._offsets[s.lane] for s in self._active), -(-(need - made) // m))
+            if m == 1:
+                slot = self._active[0]
+                at = self._offsets[slot.lane]
+                pointers = slot.pointers[at:at + rounds]
+                components = slot.components[at:at + rounds]
+            else:
+                pointers = np.empty((rounds, m, 3), dtype=np.int64)
+                components = np.empty((rounds, m), dtype=np.int64)
+                for i, slot in enumerate(self._active):
+                    at = self._offsets[slot.lane]
+                    pointers[:, i] = slot.pointers[at:at + rounds]
+                    components[:, i] = slot.components[at:at + rounds]
+                pointers, components = pointers.reshape(-1, 3), components.reshape(-1)
+            for slot in self._active:
+                self._offsets[slot.lane] += rounds
+            self._carry.append((pointers, components))
+            self._frontier += rounds * m
+            made += rounds * m
+
+    def take(self, n: int) -> tuple[np.ndarray, np.ndarray]:
+        """The next ``n`` samples (fewer only at the end): ``(pointers (k, 3), component ids (k,))``."""
+        have = sum(len(p) for p, _ in self._carry)
+        if have < n:
+            self._generate(n - have)
+        if len(self._carry) == 1 and len(self._carry[0][0]) <= n:
+            pointers, components = self._carry.pop()
+        elif not self._carry:
+            pointers, components = np.zeros((0, 3), dtype=np.int64), np.zeros(0, dtype=np.int64)
+        else:
+            pointers = np.concatenate([p for p, _ in self._carry])
+            components = np.concatenate([c for _, c in self._carry])
+            self._carry = [(pointers[n:], components[n:])] if len(pointers) > n else []
+            pointers, components = pointers[:n], components[:n]
+        self.position += len(pointers)
+        return np.ascontiguousarray(pointers), np.ascontiguousarray(components)
+
+    def drain(self) -> tuple[list[Segment], list[Event]]:
+        """The segments and events recorded since the last drain (they cover every sample taken)."""
+        segments, events = self._segments, self._events
+        self._segments, self._events = [], []
+        return segments, events
+
+
+class Tracker:
+    """The ledger of a reader's lanes at any position, from its starting entries and the facts.
+
+    ``extend`` adds the facts a :class:`LaneMux` drained (in order); ``entries_at(p)`` is the
+    ledger once the first ``p`` samples are consumed, with the ``DELIVERED`` turn flag;
+    ``fold(p)`` forgets what lies before ``p`` (positions below it can no longer be asked for).
+    """
+
+    def __init__(self, entries: Mapping[int, Entry]):
+        self._base = {lane: (state, consumed) for lane, (state, consumed, _) in entries.items()}
+        self._flags = {lane: flags & DELIVERED for lane, (_, _, flags) in entries.items()}
+        self._base_position = 0
+        self._segments: list[tuple[int, tuple[int, ...], dict[int, int]]] = []
+        self._events: list[Event] = []
+
+    def extend(self, segments: Sequence[Segment], events: Sequence[Event]) -> None:
+        self._segments.extend((s.start, s.lanes, {lane: i for i, lane in enumerate(s.lanes)}) for s in segments)
+        self._events.extend(events)
+
+    def _count(self, lane: int, a: int, b: int) -> int:
+        """Samples of ``lane`` at positions ``[a, b)``."""
+        total = 0
+        for k, (start, lanes, index) in enumerate(self._segments):
+            end = self._segments[k + 1][0] if k + 1 < len(self._segments) else b
+            lo, hi = max(a, start), min(b, end)
+            i = index.get(lane)
+            if lo >= hi or i is None:
+                continue
+            m = len(lanes)
+            total += max(0, (hi - start - i + m - 1) // m) - max(0, (lo - start - i + m - 1) // m)
+        return total
+
+    def _delivered(self, position: int) -> set[int]:
+        """Lanes that gave their sample of the round in progress at ``position``."""
+        current = None
+        for start, lanes, _ in self._segments:
+            if start <= position:
+                current = (start, lanes)
+        if current is None:
+            return {lane for lane, flag in self._flags.items() if flag}
+        start, lanes = current
+        return set(lanes[:(position - start) % len(lanes)]) if lanes else set()
+
+    def entries_at(self, position: int) -> dict[int, Entry]:
+        if position < self._base_position:
+            raise ValueError(f"position {position} was folded away (ledger starts at {self._base_position})")
+        latest: dict[int, Event] = {}
+        for event in self._events:
+            if event.position < position:
+                latest[event.lane] = event
+        delivered = self._delivered(position)
+        out = {}
+        for lane, (state, consumed) in self._base.items():
+            event = latest.get(lane)
+            flags = DELIVERED if lane in delivered else 0
+            if event is not None:
+                out[lane] = (event.state, self._count(lane, event.position, position), flags)
+            else:
+                out[lane] = (state, consumed + self._count(lane, self._base_position, position), flags)
+        return out
+
+    def fold(self, position: int) -> None:
+        if position == self._base_position:
+            return
+        entries = self.entries_at(position)
+        self._base = {lane: (state, consumed) for lane, (state, consumed, _) in entries.items()}
+        self._flags = {lane: flags for lane, (_, _, flags) in entries.items()}
+        self._base_position = position
+        self._events = [e for e in self._events if e.position >= position]
+        keep = 0
+        while keep + 1 < len(self._segments) and self._segments[keep + 1][0] <= position:
+            keep += 1
+        del self._segments[:keep]
+
+
+class ItemStream(Iterator):
+    """Items of one reader's lanes, one at a time, with the exact ledger of what was handed out.
+
+    ``entries()`` is the ledger after the items returned so far (whatever was read ahead).
+    """
+
+    def __init__(self, pipeline: Any, lanes: Sequence[int], canonical_replicas: int,
+                 entries: Mapping[int, Entry], block: int | None = None):
+        self._pipeline = pipeline
+        self._mux = LaneMux(pipeline.source, lanes, canonical_replicas, entries, pipeline.vocabulary)
+        self._tracker = Tracker({lane: entries[lane] for lane in lanes})
+        self._block = block or (4096 if pipeline.pointer_only else 256)
+        self._items: list[Any] = []
+        self._next = 0
+        self._position = 0
+
+    def __next__(self) -> Any:
+        if self._next == len(self._items):
+            self._tracker.fold(self._position)
+            pointers, components = self._mux.take(self._block)
+            self._tracker.extend(*self._mux.drain())
+            if not len(pointers):
+                self._items, self._next = [], 0
+                raise StopIteration
+            self._items, self._next = self._pipeline.materialize(pointers, components), 0
+        item = self._items[self._next]
+        self._next += 1
+        self._position += 1
+        return item
+
+    def entries(self) -> dict[int, Entry]:
+        return self._tracker.entries_at(self._position)
+
+
+def initial_entries(template: Any, lanes: Sequence[int], canonical_replicas: int) -> dict[int, Entry]:
+    """The ledger at the start of the stream: every lane at its initial state, nothing consumed."""
+    return {lane: (template.clone_for_lane(lane, canonical_replicas).state_dict(), 0, 0) for lane in lanes}

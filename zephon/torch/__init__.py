@@ -1,0 +1,24 @@
+"""zephon on torch: DataLoader, datasets and checkpoints (needs the ``zephon[torch]`` extra).
+
+| use | for |
+|---|---|
+| :class:`DataLoader` | a torch DataLoader over a Pipeline with exact, elastic ``state_dict()`` |
+| :class:`StreamDataset` | ``pipeline.to_torch_dataset()``: an ``IterableDataset`` (Stateful for torchdata) |
+| :class:`IndexedDataset` | ``pipeline.to_indexable_torch_dataset()``: map-style, via random access |
+| :func:`collate` | the default batch maker (``_sample_id`` → ``(B, 3)`` int64 tensor) |
+| :func:`all_gather_state`, :func:`merge_states` | per-rank states → one global checkpoint |
+| :func:`save_checkpoint`, :func:`load_checkpoint` | atomic, checksummed checkpoint files |
+| :func:`stateful_dataloader_state` | the zephon state inside a ``StatefulDataLoader`` state |
+| :func:`detect_topology` | rank / world size as zephon sees them |
+"""
+from zephon.runtime import load_checkpoint, merge_states, save_checkpoint
+from zephon.torch._collate import collate
+from zephon.torch._datasets import IndexedDataset, StreamDataset
+from zephon.torch._dist import all_gather_state, stateful_dataloader_state
+from zephon.torch._loader import DataLoader
+from zephon.torch._topology import Topology, detect_topology
+
+__all__ = [
+    "DataLoader", "IndexedDataset", "StreamDataset", "Topology", "all_gather_state", "collate", "detect_topology",
+    "load_checkpoint", "merge_states", "save_checkpoint", "stateful_dataloader_state",
+]

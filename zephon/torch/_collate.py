@@ -1,0 +1,61 @@
+"""Batches: zephon's default collate, and the columnar form for path datasets."""
+from __future__ import annotations
+
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+import pyarrow as pa
+import torch
+from torch.utils.data import default_collate
+
+from zephon.io import fetch_table
+from zephon.pipeline import KEY_COMPONENT, KEY_SAMPLE_ID
+
+
+def collate(items: Sequence[Any]) -> Any:
+    """zephon's default ``collate_fn``: torch's ``default_collate``, except that ``_sample_id``
+    becomes one ``(batch, 3)`` int64 tensor and ``_component`` stays a list of names."""
+    if not items:
+        raise ValueError("collate: cannot make a batch of no items")
+    first = items[0]
+    if not isinstance(first, Mapping) or KEY_SAMPLE_ID not in first:
+        return default_collate(list(items))
+    out = {}
+    for key in first:
+        try:
+            values = [item[key] for item in items]
+        except (KeyError, TypeError):
+            raise ValueError(f"collate: the items of one batch have different fields ({key!r} is missing from some; "
+                             "components with other fields are mixed): make them uniform with a map step, or "
+                             "pass your own collate_fn") from None
+        if key == KEY_SAMPLE_ID:
+            out[key] = torch.tensor(values, dtype=torch.int64).reshape(-1, 3)
+        elif key == KEY_COMPONENT:
+            out[key] = values
+        else:
+            out[key] = default_collate(values)
+    return out
+
+
+def column_batch(column: pa.ChunkedArray) -> Any:
+    """One column as ``default_collate`` would batch its Python values (without making them)."""
+    kind = column.type
+    if column.null_count == 0:
+        if pa.types.is_integer(kind):
+            return torch.from_numpy(np.asarray(column, dtype=np.int64).copy())
+        if pa.types.is_floating(kind):
+            return torch.from_numpy(np.asarray(column, dtype=np.float64).copy())
+        if pa.types.is_boolean(kind):
+            return torch.from_numpy(np.asarray(column.to_numpy(zero_copy_only=False), dtype=bool).copy())
+        if pa.types.is_string(kind) or pa.types.is_large_string(kind):
+            return column.to_pylist()
+    return default_collate(column.to_pylist())
+
+
+def columnar_batch(pipeline: Any, pointers: np.ndarray, components: np.ndarray) -> dict:
+    """The batch of ``pointers`` read as Arrow columns: equal to ``collate(pipeline.materialize(...))``."""
+    table = fetch_table(pipeline.datasets_by_id, pointers, pipeline.columns)
+    out = {name: column_batch(table.column(name)) for name in table.column_names}
+    out[KEY_SAMPLE_ID] = torch.from_numpy(np.array(pointers, dtype=np.int64))
+    out[KEY_COMPONENT] = pipeline.component_names(components)
+    return out
