@@ -86,6 +86,8 @@ def _corrupt(path, value):
     _corrupt(["state", "alloc"], [0.0]),
     _corrupt(["state", "alloc"], [0.0, "x", 0.0]),
     _corrupt(["state", "alloc"], [0.0, float("nan"), 0.0]),
+    _corrupt(["state", "alloc"], [3.5, -3.5, 0.0]),
+    _corrupt(["state", "alloc"], [1e20, 0.0, 0.0]),
     _corrupt(["state", "cursors", "web"], KeyError),
     _corrupt(["state", "cursors", "web", "position"], 10**6),
     _corrupt(["state", "cursors", "web", "epoch"], -2),

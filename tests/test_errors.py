@@ -28,6 +28,7 @@ def build(**overrides):
     ({"mixture": {**MIX, "web": True}}, TypeError, "'web'"),
     ({"mixture": {**MIX, "web": "1"}}, TypeError, "'web'"),
     ({"mixture": {}}, ValueError, "non-empty"),
+    ({"mixture": [("web", 1)]}, TypeError, "mixture must be"),
     ({"chunk_size": 0}, ValueError, "chunk_size"),
     ({"chunk_size": True}, TypeError, "chunk_size"),
     ({"chunk_size": 10.0}, TypeError, "chunk_size"),
@@ -94,6 +95,10 @@ def test_settings_without_effect_warn():
         build(exhausted_policy="stop", max_repeats=2)
     with pytest.warns(RuntimeWarning, match="reshuffle_on_repeat"):
         build(exhausted_policy="stop", reshuffle_on_repeat=False)
+    with pytest.warns(RuntimeWarning, match="never repeats"):
+        build(exhausted_policy="repeat", max_repeats=0, reshuffle_on_repeat=False)
+    with pytest.warns(RuntimeWarning, match="no shuffle"):
+        build(exhausted_policy="repeat", shuffle_shards=False, shuffle_block_size=1, reshuffle_on_repeat=False)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         build(exhausted_policy="repeat", max_repeats=2, reshuffle_on_repeat=False)

@@ -98,3 +98,9 @@ def test_index_memory_is_small_per_chunk():
     source = StaticMixtureWorkSource(big, {"a": 0.5, "b": 0.5}, chunk_size=1024)
     index = build_index(source.config)
     assert index.chunks > 10_000 and index.nbytes / index.chunks <= 16
+
+
+def test_no_indices_give_no_samples():
+    source = StaticMixtureWorkSource(three_datasets(), {"web": 5, "code": 3, "math": 2}, chunk_size=10)
+    assert source.sample_ids_at([]).shape == (0, 3)
+    assert PointerSequence(source)[5:5].shape == (0, 3)

@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from zephon import Dataset, StaticMixtureWorkSource
-from zephon.core import initial_state, step
+from zephon.core import SourceState, initial_state, step
 from zephon.testing import assert_lanes_partition, assert_replay_equivalent, collect, cut_points, source_configs
 
 
@@ -184,3 +184,30 @@ def test_component_vocabulary_and_hooks():
     assert source.chunk_size_hint() == 64 and not source.requires_token_priming
     assert source.continues_after_exhaustion() == ()
     assert json.loads(json.dumps(source.state_dict()))["lane"] is None
+
+
+def test_a_state_no_pass_can_serve_ends_instead_of_looping():
+    data = [Dataset.from_counts("a", [5]), Dataset.from_counts("b", [100])]
+    config = StaticMixtureWorkSource(data, {"a": 0.5, "b": 0.5}, chunk_size=10, exhausted_policy="repeat",
+                                     ).clone_for_lane(0, 1).config
+    inconsistent = SourceState(chunk_index=3, alloc=(0.9, -0.9), cursors=initial_state(config).cursors)
+    assert step(inconsistent, config) == (None, inconsistent)  # a's quota 6 exceeds its whole pass of 5
+
+
+def test_weights_are_normalised_in_the_mixture_order():
+    from zephon.work import MixtureSpec
+
+    data = [Dataset.from_counts(n, [1000]) for n in "abc"]
+    mixture = {"c": 0.3, "b": 0.2, "a": 0.1}
+    source = StaticMixtureWorkSource(data, mixture, chunk_size=10, exhausted_policy="redistribute")
+    chunk = source.clone_for_lane(0, 1).next_chunk()
+    assert chunk.target_mixture == {n: MixtureSpec(mixture).normalized()[n] for n in "abc"}
+
+
+def test_numpy_integers_are_ints():
+    import numpy as np
+
+    source = StaticMixtureWorkSource(three_datasets(), {"web": 5, "code": 3, "math": 2},
+                                     chunk_size=np.int64(10), seed=np.uint32(7), max_repeats=np.int8(1),
+                                     exhausted_policy="repeat")
+    assert source.config.chunk_size == 10 and source.config.seed == 7

@@ -220,3 +220,12 @@ def test_draw_kernel_matches_reference(weights, target, data):
     deficits, drawn = np.zeros(n), np.zeros(n, dtype=np.int64)
     assert kernel.draw(deficits, np.array(weights), table, available, drawn, target) == expected
     assert drawn.tolist() == ref_drawn and deficits.tolist() == ref_deficits
+
+
+def test_the_node_cache_tells_measure_functions_apart():
+    from zephon.work._priming import tokenizer_identity
+
+    words = TokenEstimation(measure=lambda r: len(r["text"].split()))
+    chars = TokenEstimation(measure=lambda r: len(r["text"]))
+    assert tokenizer_identity(words) != tokenizer_identity(chars)
+    assert tokenizer_identity(words) == tokenizer_identity(TokenEstimation(measure=words.measure))

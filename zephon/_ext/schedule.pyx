@@ -32,6 +32,7 @@ cdef struct Schedule:
     const int64_t* totals
     const int64_t* policies
     const int64_t* max_repeats
+    const int64_t* sum_order  # dataset indices in the mixture's insertion order (weights are summed so)
     double* weights  # active weights, recomputed only when a dataset retires
     Py_ssize_t retired  # drained redistributing datasets the weights were computed for; -1: none yet
     double* shares  # weights[c] * chunk_size, with the weights
@@ -152,7 +153,7 @@ cdef bint _update_weights(Schedule* s, int64_t* positions) noexcept nogil:
     Redistributing datasets never come back once drained, so the active set changes exactly
     when their count changes, and the divisions run only then.
     """
-    cdef Py_ssize_t c, retired = 0
+    cdef Py_ssize_t c, k, retired = 0
     cdef double total = 0.0
     for c in range(s.n):
         if s.policies[c] == REDISTRIBUTE and positions[c] >= s.totals[c]:
@@ -162,8 +163,9 @@ cdef bint _update_weights(Schedule* s, int64_t* positions) noexcept nogil:
     s.retired = retired
     for c in range(s.n):
         s.weights[c] = 0.0 if (s.policies[c] == REDISTRIBUTE and positions[c] >= s.totals[c]) else 1.0
-        if s.weights[c] > 0.0:
-            total += s.raw_weights[c]
+    for k in range(s.n):
+        if s.weights[s.sum_order[k]] > 0.0:
+            total += s.raw_weights[s.sum_order[k]]
     if total == 0.0:
         return False
     for c in range(s.n):
@@ -198,6 +200,8 @@ cdef Py_ssize_t _plan_chunk(Schedule* s, double* acc, int64_t* epochs, int64_t* 
             if s.policies[c] == REDISTRIBUTE:
                 quotas[c] = remaining
                 continue
+            if positions[c] == 0:  # a whole pass is too short: only a corrupted state gets here
+                return c
             if s.max_repeats[c] >= 0 and epochs[c] >= s.max_repeats[c]:
                 return c
             if s.stop_after > 0 and _passes_done(s, epochs, positions, c):
@@ -286,16 +290,17 @@ cdef class Scheduler:
     several threads walking different states.
     """
     cdef const double[::1] raw_weights
-    cdef const int64_t[::1] totals, policies, max_repeats
+    cdef const int64_t[::1] totals, policies, max_repeats, sum_order
     cdef int allocator
     cdef int64_t stop_after, chunk_size, lane, replicas
     cdef bint permute
     cdef uint64_t lane_key
 
     def __init__(self, int allocator, const double[::1] raw_weights, const int64_t[::1] totals,
-                 const int64_t[::1] policies, const int64_t[::1] max_repeats, int64_t stop_after,
-                 int64_t chunk_size, int64_t lane, int64_t replicas, bint permute, uint64_t lane_key):
-        self.allocator, self.raw_weights, self.totals = allocator, raw_weights, totals
+                 const int64_t[::1] policies, const int64_t[::1] max_repeats, const int64_t[::1] sum_order,
+                 int64_t stop_after, int64_t chunk_size, int64_t lane, int64_t replicas, bint permute,
+                 uint64_t lane_key):
+        self.allocator, self.raw_weights, self.totals, self.sum_order = allocator, raw_weights, totals, sum_order
         self.policies, self.max_repeats, self.stop_after = policies, max_repeats, stop_after
         self.chunk_size, self.lane, self.replicas = chunk_size, lane, replicas
         self.permute, self.lane_key = permute, lane_key
@@ -303,14 +308,15 @@ cdef class Scheduler:
     def __reduce__(self):
         """Pickle by the constructor's arguments (for spawned DataLoader workers)."""
         return Scheduler, (self.allocator, np.asarray(self.raw_weights), np.asarray(self.totals),
-                           np.asarray(self.policies), np.asarray(self.max_repeats), self.stop_after,
+                           np.asarray(self.policies), np.asarray(self.max_repeats), np.asarray(self.sum_order),
+                           self.stop_after,
                            self.chunk_size, self.lane, self.replicas, self.permute, self.lane_key)
 
     cdef int _open(self, Schedule* s, double* weights) except -1:
         cdef Py_ssize_t n = self.totals.shape[0]
         s.n, s.allocator, s.stop_after, s.chunk_size = n, self.allocator, self.stop_after, self.chunk_size
         s.raw_weights, s.totals = &self.raw_weights[0], &self.totals[0]
-        s.policies, s.max_repeats = &self.policies[0], &self.max_repeats[0]
+        s.policies, s.max_repeats, s.sum_order = &self.policies[0], &self.max_repeats[0], &self.sum_order[0]
         s.saved = <double*>malloc(3 * n * sizeof(double))
         s.order = <Py_ssize_t*>malloc(n * sizeof(Py_ssize_t))
         s.fixed = <int64_t*>malloc(n * sizeof(int64_t))

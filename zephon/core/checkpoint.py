@@ -116,11 +116,12 @@ def _count(what: str, value: Any, upper: int | None = None) -> int:
 def _alloc_from_json(value: Any, config: SourceConfig) -> Any:
     name = config.allocator.name
     if name == "accumulator":
+        bound = _alloc_bound(config)
         if (not isinstance(value, list) or len(value) != len(config.datasets)
-                or not all(type(v) is float and math.isfinite(v) for v in value)):
+                or not all(type(v) is float and abs(v) <= bound for v in value)):
             raise ValueError(
-                f"checkpoint alloc must be {len(config.datasets)} finite floats for the accumulator allocator, "
-                f"got {value!r}; the checkpoint is corrupted"
+                f"checkpoint alloc must be {len(config.datasets)} floats in [-{bound:g}, {bound:g}] "
+                f"(accumulators or token deficits), got {value!r}; the checkpoint is corrupted"
             )
         return tuple(value)
     if name == "fixed":
@@ -128,6 +129,14 @@ def _alloc_from_json(value: Any, config: SourceConfig) -> Any:
             raise ValueError(f"checkpoint alloc must be [] for the fixed allocator, got {value!r}")
         return ()
     return value
+
+
+def _alloc_bound(config: SourceConfig) -> float:
+    """How far an accumulator (at most 1 in magnitude) or a token deficit can stray from 0."""
+    if not config.token_mode:
+        return 1.0
+    largest = max((float(d.costs.max()) for d in config.datasets if d.costs is not None and len(d.costs)), default=1.0)
+    return 2.0 * len(config.datasets) * largest + 1.0
 
 
 def _cursors_from_json(value: Any, config: SourceConfig) -> tuple[CursorState, ...]:

@@ -90,6 +90,7 @@ class SourceConfig:
     lane_assignment: str  # MODULO or PERMUTE
     allocator: Allocator
     token_mode: bool = False  # weights are token shares (zephon.core.tokens)
+    weight_order: tuple[int, ...] = ()  # datasets in the mixture's insertion order; () = dataset order
     lane: int | None = None  # None: the template (whole stream)
     canonical_replicas: int | None = None
     chunk_key: int = field(init=False, repr=False)  # root key of per-chunk read seeds
@@ -116,13 +117,18 @@ class SourceConfig:
             _read_only([d.total for d in self.datasets]),
             _read_only([POLICIES.index(d.policy) for d in self.datasets]),
             _read_only([-1 if d.max_repeats is None else d.max_repeats for d in self.datasets]),
-            self.stop_after_passes or 0, self.chunk_size, lane, replicas,
+            _read_only(self.summing_order), self.stop_after_passes or 0, self.chunk_size, lane, replicas,
             self.lane_assignment != MODULO, self.lane_key,
         )
 
     @property
     def names(self) -> tuple[str, ...]:
         return tuple(d.name for d in self.datasets)
+
+    @property
+    def summing_order(self) -> tuple[int, ...]:
+        """The order weights are summed in when normalised: the mixture's insertion order."""
+        return self.weight_order or tuple(range(len(self.datasets)))
 
     @property
     def lane_binding(self) -> tuple[int, int]:
@@ -140,6 +146,7 @@ class SourceConfig:
             ],
             "mode": "tokens" if self.token_mode else "samples",
             "weights": [d.weight for d in self.datasets],
+            "mixture_order": [self.datasets[c].name for c in self.summing_order],
             "chunk_size": self.chunk_size,
             "seed": self.seed,
             "shuffle_shards": self.shuffle_shards,

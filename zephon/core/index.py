@@ -176,6 +176,8 @@ def samples_at(index: StreamIndex, config: SourceConfig, indices: np.ndarray) ->
     Pure. Targets are sorted so the schedule is walked forward once per snapshot interval;
     pointers are computed per (dataset, pass) group by the cursor kernel.
     """
+    if len(indices) == 0:
+        return np.empty((0, 3), dtype=np.int64)
     order = np.argsort(indices, kind="stable")
     quotas, epochs, positions, offsets = _plans(index, config, np.ascontiguousarray(indices[order]))
     dataset, rank = _draws(quotas, offsets)

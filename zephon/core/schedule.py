@@ -76,9 +76,9 @@ def active_weights(config: SourceConfig, cursors: tuple[CursorState, ...]) -> tu
     """Weights normalised over the active datasets (redistributing drained ones retire)."""
     active = [not (d.policy == REDISTRIBUTE and cur.position >= d.total) for d, cur in zip(config.datasets, cursors)]
     total = 0.0
-    for d, is_active in zip(config.datasets, active):
-        if is_active:
-            total += d.weight
+    for c in config.summing_order:
+        if active[c]:
+            total += config.datasets[c].weight
     return tuple(d.weight / total if is_active else 0.0 for d, is_active in zip(config.datasets, active))
 
 
@@ -115,6 +115,8 @@ def plan_chunk_reference(config: SourceConfig, alloc: Any, cursors: tuple[Cursor
             if d.policy == REDISTRIBUTE:
                 quotas[c] = remaining
                 continue
+            if now[c].position == 0:  # a whole pass cannot fill the quota: end rather than loop
+                return Ended(-1, c)
             if d.max_repeats is not None and now[c].epoch >= d.max_repeats:
                 return Ended(-1, c)
             if config.stop_after_passes is not None and passes_done(config, now, counting=c):

@@ -147,6 +147,8 @@ def plan_token_chunk(config: SourceConfig, deficits: tuple[float, ...], cursors:
         if not isinstance(outcome, int):
             break
         c, d = outcome, config.datasets[outcome]
+        if now[c].position == 0:  # one chunk draws more than a whole pass: end rather than loop
+            return Ended(-1, c)
         if d.max_repeats is not None and now[c].epoch >= d.max_repeats:
             return Ended(-1, c)
         if config.stop_after_passes is not None and passes_done(config, now, counting=c):

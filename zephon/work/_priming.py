@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import marshal
 import math
 import os
 import tempfile
@@ -37,13 +38,22 @@ MEASURED, PINNED, FALLBACK = "measured", "pinned", "fallback"
 
 
 def tokenizer_identity(estimation: TokenEstimation) -> str:
-    """A stable name for what counts tokens (part of the cache key)."""
+    """A stable name for what counts tokens (part of the cache key).
+
+    A function is named by its module, qualified name and a digest of its code and constants
+    (so two lambdas differ); a tokenizer object by its type, its name attributes and vocabulary
+    size, or by a digest of its serialisation when it has one (``tokenizers.Tokenizer``).
+    """
     thing = estimation.measure if estimation.measure is not None else estimation.tokenizer
     if hasattr(thing, "to_str"):
         return "tokenizers:" + hashlib.sha256(thing.to_str().encode()).hexdigest()[:16]
-    kind = thing if callable(thing) and not hasattr(thing, "encode") else type(thing)
-    name = getattr(thing, "name_or_path", "")
-    return f"{getattr(kind, '__module__', '?')}.{getattr(kind, '__qualname__', repr(kind))}:{name}"
+    code = getattr(thing, "__code__", None)
+    if code is not None:
+        digest = hashlib.sha256(marshal.dumps((code.co_code, code.co_consts, code.co_names))).hexdigest()[:16]
+        return f"{thing.__module__}.{thing.__qualname__}:{digest}"
+    kind = type(thing) if not isinstance(thing, type) else thing
+    names = [str(getattr(thing, a, "")) for a in ("name_or_path", "name", "vocab_size", "n_vocab")]
+    return f"{kind.__module__}.{kind.__qualname__}:{getattr(thing, '__qualname__', '')}:" + ":".join(names)
 
 
 def _shards_to_draw(dataset: Dataset, estimation: TokenEstimation) -> int:

@@ -5,6 +5,7 @@ Every check raises before anything is built, naming the parameter, the value and
 from __future__ import annotations
 
 import math
+import numbers
 import warnings
 from typing import Any, Mapping, Sequence
 
@@ -25,7 +26,7 @@ UNSET: Any = _Unset()
 
 
 def _int(parameter: str, value: Any, minimum: int, example: str) -> int:
-    if type(value) is bool or not isinstance(value, int):
+    if type(value) is bool or not isinstance(value, numbers.Integral):
         raise TypeError(f"{parameter} must be an int >= {minimum}, got {value!r}; pass e.g. {example}")
     if value < minimum:
         raise ValueError(f"{parameter} must be >= {minimum}, got {value!r}; pass e.g. {example}")
@@ -71,7 +72,11 @@ def _datasets(datasets: Any) -> list[Dataset]:
     return list(datasets)
 
 
-def _weights(mixture: Any, names: list[str]) -> list[float]:
+def _weights(mixture: Any, names: list[str]) -> tuple[list[float], tuple[int, ...]]:
+    """The weights in dataset order, and the datasets in the mixture's order (for summing)."""
+    if not isinstance(mixture, (MixtureSpec, Mapping)):
+        raise TypeError(f"mixture must be a MixtureSpec or a mapping name -> weight, got {mixture!r}; "
+                        f"pass e.g. {{{names[0]!r}: 1.0}}")
     spec = mixture if isinstance(mixture, MixtureSpec) else MixtureSpec(mixture)
     missing = [n for n in names if n not in spec.weights]
     unknown = [n for n in spec.weights if n not in names]
@@ -80,7 +85,7 @@ def _weights(mixture: Any, names: list[str]) -> list[float]:
             f"mixture names must equal the dataset names {names}: missing {missing}, unknown {unknown}; "
             f"give every dataset exactly one weight"
         )
-    return [spec.weights[n] for n in names]
+    return [spec.weights[n] for n in names], tuple(names.index(n) for n in spec.weights)
 
 
 def _block_sizes(value: Any, datasets: list[Dataset]) -> list[int]:
@@ -137,12 +142,16 @@ def _check_stopping(passes: int | None, policies: list[str], repeats: list[int |
 
 
 def _warn_no_effect(plans: list[DatasetPlan], shuffles: bool) -> None:
+    """Warn about settings that cannot change the stream (SPEC §1)."""
     for d in plans:
         if d.max_repeats is not None and d.policy != REPEAT:
-            warnings.warn(f"max_repeats={d.max_repeats} has no effect on {d.name!r}: its policy is {d.policy!r}", RuntimeWarning, stacklevel=4)
-        if not d.reshuffle_on_repeat and (d.policy != REPEAT or not shuffles):
-            why = f"its policy is {d.policy!r}" if d.policy != REPEAT else "no shuffle is enabled"
-            warnings.warn(f"reshuffle_on_repeat=False has no effect on {d.name!r}: {why}", RuntimeWarning, stacklevel=4)
+            warnings.warn(f"max_repeats={d.max_repeats} has no effect on {d.name!r}: its policy is {d.policy!r}",
+                          RuntimeWarning, stacklevel=4)
+        never_repeats = d.policy != REPEAT or d.max_repeats == 0
+        if not d.reshuffle_on_repeat and (never_repeats or not shuffles):
+            why = "it never repeats" if never_repeats else "no shuffle is enabled"
+            warnings.warn(f"reshuffle_on_repeat=False has no effect on {d.name!r}: {why}", RuntimeWarning,
+                          stacklevel=4)
 
 
 def check_liveness(plans: Sequence[DatasetPlan], chunk_size: int, allocation: str,
@@ -186,9 +195,9 @@ def resolve(
     """Validate every argument and build the template's SourceConfig."""
     datasets = _datasets(datasets)
     names = [d.name for d in datasets]
-    weights = _weights(mixture, names)
+    weights, weight_order = _weights(mixture, names)
     chunk_size = _int("chunk_size", chunk_size, 1, "16384")
-    if type(seed) is bool or not isinstance(seed, int):
+    if type(seed) is bool or not isinstance(seed, numbers.Integral):
         raise TypeError(f"seed must be an int, got {seed!r}; pass e.g. 0")
     shuffle_shards = _bool("shuffle_shards", shuffle_shards)
     shuffle_within_shard = _bool("shuffle_within_shard", shuffle_within_shard)
@@ -213,11 +222,12 @@ def resolve(
     ]
     if token_estimation is None or len(pinned) == len(plans):
         check_liveness(plans, chunk_size, allocator.name, token_shares(plans) if token_estimation else None)
-    _warn_no_effect(plans, shuffle_shards or shuffle_within_shard or shuffle_block_size is not None)
+    _warn_no_effect(plans, shuffle_shards or shuffle_within_shard or any(d.block_size > 1 for d in plans))
     return SourceConfig(
         datasets=tuple(plans), chunk_size=chunk_size, seed=int(seed), shuffle_shards=shuffle_shards,
         shuffle_within_shard=shuffle_within_shard, stop_after_passes=passes,
         lane_assignment=lane_assignment, allocator=allocator, token_mode=token_estimation is not None,
+        weight_order=weight_order,
     )
 
 

@@ -98,11 +98,10 @@ class StaticMixtureWorkSource(WorkSource):
         """Restore a checkpoint; a token-mode one brings its ratios (nothing is measured again)."""
         checkpoint.check_header(state)
         self._check_lane_header(state)
-        restored = checkpoint.state_from_json(state, self._config)
         ratios = checkpoint.ratios_from_json(state, self._config)
-        if ratios:
-            self._set_ratios(ratios)
-        self._state = restored
+        config = self._with_ratios(ratios) if ratios else self._config
+        self._state = checkpoint.state_from_json(state, config)
+        self._config, self._index = config, None
 
     @property
     def requires_token_priming(self) -> bool:
@@ -116,15 +115,17 @@ class StaticMixtureWorkSource(WorkSource):
         """
         if self._config.primed:
             return
-        self._set_ratios({
+        self._config = self._with_ratios({
             d.name: cached_ratio(self._datasets[i], i, self._estimation, self._config.seed, progress)
             for i, d in enumerate(self._config.datasets) if d.token_ratio is None
         })
+        self._index = None
 
-    def _set_ratios(self, ratios: dict[str, tuple[float, str]]) -> None:
+    def _with_ratios(self, ratios: dict[str, tuple[float, str]]) -> SourceConfig:
+        """The config with these token ratios, checked for liveness."""
         config = with_ratios(self._config, ratios)
         check_liveness(config.datasets, config.chunk_size, config.allocator.name, token_shares(config.datasets))
-        self._config, self._index = config, None
+        return config
 
     def chunk_size_hint(self) -> int:
         return self._config.chunk_size
