@@ -53,7 +53,7 @@ def test_remaining_samples_after_a_restore(kwargs, cut):
     assert restored.remaining_samples() == sum(len(chunk) for chunk in collect(restored, 10**6))
 
 
-def test_infinite_and_forked_sources_are_not_indexable():
+def test_infinite_sources_are_not_indexable_but_capped_ones_are():
     infinite = StaticMixtureWorkSource(three_datasets(), {"web": 5, "code": 3, "math": 2}, chunk_size=10,
                                        exhausted_policy="repeat")
     assert not infinite.supports_indexing()
@@ -61,9 +61,6 @@ def test_infinite_and_forked_sources_are_not_indexable():
         len(infinite)
     with pytest.raises(TypeError):
         PointerSequence(infinite)
-    forked = StaticMixtureWorkSource(three_datasets(), {"web": 5, "code": 3, "math": 2}, chunk_size=10,
-                                     allocation=_Fork())
-    assert not forked.supports_indexing()
     capped = StaticMixtureWorkSource(three_datasets(), {"web": 5, "code": 3, "math": 2}, chunk_size=10,
                                      exhausted_policy="repeat", max_repeats={"web": 1})
     assert capped.supports_indexing() and len(capped) > 0
@@ -104,3 +101,13 @@ def test_no_indices_give_no_samples():
     source = StaticMixtureWorkSource(three_datasets(), {"web": 5, "code": 3, "math": 2}, chunk_size=10)
     assert source.sample_ids_at([]).shape == (0, 3)
     assert PointerSequence(source)[5:5].shape == (0, 3)
+
+
+@given(source_configs(allocations="accumulator"))
+def test_a_forked_allocator_is_indexable_too(kwargs):
+    forked = StaticMixtureWorkSource(**dict(kwargs, allocation=_Fork())).clone_for_lane(0, 1)
+    expected = stream_of(StaticMixtureWorkSource(**kwargs).clone_for_lane(0, 1))
+    assert forked.supports_indexing() and len(forked) == len(expected)
+    picks = list(range(0, len(expected), 5))
+    assert [forked.sample_id_at(i) for i in picks] == [expected[i] for i in picks]
+    assert list(map(tuple, forked.sample_ids_at(picks).tolist())) == [expected[i] for i in picks]

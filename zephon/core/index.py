@@ -13,10 +13,12 @@ bijection, so the i-th sample of the mixed, shuffled, multi-pass stream is arith
    only on the counts; it is computed once per distinct count vector and cached.
 3. **Pointer** — the position in the dataset's pass goes through the cursor (core.cursor).
 
-Only finite streams of the built-in allocators are indexable.
+Finite sample-mode streams are indexable. With a fork's allocator the same walk runs in Python
+over the reference planner and keeps whole states as snapshots (slower, same answers).
 """
 from __future__ import annotations
 
+import bisect
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -25,7 +27,7 @@ import numpy as np
 from zephon.core.config import REPEAT, STOP, SourceConfig
 from zephon.core.cursor import take_at
 from zephon.core.readorder import read_order
-from zephon.core.schedule import SourceState, initial_state, state_arrays
+from zephon.core.schedule import Ended, SourceState, initial_state, plan_next_reference, state_arrays
 from zephon.core.step import step
 
 SNAPSHOT_EVERY = 8  # lane chunks between snapshots
@@ -42,7 +44,7 @@ def is_finite(config: SourceConfig) -> bool:
 
 
 def supports_indexing(config: SourceConfig) -> bool:
-    return config.scheduler is not None and is_finite(config)
+    return not config.token_mode and is_finite(config)
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -54,6 +56,7 @@ class StreamIndex:
     acc: np.ndarray  # (m, n) float64: accumulators
     length: int  # samples in the whole stream
     chunks: int  # chunks of the lane in the whole stream
+    states: tuple = ()  # (samples before, state) snapshots instead, for a fork's allocator (Python)
 
     @property
     def nbytes(self) -> int:
@@ -71,8 +74,6 @@ def _check_finite(config: SourceConfig) -> None:
 def _check_indexable(config: SourceConfig) -> None:
     if config.token_mode:
         raise TypeError("a token-aware source has a length but no random access (sample_id_at) yet")
-    if config.scheduler is None:
-        raise TypeError(f"random access needs a built-in allocator, not {config.allocator.name!r}")
     _check_finite(config)
 
 
@@ -99,10 +100,27 @@ def build_index(config: SourceConfig, every: int = SNAPSHOT_EVERY) -> StreamInde
     ``step`` if the stream cannot start.
     """
     _check_indexable(config)
-    ints, accs, chunks, length = _walk(config, initial_state(config), every, _FIRST_CAPACITY)
+    if config.scheduler is None:
+        states, chunks, length = _python_walk(config, initial_state(config), every)
+        ints, accs = np.empty((0, 0), dtype=np.int64), np.empty((0, 0))
+    else:
+        states, (ints, accs, chunks, length) = (), _walk(config, initial_state(config), every, _FIRST_CAPACITY)
     if length == 0:
         step(initial_state(config), config)  # raises the first-chunk error if there is one
-    return StreamIndex(every=every, ints=ints.copy(), acc=accs.copy(), length=length, chunks=chunks)
+    return StreamIndex(every=every, ints=ints.copy(), acc=accs.copy(), length=length, chunks=chunks,
+                       states=tuple(states))
+
+
+def _python_walk(config: SourceConfig, state: SourceState, every: int) -> tuple[list, int, int]:
+    """The index walk for a fork's allocator, with the reference planner: slow but the same."""
+    states, own, samples = [], 0, 0
+    while True:
+        if own % every == 0:
+            states.append((samples, state))
+        planned = plan_next_reference(state, config)
+        if isinstance(planned, Ended):
+            return states, own, samples
+        own, samples, state = own + 1, samples + sum(planned.quotas), planned.state
 
 
 def remaining_samples(state: SourceState, config: SourceConfig) -> int:
@@ -110,6 +128,8 @@ def remaining_samples(state: SourceState, config: SourceConfig) -> int:
     if config.token_mode:
         return _token_samples(state, config)
     _check_indexable(config)
+    if config.scheduler is None:
+        return _python_walk(config, state, 2**62)[2]
     return _walk(config, state, 2**62, 1)[3]
 
 
@@ -176,8 +196,8 @@ def samples_at(index: StreamIndex, config: SourceConfig, indices: np.ndarray) ->
     Pure. Targets are sorted so the schedule is walked forward once per snapshot interval;
     pointers are computed per (dataset, pass) group by the cursor kernel.
     """
-    if len(indices) == 0:
-        return np.empty((0, 3), dtype=np.int64)
+    if len(indices) == 0 or config.scheduler is None:
+        return np.array([sample_at(index, config, int(i)) for i in indices], dtype=np.int64).reshape(-1, 3)
     order = np.argsort(indices, kind="stable")
     quotas, epochs, positions, offsets = _plans(index, config, np.ascontiguousarray(indices[order]))
     dataset, rank = _draws(quotas, offsets)
@@ -192,10 +212,24 @@ def samples_at(index: StreamIndex, config: SourceConfig, indices: np.ndarray) ->
     return result
 
 
+def _locate_in_python(index: StreamIndex, config: SourceConfig, i: int, plan: np.ndarray) -> int:
+    """``locate_one`` for a fork's allocator: walk the reference planner from the snapshot."""
+    before, state = index.states[bisect.bisect_right([b for b, _ in index.states], i) - 1]
+    while True:
+        planned = plan_next_reference(state, config)
+        if i < before + sum(planned.quotas):
+            plan[:] = [planned.quotas, [c.epoch for c in planned.starts], [c.position for c in planned.starts]]
+            return i - before
+        before, state = before + sum(planned.quotas), planned.state
+
+
 def sample_at(index: StreamIndex, config: SourceConfig, i: int) -> tuple[int, int, int]:
     """The ``i``-th sample of the lane's stream in default read order (``samples_at`` for one)."""
     plan = np.empty((3, len(config.datasets)), dtype=np.int64)
-    offset = config.scheduler.locate_one(index.ints, index.acc, i, plan)
+    if config.scheduler is None:
+        offset = _locate_in_python(index, config, i, plan)
+    else:
+        offset = config.scheduler.locate_one(index.ints, index.acc, i, plan)
     quotas, epochs, positions = plan.tolist()
     datasets, ranks = _round_robin(tuple(quotas))
     c = int(datasets[offset])
