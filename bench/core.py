@@ -15,13 +15,15 @@ import subprocess
 import sys
 import time
 import tracemalloc
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Iterator
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from _common import Row, median_ratio, paired, table  # noqa: E402
 
 from zephon import Dataset, StaticMixtureWorkSource, WorkChunk  # noqa: E402
 
@@ -55,19 +57,6 @@ class Settings:
 
 FULL = Settings(repeats=11, chunks=1000, iter_chunks=40, round_trips=500, billion_runs=7)
 QUICK = Settings(repeats=5, chunks=200, iter_chunks=10, round_trips=100, billion_runs=5)
-
-
-@dataclass
-class Row:
-    """One printed figure: its median, target, ratio and the raw per-repeat samples."""
-
-    figure: str
-    median: float
-    unit: str  # "ptr/s", "s" or "MB"
-    target: str = ""
-    ratio: float | None = None
-    ok: bool | None = None
-    samples: list[float] = field(default_factory=list)
 
 
 # -- sources and baselines ---------------------------------------------------------------
@@ -164,25 +153,6 @@ def round_trip_seconds(lane: StaticMixtureWorkSource, trips: int) -> float:
 
 
 # -- measurement sections -----------------------------------------------------------------
-
-
-def paired(repeats: int, *measures: Callable[[], float]) -> list[list[float]]:
-    """Run the measures back to back ``repeats`` times after one untimed warm-up round.
-
-    Returns one list of samples per measure.
-    """
-    for measure in measures:
-        measure()
-    samples: list[list[float]] = [[] for _ in measures]
-    for _ in range(repeats):
-        for bucket, measure in zip(samples, measures):
-            bucket.append(measure())
-    return samples
-
-
-def median_ratio(numerators: list[float], denominators: list[float]) -> float:
-    """Median of the per-repeat ratios."""
-    return statistics.median(n / d for n, d in zip(numerators, denominators))
 
 
 def rate_row(figure: str, samples: list[float], base: list[float], target: str,
@@ -344,19 +314,6 @@ def peak_rss_mb() -> float:
 # -- output --------------------------------------------------------------------------------
 
 
-def show(value: float, unit: str) -> str:
-    """A value with a readable unit."""
-    if unit == "ptr/s":
-        return f"{value / 1e6:.1f} M ptr/s"
-    if unit == "s":
-        return f"{value * 1e3:.2f} ms" if value >= 1e-3 else f"{value * 1e6:.1f} us"
-    if unit == "1/s":
-        return f"{value / 1e3:,.0f} k/s"
-    if unit == "B":
-        return f"{value:.1f} B"
-    return f"{value:.1f} MB"
-
-
 def header(cfg: Settings, quick: bool) -> str:
     """What was measured and how, printed above the table."""
     datasets = ", ".join(f"{name}: {s} x {r:,} rows (w {WEIGHTS[name]})"
@@ -371,18 +328,6 @@ def header(cfg: Settings, quick: bool) -> str:
         "iteration run on fresh WorkChunk.from_buffer copies of source chunks (no cached order); "
         "1e9 rows: one fresh subprocess per repeat",
     ])
-
-
-def table(rows: list[Row]) -> str:
-    """The rows as an aligned text table."""
-    marks = {True: "PASS", False: "MISS", None: ""}
-    lines = [f"{'figure':<42} {'median':>15}  {'target':<20} {'ratio':>8}  ok",
-             "-" * 94]
-    for row in rows:
-        ratio = "" if row.ratio is None else f"{row.ratio:.1%}"
-        lines.append(f"{row.figure:<42} {show(row.median, row.unit):>15}  {row.target:<20} "
-                     f"{ratio:>8}  {marks[row.ok]}")
-    return "\n".join(lines)
 
 
 def parse_args() -> argparse.Namespace:

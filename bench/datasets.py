@@ -17,7 +17,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
@@ -26,7 +26,7 @@ import pyarrow.parquet as pq
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from core import median_ratio, paired  # noqa: E402  (bench/core.py)
+from _common import Row, median_ratio, paired, table  # noqa: E402
 
 from zephon import StaticMixtureWorkSource  # noqa: E402
 from zephon.io import Dataset, block_span, catalog, fetch, fetch_table  # noqa: E402
@@ -51,19 +51,6 @@ class Settings:
 
 FULL = Settings(files=64, rows=32_000, row_group=4096, repeats=5, tiny=100_000, builds=3)
 QUICK = Settings(files=16, rows=8_000, row_group=2048, repeats=3, tiny=10_000, builds=2)
-
-
-@dataclass
-class Row:
-    """One printed figure: its median, target, ratio and the raw per-repeat samples."""
-
-    figure: str
-    median: float
-    unit: str  # "rows/s", "s" or "MB"
-    target: str = ""
-    ratio: float | None = None
-    ok: bool | None = None
-    samples: list[float] = field(default_factory=list)
 
 
 # -- data ------------------------------------------------------------------------------------
@@ -297,26 +284,6 @@ def catalog_rows(cfg: Settings, root: Path) -> list[Row]:
 
 
 # -- output ------------------------------------------------------------------------------------
-
-
-def show(value: float, unit: str) -> str:
-    if unit == "rows/s":
-        return f"{value / 1e3:,.0f} k rows/s"
-    if unit == "s":
-        return f"{value * 1e3:,.0f} ms" if value < 10 else f"{value:.1f} s"
-    if unit == "n":
-        return f"{value:,.0f}"
-    return f"{value:,.1f} MB"
-
-
-def table(rows: list[Row]) -> str:
-    marks = {True: "PASS", False: "MISS", None: ""}
-    lines = [f"{'figure':<46} {'median':>16}  {'target':<20} {'ratio':>7}  ok", "-" * 100]
-    for row in rows:
-        ratio = "" if row.ratio is None else f"{row.ratio:.0%}"
-        lines.append(f"{row.figure:<46} {show(row.median, row.unit):>16}  {row.target:<20} {ratio:>7}  "
-                     f"{marks[row.ok]}")
-    return "\n".join(lines)
 
 
 def parse_args() -> argparse.Namespace:

@@ -12,7 +12,8 @@ import statistics
 import time
 
 import numpy as np
-from core import CHUNK_SIZE, SEED, SHARDS, WEIGHTS, Row, table
+from _common import Row, table
+from core import CHUNK_SIZE, SEED, SHARDS, WEIGHTS
 
 from zephon import Dataset, StaticMixtureWorkSource
 

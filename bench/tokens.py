@@ -17,7 +17,8 @@ import time
 from pathlib import Path
 
 import numpy as np
-from core import CHUNK_SIZE, SEED, SHARDS, WEIGHTS, Row, table
+from _common import Row, table
+from core import CHUNK_SIZE, SEED, SHARDS, WEIGHTS
 
 from zephon import Dataset, StaticMixtureWorkSource
 from zephon.work import TokenEstimation

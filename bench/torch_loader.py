@@ -15,7 +15,7 @@ import statistics
 import sys
 import tempfile
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Callable
 
@@ -25,6 +25,8 @@ import pyarrow.parquet as pq
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from _common import Row, median_ratio, paired, table  # noqa: E402
 
 import zephon.torch as zt  # noqa: E402
 from zephon import Dataset, Pipeline, StaticMixtureWorkSource  # noqa: E402
@@ -49,32 +51,6 @@ class Settings:
 
 FULL = Settings(repeats=7, batches=40_000, parquet_files=24, lanes_for_size=1024)
 QUICK = Settings(repeats=5, batches=8_000, parquet_files=8, lanes_for_size=1024)
-
-
-@dataclass
-class Row:
-    figure: str
-    median: float
-    unit: str  # "samples/s", "rows/s", "s", "bytes"
-    target: str = ""
-    ratio: float | None = None
-    ok: bool | None = None
-    samples: list[float] = field(default_factory=list)
-
-
-def paired(repeats: int, *measures: Callable[[], float]) -> list[list[float]]:
-    """Run the measures back to back ``repeats`` times after one untimed warm-up round."""
-    for measure in measures:
-        measure()
-    samples: list[list[float]] = [[] for _ in measures]
-    for _ in range(repeats):
-        for bucket, measure in zip(samples, measures):
-            bucket.append(measure())
-    return samples
-
-
-def median_ratio(a: list[float], b: list[float]) -> float:
-    return statistics.median(x / y for x, y in zip(a, b))
 
 
 # -- pointers --------------------------------------------------------------------------------
@@ -306,24 +282,6 @@ def checkpoint_rows(cfg: Settings) -> list[Row]:
 
 
 # -- output -------------------------------------------------------------------------------------------
-
-
-def show(value: float, unit: str) -> str:
-    if unit in ("samples/s", "rows/s"):
-        return f"{value / 1e6:.2f} M {unit}"
-    if unit == "s":
-        return f"{value * 1e3:.1f} ms"
-    return f"{value:,.0f} B"
-
-
-def table(rows: list[Row]) -> str:
-    marks = {True: "PASS", False: "MISS", None: ""}
-    lines = [f"{'figure':<46} {'median':>18}  {'target':<20} {'ratio':>8}  ok", "-" * 101]
-    for row in rows:
-        ratio = "" if row.ratio is None else f"{row.ratio:.1%}"
-        lines.append(f"{row.figure:<46} {show(row.median, row.unit):>18}  {row.target:<20} {ratio:>8}  "
-                     f"{marks[row.ok]}")
-    return "\n".join(lines)
 
 
 def main() -> None:

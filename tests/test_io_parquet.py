@@ -196,11 +196,19 @@ def test_unreadable_file_raises_naming_it(tmp_path):
         Dataset.from_path("d", tmp_path / "d")
 
 
-@pytest.mark.skipif(os.geteuid() == 0, reason="root reads files whatever their mode")
-def test_file_without_read_permission_raises_naming_it(tmp_path):
+def test_file_without_read_permission_raises_naming_it(tmp_path, monkeypatch):
     write_shards(tmp_path / "d", [2, 2])
-    os.chmod(tmp_path / "d" / "part-00001.parquet", 0)
-    with pytest.raises(ValueError, match="part-00001.parquet"):
+    unreadable = tmp_path / "d" / "part-00001.parquet"
+    os.chmod(unreadable, 0)  # root reads it anyway, so opening it is refused by hand too
+    real_open = open
+
+    def refuse(path, *args, **kwargs):
+        if os.fspath(path) == os.fspath(unreadable):
+            raise PermissionError(13, "Permission denied", os.fspath(path))
+        return real_open(path, *args, **kwargs)
+
+    monkeypatch.setattr("builtins.open", refuse)
+    with pytest.raises(ValueError, match="part-00001.parquet.*Permission denied"):
         Dataset.from_path("d", tmp_path / "d")
 
 

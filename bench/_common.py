@@ -1,0 +1,64 @@
+"""What every benchmark script shares: a result row, paired measurement, and the table."""
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass, field
+from typing import Callable
+
+
+@dataclass
+class Row:
+    """One printed figure: its median, target, ratio and the raw per-repeat samples."""
+
+    figure: str
+    median: float
+    unit: str  # "ptr/s", "samples/s", "rows/s", "1/s", "s", "B", "MB" or "n"
+    target: str = ""
+    ratio: float | None = None
+    ok: bool | None = None
+    samples: list[float] = field(default_factory=list)
+
+
+def paired(repeats: int, *measures: Callable[[], float]) -> list[list[float]]:
+    """Run the measures back to back ``repeats`` times after one untimed warm-up round.
+
+    Returns one list of samples per measure.
+    """
+    for measure in measures:
+        measure()
+    samples: list[list[float]] = [[] for _ in measures]
+    for _ in range(repeats):
+        for bucket, measure in zip(samples, measures):
+            bucket.append(measure())
+    return samples
+
+
+def median_ratio(numerators: list[float], denominators: list[float]) -> float:
+    """Median of the per-repeat ratios."""
+    return statistics.median(n / d for n, d in zip(numerators, denominators))
+
+
+def show(value: float, unit: str) -> str:
+    """A value with a readable unit."""
+    if unit in ("ptr/s", "samples/s", "rows/s"):
+        return f"{value / 1e6:.2f} M {unit}"
+    if unit == "1/s":
+        return f"{value / 1e3:,.0f} k/s"
+    if unit == "s":
+        return f"{value * 1e3:.2f} ms" if value >= 1e-3 else f"{value * 1e6:.1f} us"
+    if unit == "B":
+        return f"{value:,.1f} B"
+    if unit == "n":
+        return f"{value:,.0f}"
+    return f"{value:.1f} MB"
+
+
+def table(rows: list[Row]) -> str:
+    """The rows as an aligned text table."""
+    marks = {True: "PASS", False: "MISS", None: ""}
+    lines = [f"{'figure':<48} {'median':>18}  {'target':<20} {'ratio':>8}  ok", "-" * 104]
+    for row in rows:
+        ratio = "" if row.ratio is None else f"{row.ratio:.1%}"
+        lines.append(f"{row.figure:<48} {show(row.median, row.unit):>18}  {row.target:<20} {ratio:>8}  "
+                     f"{marks[row.ok]}")
+    return "\n".join(lines)
