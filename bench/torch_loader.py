@@ -270,8 +270,8 @@ def checkpoint_rows(cfg: Settings) -> list[Row]:
     read, one_lane, eight_lanes, everything = paired(cfg.repeats, load_file, restore(lanes), restore(lanes // 8),
                                                      validate_all)
     return [
-        Row(f"checkpoint file, {lanes} lanes (global)", size, "bytes", "size ∝ lanes", None, None, [size]),
-        Row("  per lane", size / lanes, "bytes", "", None, None, [size / lanes]),
+        Row(f"checkpoint file, {lanes} lanes (global)", size, "B", "size ∝ lanes", None, None, [size]),
+        Row("  per lane", size / lanes, "B", "", None, None, [size / lanes]),
         Row("load_checkpoint (read + verify)", statistics.median(read), "s", "", None, None, read),
         Row("restore: 1-lane rank, to first batch", statistics.median(one_lane), "s", "", None, None, one_lane),
         Row("restore: 8-lane rank, to first batch", statistics.median(eight_lanes), "s", "", None, None,
