@@ -25,7 +25,7 @@ from functools import lru_cache
 import numpy as np
 
 from zephon.core.config import REPEAT, STOP, SourceConfig
-from zephon.core.cursor import take_at
+from zephon.core.cursor import take, take_at
 from zephon.core.readorder import read_order
 from zephon.core.schedule import Ended, SourceState, initial_state, plan_next_reference, state_arrays
 from zephon.core.step import step
@@ -233,5 +233,6 @@ def sample_at(index: StreamIndex, config: SourceConfig, i: int) -> tuple[int, in
     quotas, epochs, positions = plan.tolist()
     datasets, ranks = _round_robin(tuple(quotas))
     c = int(datasets[offset])
-    position = np.array([positions[c] + ranks[offset]], dtype=np.int64)
-    return tuple(take_at(config, c, epochs[c], position)[0].tolist())
+    pointer = np.empty((1, 3), dtype=np.int64)
+    take(pointer, 0, config, c, epochs[c], positions[c] + int(ranks[offset]), 1)
+    return tuple(pointer[0].tolist())

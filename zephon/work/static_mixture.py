@@ -170,8 +170,9 @@ class StaticMixtureWorkSource(WorkSource):
     def _check_index(self, i: Any) -> int:
         if type(i) is bool or not isinstance(i, (int, np.integer)):
             raise TypeError(f"sample index must be an int, got {i!r}")
-        if not 0 <= i < len(self):
-            raise IndexError(f"sample index {i} is out of range [0, {len(self)})")
+        length = self._stream_index().length
+        if not 0 <= i < length:
+            raise IndexError(f"sample index {i} is out of range [0, {length})")
         return int(i)
 
     def continues_after_exhaustion(self) -> tuple[str, ...]:
