@@ -111,3 +111,15 @@ def test_a_forked_allocator_is_indexable_too(kwargs):
     picks = list(range(0, len(expected), 5))
     assert [forked.sample_id_at(i) for i in picks] == [expected[i] for i in picks]
     assert list(map(tuple, forked.sample_ids_at(picks).tolist())) == [expected[i] for i in picks]
+
+
+def test_batched_lookups_survive_colliding_shape_keys(monkeypatch):
+    import zephon.core.index as index_module
+
+    source = StaticMixtureWorkSource(three_datasets(), {"web": 5, "code": 3, "math": 2}, chunk_size=7,
+                                     exhausted_policy={"web": "repeat", "code": "redistribute", "math": "repeat"},
+                                     max_repeats={"web": 1, "math": 3})
+    indices = np.arange(len(source))
+    expected = source.sample_ids_at(indices)
+    monkeypatch.setattr(index_module, "_shape_keys", lambda quotas: np.zeros(len(quotas), dtype=np.int64))
+    assert (source.sample_ids_at(indices) == expected).all()

@@ -182,7 +182,10 @@ def _draws(quotas: np.ndarray, offsets: np.ndarray) -> tuple[np.ndarray, np.ndar
     """For each target: the dataset it is drawn from and its rank among that dataset's draws."""
     dataset, rank = np.empty(len(offsets), dtype=np.int64), np.empty(len(offsets), dtype=np.int64)
     for rows in _groups(_shape_keys(quotas)):
-        for shape in np.unique(quotas[rows], axis=0):  # one shape unless two rows' keys collide
+        shapes = quotas[rows[:1]]
+        if not (quotas[rows] == shapes).all():  # two shapes share a key: rare, sort them apart
+            shapes = np.unique(quotas[rows], axis=0)
+        for shape in shapes:
             same = rows[(quotas[rows] == shape).all(axis=1)]
             datasets, ranks = _round_robin(tuple(shape.tolist()))
             dataset[same] = datasets[offsets[same]]
