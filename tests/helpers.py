@@ -27,3 +27,14 @@ def three_datasets(scale: int = 1) -> list[Dataset]:
         Dataset.from_counts("code", [40 * scale] * 5 + [0, 7]),
         Dataset.from_counts("math", np.arange(1, 9) * scale),
     ]
+
+
+def lane_streams(source, replicas: int) -> dict[int, list[tuple[int, int, int]]]:
+    """Every lane's whole stream of pointers, in read order."""
+    out = {}
+    for lane in range(replicas):
+        clone, pointers = source.clone_for_lane(lane, replicas), []
+        while (chunk := clone.next_chunk()) is not None:
+            pointers.extend(map(tuple, chunk.read_order()[0].tolist()))
+        out[lane] = pointers
+    return out

@@ -8,6 +8,7 @@ import json
 import os
 
 import pytest
+from helpers import lane_streams
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -48,16 +49,6 @@ def drain(mux, sizes, tracker=None):
         if not len(pointers):
             return out
         out.extend(zip(map(tuple, pointers.tolist()), components.tolist()))
-
-
-def lane_streams(source, replicas):
-    out = {}
-    for lane in range(replicas):
-        clone, pointers = source.clone_for_lane(lane, replicas), []
-        while (chunk := clone.next_chunk()) is not None:
-            pointers.extend(map(tuple, chunk.read_order()[0].tolist()))
-        out[lane] = pointers
-    return out
 
 
 setup = st.fixed_dictionaries({

@@ -4,6 +4,7 @@ import json
 import numpy as np
 import pytest
 import torch
+from helpers import lane_streams
 from torch.utils.data import DataLoader as TorchDataLoader
 from torch.utils.data import DistributedSampler
 from torchdata import stateful_dataloader as stateful  # the test extra pins torchdata
@@ -23,16 +24,6 @@ def make_source(seed=3, policy="stop"):
 
 def ids(batch):
     return list(map(tuple, batch["_sample_id"].tolist()))
-
-
-def lane_streams(source, replicas):
-    out = {}
-    for lane in range(replicas):
-        clone, pointers = source.clone_for_lane(lane, replicas), []
-        while (chunk := clone.next_chunk()) is not None:
-            pointers.extend(map(tuple, chunk.read_order()[0].tolist()))
-        out[lane] = pointers
-    return out
 
 
 def test_iterable_dataset_with_a_plain_torch_loader_covers_the_stream_once():

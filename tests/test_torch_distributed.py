@@ -21,6 +21,7 @@ import traceback
 import pytest
 import torch.distributed as dist
 import torch.multiprocessing as torch_mp
+from helpers import lane_streams
 
 import zephon.torch as zt
 from zephon import Dataset, Pipeline, StaticMixtureWorkSource
@@ -141,14 +142,7 @@ def saver_killed_mid_save(rank, world, path, marker):
 # -- tests ------------------------------------------------------------------------------------
 
 
-def lane_streams():
-    source, out = make_source(), {}
-    for lane in range(REPLICAS):
-        clone, pointers = source.clone_for_lane(lane, REPLICAS), []
-        while (chunk := clone.next_chunk()) is not None:
-            pointers.extend(map(tuple, chunk.read_order()[0].tolist()))
-        out[lane] = pointers
-    return out
+
 
 
 @pytest.fixture(scope="module")
@@ -176,7 +170,7 @@ def test_resume_on_another_topology_continues_every_lane(first_run, world, worke
     assert all(r["replicas"] == REPLICAS for r in second)
     assert sorted(lane for r in second for lane in r["lanes"]) == list(range(REPLICAS))
     seen = [tuple(p) for r in first for p in r["seen"]] + [tuple(p) for r in second for p in r["seen"]]
-    reference = lane_streams()
+    reference = lane_streams(make_source(), REPLICAS)
     owner = {p: lane for lane, pointers in reference.items() for p in pointers}
     assert len(seen) == len(set(seen)) == len(owner) and set(seen) == set(owner)  # nothing missing or repeated
     # per lane: the first leg's samples, then the second leg's, in the order they came
@@ -247,7 +241,7 @@ def test_torchrun_launch_detects_the_topology_and_checkpoints(tmp_path):
     loader = zt.DataLoader(Pipeline(make_source()), batch_size=7, num_workers=2)
     loader.load_state_dict(zt.load_checkpoint(tmp_path / "ckpt"))  # 2 ranks -> 1 process
     seen += [p for batch in loader for p in ids(batch)]
-    reference = lane_streams()
+    reference = lane_streams(make_source(), REPLICAS)
     owner = {p: lane for lane, pointers in reference.items() for p in pointers}
     assert sorted(seen) == sorted(owner)
     assert {lane: [p for p in seen if owner[p] == lane] for lane in reference} == reference

@@ -9,6 +9,7 @@ import math
 
 import pytest
 import torch
+from helpers import lane_streams
 
 import zephon.torch as zt
 from zephon import Dataset, Pipeline, StaticMixtureWorkSource
@@ -33,16 +34,6 @@ def sample_ids(unit):
 
 def flatten(units):
     return [p for unit in units for p in sample_ids(unit)]
-
-
-def lane_streams(source, replicas):
-    out = {}
-    for lane in range(replicas):
-        clone, pointers = source.clone_for_lane(lane, replicas), []
-        while (chunk := clone.next_chunk()) is not None:
-            pointers.extend(map(tuple, chunk.read_order()[0].tolist()))
-        out[lane] = pointers
-    return out
 
 
 def reader_stream(source, lanes, replicas):
