@@ -92,6 +92,19 @@ def passes_done(config: SourceConfig, cursors: list[CursorState], counting: int 
     return True
 
 
+def start_next_pass(config: SourceConfig, now: list[CursorState], c: int) -> Ended | None:
+    """Move repeating dataset ``c`` to its next pass in ``now``, or say why the stream ends (SPEC §4)."""
+    d = config.datasets[c]
+    if now[c].position == 0:  # a whole pass cannot serve one chunk: end rather than loop
+        return Ended(-1, c)
+    if d.max_repeats is not None and now[c].epoch >= d.max_repeats:
+        return Ended(-1, c)
+    if config.stop_after_passes is not None and passes_done(config, now, counting=c):
+        return Ended(-1, c)
+    now[c] = CursorState(epoch=now[c].epoch + 1, position=0)
+    return None
+
+
 def plan_chunk_reference(config: SourceConfig, alloc: Any, cursors: tuple[CursorState, ...]):
     """Plan one global chunk (SPEC §4): ``(quotas, starts, weights, alloc', cursors')`` or ``Ended``.
 
@@ -115,13 +128,9 @@ def plan_chunk_reference(config: SourceConfig, alloc: Any, cursors: tuple[Cursor
             if d.policy == REDISTRIBUTE:
                 quotas[c] = remaining
                 continue
-            if now[c].position == 0:  # a whole pass cannot fill the quota: end rather than loop
-                return Ended(-1, c)
-            if d.max_repeats is not None and now[c].epoch >= d.max_repeats:
-                return Ended(-1, c)
-            if config.stop_after_passes is not None and passes_done(config, now, counting=c):
-                return Ended(-1, c)
-            now[c] = CursorState(epoch=now[c].epoch + 1, position=0)
+            ended = start_next_pass(config, now, c)
+            if ended:
+                return ended
             restart = True
             break
     if config.stop_after_passes is not None and passes_done(config, now):

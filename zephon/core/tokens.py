@@ -25,7 +25,16 @@ import numpy as np
 from zephon._ext import tokens as _kernel
 from zephon.core.config import REDISTRIBUTE, STOP, DatasetPlan, SourceConfig
 from zephon.core.cursor import take
-from zephon.core.schedule import CursorState, Ended, Planned, SourceState, active_weights, passes_done, walk_to_lane
+from zephon.core.schedule import (
+    CursorState,
+    Ended,
+    Planned,
+    SourceState,
+    active_weights,
+    passes_done,
+    start_next_pass,
+    walk_to_lane,
+)
 
 _DONE = -1
 
@@ -146,14 +155,9 @@ def plan_token_chunk(config: SourceConfig, deficits: tuple[float, ...], cursors:
         outcome = _draw_chunk(config, saved, weights, now)
         if not isinstance(outcome, int):
             break
-        c, d = outcome, config.datasets[outcome]
-        if now[c].position == 0:  # one chunk draws more than a whole pass: end rather than loop
-            return Ended(-1, c)
-        if d.max_repeats is not None and now[c].epoch >= d.max_repeats:
-            return Ended(-1, c)
-        if config.stop_after_passes is not None and passes_done(config, now, counting=c):
-            return Ended(-1, c)
-        now[c] = CursorState(epoch=now[c].epoch + 1, position=0)
+        ended = start_next_pass(config, now, outcome)
+        if ended:
+            return ended
     if isinstance(outcome, Ended):
         return outcome
     quotas, new_deficits = outcome
