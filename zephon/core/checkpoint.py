@@ -1,9 +1,9 @@
 """JSON checkpoints of a mixture source: tagged, versioned, keyed by dataset name.
 
 A checkpoint holds the lane binding, a fingerprint of the config and the state (a few
-numbers per dataset), so its size never grows with training (under a kilobyte for a few datasets) and restores in
-O(1). ``state_from_json`` validates everything before anything is built; nothing is ever
-unpickled.
+numbers per dataset), so its size never grows with training (under a kilobyte for a few
+datasets) and it restores in O(1). ``state_from_json`` validates everything before anything
+is built; nothing is ever unpickled.
 """
 from __future__ import annotations
 
