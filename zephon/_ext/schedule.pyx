@@ -262,14 +262,24 @@ cdef int64_t _skip_quiet(Schedule* s, double* acc, int64_t* epochs, int64_t* pos
 cdef Py_ssize_t _walk(Schedule* s, int64_t lane, int64_t replicas, bint permute, uint64_t lane_key,
                       int64_t* g, double* acc, int64_t* epochs, int64_t* positions,
                       int64_t* quotas, int64_t* start_epochs, int64_t* start_positions) noexcept nogil:
-    """Plan chunks from g[0] until the lane's own one; other lanes' chunks only move numbers."""
+    """Plan chunks from g[0] until the lane's own one; other lanes' chunks only move numbers.
+
+    Quiet chunks (no dataset reaches the end of its pass) take the allocator-only path, the
+    lane's own chunk included; the others take SPEC §4's full checks.
+    """
     cdef Py_ssize_t c, status
     cdef int64_t own = _next_own(g[0], lane, replicas, permute, lane_key)
     while True:
+        if not _update_weights(s, positions):
+            return ALL_DONE
         if g[0] < own:
-            if not _update_weights(s, positions):
-                return ALL_DONE
             g[0] += _skip_quiet(s, acc, epochs, positions, quotas, own - g[0])
+        if g[0] == own:
+            for c in range(s.n):
+                start_epochs[c] = epochs[c]
+                start_positions[c] = positions[c]
+            if _skip_quiet(s, acc, epochs, positions, quotas, 1) == 1:
+                return PLANNED
         status = _plan_chunk(s, acc, epochs, positions, quotas)
         if status != PLANNED:
             return status

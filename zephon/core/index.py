@@ -166,9 +166,17 @@ def _plans(index: StreamIndex, config: SourceConfig, targets: np.ndarray):
 
 def _groups(keys: np.ndarray) -> list[np.ndarray]:
     """Row indices grouped by equal ``keys`` (one sort, no per-group scans)."""
-    order = np.argsort(keys, kind="stable")
+    order = np.argsort(keys)
     bounds = np.flatnonzero(np.diff(keys[order])) + 1
     return np.split(order, bounds)
+
+
+def _pass_groups(dataset: np.ndarray, epoch: np.ndarray) -> list[np.ndarray]:
+    """Rows grouped by (dataset, pass). Rows follow the stream, so within a dataset the passes
+    never go back: a stable radix sort by dataset alone puts every pass in one run."""
+    order = np.argsort(dataset.astype(np.int16 if dataset.max(initial=0) < 2**15 else np.int64), kind="stable")
+    d, e = dataset[order], epoch[order]
+    return np.split(order, np.flatnonzero((np.diff(d) != 0) | (np.diff(e) != 0)) + 1)
 
 
 def _shape_keys(quotas: np.ndarray) -> np.ndarray:
@@ -201,13 +209,13 @@ def samples_at(index: StreamIndex, config: SourceConfig, indices: np.ndarray) ->
     """
     if len(indices) == 0 or config.scheduler is None:
         return np.array([sample_at(index, config, int(i)) for i in indices], dtype=np.int64).reshape(-1, 3)
-    order = np.argsort(indices, kind="stable")
+    order = np.argsort(indices)
     quotas, epochs, positions, offsets = _plans(index, config, np.ascontiguousarray(indices[order]))
     dataset, rank = _draws(quotas, offsets)
     rows = np.arange(len(order))
     epoch, position = epochs[rows, dataset], positions[rows, dataset] + rank
     pointers = np.empty((len(order), 3), dtype=np.int64)
-    for members in _groups(epoch * len(config.datasets) + dataset):
+    for members in _pass_groups(dataset, epoch):
         c, e = int(dataset[members[0]]), int(epoch[members[0]])
         pointers[members] = take_at(config, c, e, position[members])
     result = np.empty_like(pointers)
