@@ -1,7 +1,7 @@
 """JSON checkpoints of a mixture source: tagged, versioned, keyed by dataset name.
 
 A checkpoint holds the lane binding, a fingerprint of the config and the state (a few
-numbers per dataset), so its size never grows with training (under a kilobyte for a few
+numbers per dataset), so its size never grows with training (about a kilobyte for a few
 datasets) and it restores in O(1). ``state_from_json`` validates everything before anything
 is built; nothing is ever unpickled.
 """
