@@ -39,9 +39,16 @@ from zephon.core.schedule import (
 _DONE = -1
 
 
+_MEAN_COST, _COST_OF_ID = "mean cost", "costs by id"  # keys of a plan's memo (``DatasetPlan.layouts``)
+
+
 def mean_cost(plan: DatasetPlan) -> float:
-    """Average cost of a draw over one pass (row-weighted over shards)."""
-    return float((plan.shard_counts * plan.costs).sum() / plan.total) if plan.total else 1.0
+    """Average cost of a draw over one pass (row-weighted over shards), memoised on the plan."""
+    cost = plan.layouts.get(_MEAN_COST)
+    if cost is None:
+        cost = float((plan.shard_counts * plan.costs).sum() / plan.total) if plan.total else 1.0
+        plan.layouts[_MEAN_COST] = cost
+    return cost
 
 
 def token_shares(plans: Sequence[DatasetPlan]) -> list[float]:
@@ -81,7 +88,7 @@ def draw_reference(deficits: list[float], weights: Sequence[float], costs: Seque
 
 def _cost_of_shard_id(plan: DatasetPlan) -> Callable[[np.ndarray], np.ndarray]:
     """Shard ids → draw costs: a direct table when ids are dense (the usual case), else a search."""
-    memo = plan.layouts.get(("costs by id", id(plan.costs)))
+    memo = plan.layouts.get(_COST_OF_ID)
     if memo is None:
         top = int(plan.shard_ids[-1]) if len(plan.shard_ids) else 0
         if top < 4 * len(plan.shard_ids) + 1024:
@@ -90,7 +97,7 @@ def _cost_of_shard_id(plan: DatasetPlan) -> Callable[[np.ndarray], np.ndarray]:
             memo = table.take
         else:
             memo = lambda ids: plan.costs[np.searchsorted(plan.shard_ids, ids)]
-        plan.layouts[("costs by id", id(plan.costs))] = memo
+        plan.layouts[_COST_OF_ID] = memo
     return memo
 
 
