@@ -6,7 +6,7 @@ from hypothesis import strategies as st
 
 from zephon import Dataset, StaticMixtureWorkSource
 from zephon._ext import cursor as kernel
-from zephon.core.cursor import _detect_shape, epoch_layout, pointer_reference, take, take_at
+from zephon.core.cursor import _detect_shape, epoch_layout, pointer_reference, shard_runs, take, take_at
 from zephon.core.keys import DOMAIN_BLOCK, DOMAIN_SHARD_ORDER, DOMAIN_WITHIN_SHARD, purpose_key
 from zephon.testing import datasets
 
@@ -229,6 +229,18 @@ def test_uniform_layouts_are_constant_size():
         layout = epoch_layout(config, 0, epoch)
         assert layout.uniform and not layout.materialised  # no block mosaic: never any table
     assert tuple(out[-1]) == pointer_reference(config, 0, 49, 10**9 - 1)
+
+
+@given(st.one_of(layouts, uniform_layouts), st.integers(0, 3), st.data())
+def test_shard_runs_encode_the_reference_shards(layout, epoch, data):
+    config = _config(layout)
+    total = config.datasets[0].total
+    position = data.draw(st.integers(0, total))
+    count = data.draw(st.integers(0, total - position))
+    ends, ids = shard_runs(config, 0, epoch, position, count)
+    shards = [pointer_reference(config, 0, epoch, p)[1] for p in range(position, position + count)]
+    expected_ends = [j + 1 for j in range(count) if j + 1 == count or shards[j + 1] != shards[j]]
+    assert ends.tolist() == expected_ends and ids.tolist() == [shards[e - 1] for e in expected_ends]
 
 
 def test_take_at_checks_its_arguments():

@@ -9,7 +9,8 @@ from hypothesis import strategies as st
 
 from zephon import Dataset, StaticMixtureWorkSource
 from zephon._ext import tokens as kernel
-from zephon.core.tokens import draw_reference
+from zephon.core.config import COST_UNITS, MAX_COST
+from zephon.core.tokens import WEIGHT_SCALE, deficit_bound, draw_reference, weight_units
 from zephon.io import fetch
 from zephon.testing import assert_lanes_partition, assert_replay_equivalent, collect
 from zephon.work.tokens import TokenEstimation
@@ -205,21 +206,41 @@ def test_token_settings_are_checked_against_the_source():
         pinned_source(token_estimation="tokens")
 
 
-@given(st.lists(st.floats(0.05, 1.0), min_size=1, max_size=5), st.integers(1, 200), st.data())
+def _as_runs(costs: list[list[int]]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per-draw costs as the kernel's run tables (runs of equal cost, back to back)."""
+    ends, table, first = [], [], [0]
+    for row in costs:
+        last = [j for j in range(len(row)) if j + 1 == len(row) or row[j + 1] != row[j]]
+        ends += [j + 1 for j in last]
+        table += [row[j] for j in last]
+        first.append(len(ends))
+    return (np.array(ends, dtype=np.int64), np.array(table, dtype=np.int64), np.array(first, dtype=np.int64))
+
+
+@given(st.lists(st.floats(1e-9, 1.0), min_size=1, max_size=11), st.integers(1, 200), st.data())
 def test_draw_kernel_matches_reference(weights, target, data):
+    """Both kernel paths (up to 8 datasets in registers, more on the heap), inactive datasets,
+    costs that change within a chunk and the largest costs: the same draws and deficits."""
     n = len(weights)
-    weights = [w / sum(weights) for w in weights]
-    costs = [data.draw(st.lists(st.floats(1.0, 50.0), min_size=0, max_size=target)) for _ in range(n)]
-    width = max(1, max(len(c) for c in costs))
-    table = np.zeros((n, width))
-    for c, row in enumerate(costs):
-        table[c, :len(row)] = row
-    available = np.array([len(c) for c in costs], dtype=np.int64)
-    ref_deficits, ref_drawn = [0.0] * n, [0] * n
-    expected = draw_reference(ref_deficits, weights, costs, available.tolist(), ref_drawn, target)
-    deficits, drawn = np.zeros(n), np.zeros(n, dtype=np.int64)
-    assert kernel.draw(deficits, np.array(weights), table, available, drawn, target) == expected
+    weights = [0.0 if data.draw(st.booleans()) and c else w for c, w in enumerate(weights)]
+    units = weight_units(tuple(w / sum(weights) for w in weights))
+    cost = st.sampled_from([COST_UNITS, 40, 112, MAX_COST]) | st.integers(COST_UNITS, MAX_COST)
+    costs = [data.draw(st.lists(cost, max_size=target)) for _ in range(n)]
+    ref_deficits, ref_drawn = [0] * n, [0] * n
+    expected = draw_reference(ref_deficits, units, costs, [len(c) for c in costs], ref_drawn, target)
+    deficits, drawn = np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64)
+    assert kernel.draw(deficits, np.array(units, dtype=np.int64), *_as_runs(costs), drawn, target) == expected
     assert drawn.tolist() == ref_drawn and deficits.tolist() == ref_deficits
+    assert sum(ref_deficits) == 0 and max(map(abs, ref_deficits)) <= deficit_bound(n)
+
+
+@given(st.lists(st.floats(0.0, 1.0) | st.just(1e-12), min_size=1, max_size=40).filter(lambda w: sum(w) > 0))
+def test_weight_units_sum_to_the_scale_and_keep_every_active_dataset(weights):
+    normalised = [w / sum(weights) for w in weights]
+    units = weight_units(tuple(normalised))
+    assert sum(units) == WEIGHT_SCALE
+    assert all((u >= 1) == (w > 0) for u, w in zip(units, normalised))
+    assert all(abs(u - w * WEIGHT_SCALE) <= len(units) for u, w in zip(units, normalised))
 
 
 def test_the_node_cache_tells_measure_functions_apart():

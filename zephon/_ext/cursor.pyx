@@ -460,3 +460,76 @@ def take_at(int64_t[:, ::1] out, int64_t dataset_id, PassLayout layout, const in
     with nogil:
         _take_at(out, dataset_id, &layout.p, positions)
     return -1
+
+
+cdef Py_ssize_t _shard_runs(const Pass* P, int64_t position, int64_t count, int64_t* ends,
+                            int64_t* ids) noexcept nogil:
+    """Runs of equal shard id over pass positions [position, position+count): run r covers
+    offsets [ends[r-1], ends[r]) (ends[-1] = 0) of shard ids[r]. Returns the number of runs;
+    without a mosaic, ``ends`` NULL only counts them.
+
+    Without a mosaic a run is a shard's stretch, O(runs); with one, positions are looked up a
+    batch at a time (O(count)) with the within-shard shuffle off, which moves no shard id.
+    """
+    cdef int64_t p = position, end = position + count, start, stop, block, block_start, block_len
+    cdef Py_ssize_t k, runs = 0, j, m
+    cdef int64_t q[PERM_BATCH]
+    cdef int64_t found[PERM_BATCH]
+    cdef uint64_t x[PERM_BATCH]
+    cdef Pass plain = P[0]
+    cdef Perm block_perm
+    plain.within = False
+    if P.block_size <= 1:
+        k = _find(P, p)
+        while p < end:
+            start = _start(P, k)
+            stop = start + _rows(P, k, start)
+            if p < stop:
+                p = stop if stop < end else end
+                if ends != NULL:
+                    ids[runs], ends[runs] = _id(P, k), p - position
+                runs += 1
+            k += 1
+        return runs
+    while p < end:
+        block = p // P.block_size
+        block_start = block * P.block_size
+        block_len = P.block_size if P.total - block_start > P.block_size else P.total - block_start
+        block_perm = perm_make(derive(P.block_key, <uint64_t>block), <uint64_t>block_len)
+        m = min(block_start + block_len - p, end - p, PERM_BATCH)
+        for j in range(m):
+            x[j] = <uint64_t>(p - block_start + j)
+        perm_apply_many(&block_perm, x, m)
+        for j in range(m):
+            q[j] = block_start + <int64_t>x[j]
+        _locate(&plain, q, m, 0, P.shards, found, x)
+        for j in range(m):
+            if runs == 0 or ids[runs - 1] != found[j]:
+                ids[runs] = found[j]
+                runs += 1
+            ends[runs - 1] = p - position + j + 1
+        p += m
+    return runs
+
+
+def shard_runs(PassLayout layout, int64_t position, int64_t count):
+    """``(ends, ids)``: the shard ids of pass positions [position, position+count) as runs.
+
+    Run r covers offsets ``[ends[r-1], ends[r])`` from ``position`` (``ends[-1]`` = 0) and
+    reads shard ``ids[r]`` (adjacent runs differ). Token mode prices draws by shard, so it
+    needs these, never the rows. The caller guarantees ``0 <= position`` and
+    ``position + count <= total``.
+    """
+    cdef const Pass* P = &layout.p
+    cdef Py_ssize_t runs = count
+    if count > 0 and P.block_size > 1:
+        layout._prepare(count)
+    elif count > 0:
+        runs = _shard_runs(P, position, count, NULL, NULL)
+    ends = np.empty(runs, dtype=np.int64)
+    ids = np.empty(runs, dtype=np.int64)
+    cdef int64_t[::1] ends_view = ends, ids_view = ids
+    if count > 0:
+        with nogil:
+            runs = _shard_runs(P, position, count, &ends_view[0], &ids_view[0])
+    return ends[:runs], ids[:runs]

@@ -12,6 +12,7 @@ from typing import Any
 
 from zephon.core.config import REPEAT, SourceConfig
 from zephon.core.schedule import CursorState, SourceState
+from zephon.core.tokens import deficit_bound
 
 KIND = "zephon.StaticMixtureWorkSource"
 VERSION = 1
@@ -114,29 +115,25 @@ def _count(what: str, value: Any, upper: int | None = None) -> int:
 
 
 def _alloc_from_json(value: Any, config: SourceConfig) -> Any:
+    if config.token_mode:
+        bound = deficit_bound(len(config.datasets))
+        if (not isinstance(value, list) or len(value) != len(config.datasets)
+                or not all(type(v) is int and abs(v) <= bound for v in value)):
+            raise ValueError(f"checkpoint alloc must be {len(config.datasets)} token deficits, ints in "
+                             f"[-{bound}, {bound}], got {value!r}; the checkpoint is corrupted")
+        return tuple(value)
     name = config.allocator.name
     if name == "accumulator":
-        bound = _alloc_bound(config)
         if (not isinstance(value, list) or len(value) != len(config.datasets)
-                or not all(type(v) is float and abs(v) <= bound for v in value)):
-            raise ValueError(
-                f"checkpoint alloc must be {len(config.datasets)} floats in [-{bound:g}, {bound:g}] "
-                f"(accumulators or token deficits), got {value!r}; the checkpoint is corrupted"
-            )
+                or not all(type(v) is float and abs(v) <= 1.0 for v in value)):
+            raise ValueError(f"checkpoint alloc must be {len(config.datasets)} accumulators, floats in [-1, 1], "
+                             f"got {value!r}; the checkpoint is corrupted")
         return tuple(value)
     if name == "fixed":
         if value != []:
             raise ValueError(f"checkpoint alloc must be [] for the fixed allocator, got {value!r}")
         return ()
     return value
-
-
-def _alloc_bound(config: SourceConfig) -> float:
-    """How far an accumulator (at most 1 in magnitude) or a token deficit can stray from 0."""
-    if not config.token_mode:
-        return 1.0
-    largest = max((float(d.costs.max()) for d in config.datasets if d.costs is not None and len(d.costs)), default=1.0)
-    return 2.0 * len(config.datasets) * largest + 1.0
 
 
 def _cursors_from_json(value: Any, config: SourceConfig) -> tuple[CursorState, ...]:

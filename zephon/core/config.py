@@ -18,12 +18,20 @@ from zephon.core.alloc import BUILT_IN, Allocator
 from zephon.core.keys import DOMAIN_CHUNK_SEED, DOMAIN_LANE, purpose_key
 
 
+COST_UNITS = 16  # a draw's cost is counted in 1/16 tokens (zephon.core.tokens)
+MAX_COST = 2**24  # cost units: 2**20 tokens, the most one draw is priced at
+
+
 def shard_costs(shard_counts: np.ndarray, shard_bytes: np.ndarray, ratio: float) -> np.ndarray:
-    """Estimated tokens of one draw from each shard: ``max(1, bytes per row × ratio)``."""
+    """Estimated tokens of one draw from each shard, ``max(1, bytes per row × ratio)``, as int64
+    cost units (``COST_UNITS`` per token, rounded, at most ``MAX_COST``): integers keep token
+    deficits exact."""
     rows = np.maximum(shard_counts, 1).astype(np.float64)
-    costs = np.maximum(1.0, shard_bytes / rows * ratio)
+    tokens = np.maximum(1.0, shard_bytes / rows * ratio)
+    costs = np.minimum(np.rint(tokens * COST_UNITS), MAX_COST).astype(np.int64)
     costs.flags.writeable = False
     return costs
+
 
 STOP, REPEAT, REDISTRIBUTE = "stop", "repeat", "redistribute"
 POLICIES = (STOP, REPEAT, REDISTRIBUTE)
@@ -56,7 +64,7 @@ class DatasetPlan:
     shard_bytes: np.ndarray | None = None  # int64 raw bytes per shard (token mode's cost model)
     token_ratio: float | None = None  # tokens per raw byte, once primed (token mode)
     ratio_origin: str | None = None  # "measured", "pinned" or "fallback"
-    costs: np.ndarray | None = field(init=False, repr=False)  # float64 tokens per draw per shard
+    costs: np.ndarray | None = field(init=False, repr=False)  # int64 cost units per draw per shard
     total: int = field(init=False)  # samples in one pass
     digest: str = field(init=False)  # sha256 (16 hex digits) of shard ids and counts
     layouts: dict = field(init=False, repr=False)  # the cursor's per-dataset memo (core.cursor)

@@ -7,7 +7,8 @@ For pass ``e`` (keys use ``e``, or 0 without ``reshuffle_on_repeat``)::
     r ──within shard──► offset = perm_shard(r)                          (if within-shard)
 
 ``pointer_reference`` is the readable definition. ``take`` (a range of positions) and
-``take_at`` (any positions) write pointers with the cursor kernel from a pass layout
+``take_at`` (any positions) write pointers, and ``shard_runs`` lists only the shards of a
+range (token mode prices draws by shard), with the cursor kernel from a pass layout
 (``epoch_layout``), cached per dataset, never O(#samples):
 
 * **uniform shards** — every shard has the same count ``u > 0`` except at most one, the odd
@@ -146,3 +147,14 @@ def take_at(config: SourceConfig, dataset_id: int, epoch: int, positions: np.nda
         raise ValueError(f"take_at: positions[{bad}] = {int(positions[bad])} is outside pass [0, {plan.total}) "
                          f"of dataset {plan.name!r}; pass positions inside the pass")
     return out
+
+
+def shard_runs(config: SourceConfig, dataset_id: int, epoch: int, position: int, count: int
+               ) -> tuple[np.ndarray, np.ndarray]:
+    """``(ends, ids)``: the shard ids of positions ``[position, position + count)`` of a pass as runs.
+
+    Run ``r`` covers offsets ``[ends[r-1], ends[r])`` from ``position`` (``ends[-1]`` = 0) and
+    reads shard ``ids[r]``: the run-length encoding of ``pointer_reference(...)[1]`` over the
+    range. The caller keeps the range inside the pass.
+    """
+    return _kernel.shard_runs(epoch_layout(config, dataset_id, epoch), position, count)

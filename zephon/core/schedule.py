@@ -40,7 +40,7 @@ def initial_state(config: SourceConfig) -> SourceState:
     n = len(config.datasets)
     return SourceState(
         chunk_index=0,
-        alloc=(0.0,) * n if config.token_mode else config.allocator.init(n),
+        alloc=(0,) * n if config.token_mode else config.allocator.init(n),
         cursors=tuple(CursorState(epoch=0, position=0) for _ in config.datasets),
     )
 

@@ -3,28 +3,37 @@
 Each dataset has a measured or pinned *tokens per raw byte* ratio; a draw from a shard costs
 ``max(1, bytes_per_row(shard) × ratio)`` estimated tokens (``config.shard_costs``). A chunk is drawn
 sample by sample: the active dataset with the largest token deficit gives the next sample,
-then every active deficit grows by ``weight × cost`` of that sample and the drawn dataset's
-falls by its cost (``draw_reference``; the kernel is ``zephon/_ext/tokens.pyx``). Passes,
+then every active deficit grows by ``(weight − [drawn]) × cost`` of that sample: by
+``weight × cost``, less the whole cost for the drawn dataset (``draw_reference``; the kernel is
+``zephon/_ext/tokens.pyx``).
+
+The arithmetic is exact: costs are integer units of 1/16 token (``COST_UNITS``, at most
+``MAX_COST``) and the active weights integer units summing to ``WEIGHT_SCALE`` (largest
+remainder, every active dataset at least one unit), so deficits are int64 that sum to 0 and
+stay within ``deficit_bound``; they never depend on floating-point rounding. Passes,
 caps, ``stop_after_passes`` and END follow SPEC §4 as in sample mode: a dataset that runs out
 of its pass during a chunk starts its next pass (dropping the unread tail) and the chunk is
 drawn again from the deficits saved at its start; a redistributing dataset that runs dry ends
 the chunk short.
 
-Costs of the samples a chunk may draw come from the cursor (their shards), so planning a
-chunk computes the candidate pointers of each dataset; chunks of other lanes cost the same
-planning (their pointers are dropped).
+A draw's cost depends only on its shard, so planning prices each dataset's candidate samples
+by runs of equal shard from the cursor (``cursor.shard_runs``) and computes no pointers: O(shards
+touched) per chunk without a block mosaic, O(candidates) with one. Chunks of other lanes cost
+the same planning and nothing more.
 """
 from __future__ import annotations
 
 import dataclasses
 import math
+from functools import lru_cache
+from itertools import accumulate
 from typing import Callable, Sequence
 
 import numpy as np
 
 from zephon._ext import tokens as _kernel
-from zephon.core.config import REDISTRIBUTE, STOP, DatasetPlan, SourceConfig
-from zephon.core.cursor import take
+from zephon.core.config import COST_UNITS, MAX_COST, REDISTRIBUTE, STOP, DatasetPlan, SourceConfig
+from zephon.core.cursor import shard_runs
 from zephon.core.schedule import (
     CursorState,
     Ended,
@@ -37,16 +46,18 @@ from zephon.core.schedule import (
 )
 
 _DONE = -1
+WEIGHT_SCALE = 2**24  # active weights in integer units; with MAX_COST a draw moves a deficit < 2**48
+MAX_DATASETS = 2**14  # keeps every deficit inside int64 (deficit_bound)
 
 
 _MEAN_COST, _COST_OF_ID = "mean cost", "costs by id"  # keys of a plan's memo (``DatasetPlan.layouts``)
 
 
 def mean_cost(plan: DatasetPlan) -> float:
-    """Average cost of a draw over one pass (row-weighted over shards), memoised on the plan."""
+    """Average tokens of a draw over one pass (row-weighted over shards), memoised on the plan."""
     cost = plan.layouts.get(_MEAN_COST)
     if cost is None:
-        cost = float((plan.shard_counts * plan.costs).sum() / plan.total) if plan.total else 1.0
+        cost = float((plan.shard_counts * plan.costs).sum() / plan.total / COST_UNITS) if plan.total else 1.0
         plan.layouts[_MEAN_COST] = cost
     return cost
 
@@ -67,21 +78,41 @@ def with_ratios(config: SourceConfig, ratios: dict[str, tuple[float, str]]) -> S
     return dataclasses.replace(config, datasets=plans)
 
 
-def draw_reference(deficits: list[float], weights: Sequence[float], costs: Sequence[Sequence[float]],
+@lru_cache(maxsize=64)
+def weight_units(weights: tuple[float, ...]) -> tuple[int, ...]:
+    """Active weights (summing to 1) as ints summing to ``WEIGHT_SCALE``: one unit per active
+    dataset, and the rest apportioned by largest remainder (ties to the earlier dataset)."""
+    active = [c for c, w in enumerate(weights) if w > 0.0]
+    spare = WEIGHT_SCALE - len(active)
+    units = [1 + math.floor(w * spare) if w > 0.0 else 0 for w in weights]
+    by_remainder = sorted(active, key=lambda c: (units[c] - 1 - weights[c] * spare, c))
+    for c in by_remainder[:WEIGHT_SCALE - sum(units)]:
+        units[c] += 1
+    return tuple(units)
+
+
+def deficit_bound(n: int) -> int:
+    """No token deficit leaves ``[-bound, bound]``: deficits sum to 0, a deficit falls only when
+    it is the largest (so at least 0) and by less than ``WEIGHT_SCALE × MAX_COST``."""
+    return n * WEIGHT_SCALE * MAX_COST
+
+
+def draw_reference(deficits: list[int], weights: Sequence[int], costs: Sequence[Sequence[int]],
                    available: Sequence[int], drawn: list[int], target: int) -> int:
     """The per-draw loop (the kernel's definition); ``deficits`` and ``drawn`` change in place.
 
-    Returns -1 when ``sum(drawn) == target``, else the dataset whose next cost is missing.
+    ``weights`` are ``weight_units``; ``costs[c][j]`` is the cost (in units) of dataset c's
+    j-th draw of the chunk, known for ``j < available[c]``. Returns -1 when ``sum(drawn) ==
+    target``, else the dataset whose next cost is missing.
     """
     while sum(drawn) < target:
-        best = max((c for c in range(len(weights)) if weights[c] > 0.0), key=lambda c: (deficits[c], -c))
+        best = max((c for c in range(len(weights)) if weights[c] > 0), key=lambda c: (deficits[c], -c))
         if drawn[best] == available[best]:
             return best
         cost = costs[best][drawn[best]]
         for c in range(len(weights)):
-            if weights[c] > 0.0:
-                deficits[c] = deficits[c] + weights[c] * cost
-        deficits[best] = deficits[best] - cost
+            if weights[c] > 0:
+                deficits[c] += (weights[c] - (WEIGHT_SCALE if c == best else 0)) * cost
         drawn[best] += 1
     return _DONE
 
@@ -92,7 +123,7 @@ def _cost_of_shard_id(plan: DatasetPlan) -> Callable[[np.ndarray], np.ndarray]:
     if memo is None:
         top = int(plan.shard_ids[-1]) if len(plan.shard_ids) else 0
         if top < 4 * len(plan.shard_ids) + 1024:
-            table = np.zeros(top + 1)
+            table = np.zeros(top + 1, dtype=np.int64)
             table[plan.shard_ids] = plan.costs
             memo = table.take
         else:
@@ -101,50 +132,51 @@ def _cost_of_shard_id(plan: DatasetPlan) -> Callable[[np.ndarray], np.ndarray]:
     return memo
 
 
-def _candidate_costs(config: SourceConfig, c: int, cursor: CursorState, count: int) -> np.ndarray:
-    """Costs of the next ``count`` samples of dataset ``c``'s pass from ``cursor``."""
-    pointers = np.empty((count, 3), dtype=np.int64)
-    take(pointers, 0, config, c, cursor.epoch, cursor.position, count)
-    return _cost_of_shard_id(config.datasets[c])(pointers[:, 1])
+class _Runs:
+    """Cost runs of the draws one chunk may take from each dataset, extended on demand.
 
-
-class _Costs:
-    """Cost buffers of one chunk's candidate draws, grown on demand (doubling)."""
+    Dataset c's candidates are the next samples of its pass; a run is a stretch of them in one
+    shard, so it has one cost (``cursor.shard_runs``: no pointers). ``ends[c]`` and
+    ``costs[c]`` list the runs' cumulative ends (in draws) and costs.
+    """
 
     def __init__(self, config: SourceConfig, cursors: list[CursorState], weights: Sequence[float]):
         self.config, self.cursors = config, cursors
-        shares = token_shares(config.datasets)
         n = len(cursors)
-        self.available = np.zeros(n, dtype=np.int64)
-        self.table = np.zeros((n, 0), dtype=np.float64)
-        wanted = [min(self.remaining(c), int(1.25 * shares[c] * config.chunk_size) + 64) if weights[c] > 0 else 0
-                  for c in range(n)]
-        self.grow(wanted)
+        self.available = [0] * n
+        self.ends, self.costs = [_NONE] * n, [_NONE] * n
+        for c, share in enumerate(token_shares(config.datasets)):
+            if weights[c] > 0:
+                self.add(c, min(self.remaining(c), int(1.25 * share * config.chunk_size) + 64))
 
     def remaining(self, c: int) -> int:
         return self.config.datasets[c].total - self.cursors[c].position
 
-    def grow(self, wanted: list[int]) -> None:
-        width = max(self.table.shape[1], max(wanted))
-        table = np.zeros((len(wanted), width), dtype=np.float64)
-        table[:, :self.table.shape[1]] = self.table
-        for c, count in enumerate(wanted):
-            have = int(self.available[c])
-            if count > have:
-                ahead = CursorState(epoch=self.cursors[c].epoch, position=self.cursors[c].position + have)
-                table[c, have:count] = _candidate_costs(self.config, c, ahead, count - have)
-                self.available[c] = count
-        self.table = table
+    def add(self, c: int, count: int) -> None:
+        """Append the runs of dataset ``c``'s next ``count`` candidates."""
+        if count <= 0:
+            return
+        cursor, have = self.cursors[c], self.available[c]
+        ends, ids = shard_runs(self.config, c, cursor.epoch, cursor.position + have, count)
+        costs = _cost_of_shard_id(self.config.datasets[c])(ids)
+        self.ends[c] = np.concatenate([self.ends[c], ends + have]) if have else ends
+        self.costs[c] = np.concatenate([self.costs[c], costs]) if have else costs
+        self.available[c] = have + count
 
     def extend(self, c: int) -> bool:
-        """More candidates for ``c`` from its pass; False if its pass has none left."""
-        have = int(self.available[c])
-        if have >= self.remaining(c):
-            return False
-        wanted = [int(a) for a in self.available]
-        wanted[c] = min(self.remaining(c), max(2 * have, have + 64))
-        self.grow(wanted)
-        return True
+        """More candidates for ``c`` from its pass (doubling); False if its pass has none left."""
+        have = self.available[c]
+        self.add(c, min(self.remaining(c), max(2 * have, have + 64)) - have)
+        return self.available[c] > have
+
+    def tables(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(ends, costs, first)`` as the kernel reads them: every dataset's runs back to back,
+        dataset c's from ``first[c]`` to ``first[c + 1]``."""
+        first = np.array([0, *accumulate(len(e) for e in self.ends)], dtype=np.int64)
+        return np.concatenate(self.ends), np.concatenate(self.costs), first
+
+
+_NONE = np.zeros(0, dtype=np.int64)
 
 
 def plan_token_chunk(config: SourceConfig, deficits: tuple[float, ...], cursors: tuple[CursorState, ...]):
@@ -155,8 +187,8 @@ def plan_token_chunk(config: SourceConfig, deficits: tuple[float, ...], cursors:
     if config.stop_after_passes is not None and passes_done(config, list(cursors)):
         return Ended(-1, None)
     saved = list(deficits)
-    if any(w == 0.0 and d != 0.0 for w, d in zip(weights, saved)):
-        saved = [0.0] * len(saved)
+    if any(w == 0.0 and d != 0 for w, d in zip(weights, saved)):
+        saved = [0] * len(saved)
     now = list(cursors)
     while True:
         outcome = _draw_chunk(config, saved, weights, now)
@@ -174,15 +206,15 @@ def plan_token_chunk(config: SourceConfig, deficits: tuple[float, ...], cursors:
 
 def _draw_chunk(config: SourceConfig, saved: list[float], weights: Sequence[float], now: list[CursorState]):
     """Draw one chunk from ``now``: ``(quotas, deficits)``, ``Ended``, or a repeating dataset that ran out."""
-    deficits = np.array(saved, dtype=np.float64)
+    deficits = np.array(saved, dtype=np.int64)
     drawn = np.zeros(len(now), dtype=np.int64)
-    costs = _Costs(config, now, weights)
-    w = np.array(weights, dtype=np.float64)
+    runs = _Runs(config, now, weights)
+    w = np.array(weight_units(weights), dtype=np.int64)
     while True:
-        c = _kernel.draw(deficits, w, costs.table, costs.available, drawn, config.chunk_size)
+        c = _kernel.draw(deficits, w, *runs.tables(), drawn, config.chunk_size)
         if c == _DONE:
             return tuple(drawn.tolist()), tuple(deficits.tolist())
-        if costs.extend(c):
+        if runs.extend(c):
             continue
         policy = config.datasets[c].policy
         if policy == STOP:

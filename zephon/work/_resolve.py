@@ -11,7 +11,7 @@ from typing import Any, Mapping, Sequence
 
 from zephon.core.alloc import BUILT_IN, Allocator
 from zephon.core.config import MODULO, PERMUTE, POLICIES, REDISTRIBUTE, REPEAT, STOP, DatasetPlan, SourceConfig
-from zephon.core.tokens import token_shares
+from zephon.core.tokens import MAX_DATASETS, token_shares
 from zephon.io import Dataset
 from zephon.work.spec import MixtureSpec
 from zephon.work.tokens import TokenEstimation
@@ -239,6 +239,9 @@ def _pinned_ratios(estimation: Any, allocation: Any, names: list[str]) -> dict[s
         raise TypeError(f"token_estimation must be a TokenEstimation, got {estimation!r}")
     if allocation != "accumulator":
         raise ValueError(f"token_estimation replaces the allocator; drop allocation={allocation!r}")
+    if len(names) > MAX_DATASETS:
+        raise ValueError(f"token_estimation supports at most {MAX_DATASETS} datasets (exact int64 token deficits), "
+                         f"got {len(names)}; merge datasets or use sample weights")
     pinned = estimation.pinned(names)
     unmeasured = [n for n in names if n not in pinned]
     if unmeasured and not estimation.can_measure():
