@@ -17,7 +17,6 @@ from zephon._ext.schedule import Scheduler
 from zephon.core.alloc import BUILT_IN, Allocator
 from zephon.core.keys import DOMAIN_CHUNK_SEED, DOMAIN_LANE, purpose_key
 
-
 COST_UNITS = 16  # a draw's cost is counted in 1/16 tokens (zephon.core.tokens)
 MAX_COST = 2**24  # cost units: 2**20 tokens, the most one draw is priced at
 

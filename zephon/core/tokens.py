@@ -46,7 +46,7 @@ from zephon.core.schedule import (
 )
 
 _DONE = -1
-WEIGHT_SCALE = 2**24  # active weights in integer units; with MAX_COST a draw moves a deficit < 2**48
+WEIGHT_SCALE = 2**24  # active weight units (must match zephon/_ext/tokens.pyx); a draw moves a deficit < 2**48
 MAX_DATASETS = 2**14  # keeps every deficit inside int64 (deficit_bound)
 
 
