@@ -3,7 +3,7 @@ import numpy as np
 from Cython.Build import cythonize
 from setuptools import Extension, setup
 
-KERNELS = ["perm", "cursor", "schedule", "readorder", "tokens"]  # must match _KERNELS in zephon/_ext/__init__.py
+KERNELS = ["perm", "cursor", "schedule", "readorder", "tokens", "lookup"]  # must match _KERNELS in zephon/_ext/__init__.py
 
 extensions = [
     Extension(

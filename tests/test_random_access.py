@@ -1,5 +1,7 @@
 """Random access (SPEC §8): exact length and the i-th sample of the mixed, shuffled stream."""
 import json
+import pickle
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
@@ -9,7 +11,7 @@ from hypothesis import strategies as st
 from test_schedule import _Fork
 
 from zephon import Dataset, StaticMixtureWorkSource
-from zephon.core.index import build_index, sample_at
+from zephon.core.index import build_index, sample_at, sample_at_reference, samples_at
 from zephon.testing import collect, source_configs
 from zephon.work import PointerSequence
 
@@ -113,13 +115,64 @@ def test_a_forked_allocator_is_indexable_too(kwargs):
     assert list(map(tuple, forked.sample_ids_at(picks).tolist())) == [expected[i] for i in picks]
 
 
-def test_batched_lookups_survive_colliding_shape_keys(monkeypatch):
+@given(source_configs(), st.integers(1, 3), st.integers(1, 5), st.data())
+def test_the_lookup_kernel_matches_its_twin(kwargs, replicas, every, data):
+    """Random index sets (unsorted, with repeats), one at a time and batched, any snapshot spacing."""
+    lane = data.draw(st.integers(0, replicas - 1))
+    config = StaticMixtureWorkSource(**kwargs).clone_for_lane(lane, replicas).config
+    index = build_index(config, every=every)
+    picks = data.draw(st.lists(st.integers(0, index.length - 1), max_size=30)) if index.length else []
+    expected = [sample_at_reference(config, i) for i in picks]
+    assert [sample_at(index, config, i) for i in picks] == expected
+    assert list(map(tuple, samples_at(index, config, np.array(picks, dtype=np.int64)).tolist())) == expected
+
+
+@given(source_configs(), st.data())
+def test_lookups_survive_a_tiny_shape_cache(kwargs, data):
+    """One cached shape and no byte budget: every new quota vector evicts the last one."""
     import zephon.core.index as index_module
 
-    source = StaticMixtureWorkSource(three_datasets(), {"web": 5, "code": 3, "math": 2}, chunk_size=7,
-                                     exhausted_policy={"web": "repeat", "code": "redistribute", "math": "repeat"},
-                                     max_repeats={"web": 1, "math": 3})
-    indices = np.arange(len(source))
-    expected = source.sample_ids_at(indices)
-    monkeypatch.setattr(index_module, "_shape_keys", lambda quotas: np.zeros(len(quotas), dtype=np.int64))
-    assert (source.sample_ids_at(indices) == expected).all()
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(index_module, "MAX_SHAPES", 1)
+        patch.setattr(index_module, "SHAPE_BUDGET", 0)
+        source = StaticMixtureWorkSource(**kwargs).clone_for_lane(0, 1)
+        picks = data.draw(st.lists(st.integers(0, len(source) - 1), min_size=1, max_size=60))
+        expected = [sample_at_reference(source.config, i) for i in picks]
+        assert list(map(tuple, source.sample_ids_at(picks).tolist())) == expected
+        assert [source.sample_id_at(i) for i in picks] == expected
+        assert index_module.lookup(source._stream_index(), source.config).shapes_cached == 1
+
+
+def test_a_long_stream_with_short_chunks_agrees_with_iteration():
+    """Thousands of snapshots (a two-pass radix sort), a drained dataset's short chunk (the
+    snapshots stop being arithmetic), a block mosaic and within-shard shuffles."""
+    def make():
+        data = [Dataset.from_counts("a", [300] * 40), Dataset.from_counts("b", [7, 500, 90] * 10),
+                Dataset.from_counts("c", [50] * 11)]
+        return StaticMixtureWorkSource(data, {"a": 0.4, "b": 0.4, "c": 0.2}, chunk_size=7, shuffle_within_shard=True,
+                                       shuffle_block_size=64, max_repeats={"a": 2, "c": 30},
+                                       exhausted_policy={"a": "repeat", "b": "redistribute", "c": "repeat"})
+    source, expected = make(), stream_of(make().clone_for_lane(0, 1))
+    index = source._stream_index()
+    assert len(source) == len(expected) and index.ints.shape[0] > 1000 and len(source) < 7 * index.chunks
+    order = np.random.default_rng(0).permutation(len(source))
+    assert list(map(tuple, source.sample_ids_at(order).tolist())) == [expected[i] for i in order]
+    assert [source.sample_id_at(int(i)) for i in order[:2000]] == [expected[i] for i in order[:2000]]
+
+
+def test_a_pickled_source_rebuilds_its_lookup():
+    source = StaticMixtureWorkSource(three_datasets(), {"web": 5, "code": 3, "math": 2}, chunk_size=10)
+    picks = np.random.default_rng(1).integers(0, len(source), 50)
+    expected = source.sample_ids_at(picks)
+    copy = pickle.loads(pickle.dumps(source))
+    assert copy._stream_index().cache == []
+    assert (copy.sample_ids_at(picks) == expected).all()
+
+
+def test_threads_share_one_lookup():
+    source = StaticMixtureWorkSource(three_datasets(), {"web": 5, "code": 3, "math": 2}, chunk_size=10)
+    batches = [np.random.default_rng(seed).integers(0, len(source), 200) for seed in range(16)]
+    expected = [source.sample_ids_at(batch) for batch in batches]
+    with ThreadPoolExecutor(4) as pool:
+        got = list(pool.map(source.sample_ids_at, batches))
+    assert all((a == b).all() for a, b in zip(got, expected))

@@ -30,26 +30,8 @@ cdef enum:
     MATERIALISE_RATIO = 4
 
 
-cdef struct Pass:
-    # A C hand-off of one PassLayout: the loops below read it, the object owns what it points to.
-    int64_t total  # samples in the pass
-    int64_t block_size  # mosaic block size; <= 1: no mosaic
-    uint64_t block_key  # level key of the mosaic
-    Py_ssize_t shards  # S, empty shards included
-    bint within  # within-shard shuffle
-    bint uniform
-    # uniform: every shard has u rows but the one at order position kstar, which has t
-    # (kstar = S, t = 0: no odd shard); order position k holds shard index order(k).
-    int64_t u, t, kstar
-    bint shuffle  # order is a permutation (else the identity)
-    Perm order
-    uint64_t within_key  # level key: shard s's key is derive(within_key, shard_ids[s])
-    const int64_t* shard_ids  # the dataset's table, in shard index order
-    # Tables in pass order: always for general shards (cum_end NULL for uniform ones);
-    # ordered_ids and within_keys for uniform shards once materialised (else NULL).
-    const int64_t* ordered_ids
-    const int64_t* cum_end
-    const uint64_t* within_keys  # NULL without within-shard shuffle
+# cursor.pxd declares ``Pass`` (a PassLayout's C hand-off), the fields of ``ShardTable`` and
+# ``PassLayout``, and ``_take_at``, for kernels that write pointers themselves (lookup.pyx).
 
 
 # -- shard lookup -------------------------------------------------------------------------
@@ -243,11 +225,16 @@ cdef void _take_blocks(int64_t[:, ::1] out, Py_ssize_t row, int64_t dataset_id, 
             p += m
 
 
-cdef void _take_at(int64_t[:, ::1] out, int64_t dataset_id, const Pass* P,
-                   const int64_t[::1] positions) noexcept nogil:
-    """Positions in any order: each batch goes through its own blocks' permutations."""
-    cdef Py_ssize_t done = 0, j, m, n = positions.shape[0]
+cdef void _take_at(int64_t* out, const int64_t* rows, int64_t dataset_id, const Pass* P,
+                   const int64_t* positions, Py_ssize_t n) noexcept nogil:
+    """Positions in any order: each batch goes through its own blocks' permutations.
+
+    The pointer of ``positions[j]`` (j < n) goes to row ``rows[j]`` of ``out`` (rows of 3
+    int64), or row j when ``rows`` is NULL.
+    """
+    cdef Py_ssize_t done = 0, j, m
     cdef int64_t p, block, block_start
+    cdef int64_t* row
     cdef int64_t q[PERM_BATCH]
     cdef int64_t ids[PERM_BATCH]
     cdef int64_t starts[PERM_BATCH]
@@ -273,9 +260,10 @@ cdef void _take_at(int64_t[:, ::1] out, int64_t dataset_id, const Pass* P,
                 q[j] = positions[done + j]
         _locate(P, q, m, 0, P.shards, ids, x)
         for j in range(m):
-            out[done + j, 0] = dataset_id
-            out[done + j, 1] = ids[j]
-            out[done + j, 2] = <int64_t>x[j]
+            row = out + 3 * (rows[done + j] if rows != NULL else done + j)
+            row[0] = dataset_id
+            row[1] = ids[j]
+            row[2] = <int64_t>x[j]
         done += m
 
 
@@ -304,11 +292,6 @@ cdef void _fill_tables(const Pass* P, const int64_t[::1] counts, int64_t[::1] or
 
 cdef class PassLayout:
     """One pass of one dataset as the kernel reads it; build with ``ShardTable.layout``."""
-
-    cdef Pass p
-    cdef readonly ShardTable table
-    cdef readonly uint64_t epoch  # the key epoch (the pass, or 0 without reshuffle_on_repeat)
-    cdef object tables  # (ordered_ids, cum_end, within_keys), which p points into, or None
 
     def __init__(self):
         raise TypeError("PassLayout is built by ShardTable.layout(epoch)")
@@ -346,7 +329,7 @@ cdef class PassLayout:
             self.p.cum_end = &cum_view[0] if cumulative else NULL
             self.p.within_keys = &keys_view[0] if self.p.within else NULL
 
-    cdef inline void _prepare(self, Py_ssize_t count):
+    cdef void _prepare(self, Py_ssize_t count):
         """Materialise a uniform pass's tables before a batched lookup of ``count`` positions
         when that is cheaper than deriving each shard's id and key per position."""
         if self.p.uniform and self.p.ordered_ids == NULL and count * MATERIALISE_RATIO >= self.p.shards:
@@ -367,13 +350,6 @@ cdef class ShardTable:
     (``-1``: none), which has ``t``. ``u = 0``: general shards. A level key is
     ``derive(prefix, epoch)`` (zephon/core/keys.py::purpose_key); the caller checked all of it.
     """
-
-    cdef const int64_t[::1] shard_ids
-    cdef const int64_t[::1] counts
-    cdef object arrays  # the two arrays above, for pickling
-    cdef int64_t u, odd, t, block_size, total
-    cdef bint shuffle, within
-    cdef uint64_t order_prefix, within_prefix, block_prefix
 
     def __init__(self, shard_ids, counts, int64_t u, int64_t odd, int64_t t, bint shuffle, bint within,
                  uint64_t order_prefix, uint64_t within_prefix, uint64_t block_prefix, int64_t block_size):
@@ -457,8 +433,9 @@ def take_at(int64_t[:, ::1] out, int64_t dataset_id, PassLayout layout, const in
         if not 0 <= positions[j] < total:
             return j
     layout._prepare(positions.shape[0])
-    with nogil:
-        _take_at(out, dataset_id, &layout.p, positions)
+    if positions.shape[0]:
+        with nogil:
+            _take_at(&out[0, 0], NULL, dataset_id, &layout.p, &positions[0], positions.shape[0])
     return -1
 
 

@@ -9,8 +9,10 @@ Defined by zephon/core/perm.py::perm_reference and perm_inverse_reference.
   network of ``feistel.h``: groups of elements go through the rounds together in
   branch-free loops (SIMD over 64 elements with AVX-512 or AVX2 where GCC on x86-64 Linux
   can dispatch at run time, else 8 in registers), and the few outputs that land in
-  ``[n, a·b)`` walk afterwards. The scalar functions here and the header compute the same
-  bits; tests/test_perm.py checks both against the Python twin.
+  ``[n, a·b)`` walk afterwards. Fewer than ``PERM_SCALAR`` elements go one by one through
+  the scalar functions instead, since the network pads every group to a full one. The scalar
+  functions here and the header compute the same bits; tests/test_perm.py checks both
+  against the Python twin.
 """
 from libc.stdint cimport uint64_t
 from zephon._ext._keys cimport GOLDEN
@@ -22,6 +24,7 @@ cdef enum:
     PERM_ROUNDS = 6  # must match ROUNDS in zephon/core/perm.py
     PERM_MIN_BITS = 6  # must match MIN_BITS in zephon/core/perm.py
     PERM_BATCH = 64  # elements a batched kernel stages at a time (must match ZEPHON_BATCH in feistel.h)
+    PERM_SCALAR = 8  # fewer elements go one by one: the batched network pads every group to a full one
 
 
 cdef struct Perm:  # build with perm_make
@@ -126,11 +129,24 @@ cdef extern from "feistel.h" nogil:
 
 
 cdef inline void perm_apply_many(const Perm* p, uint64_t* x, Py_ssize_t m) noexcept nogil:
-    """x[j] = perm_apply(p, x[j]) for j < m."""
-    zephon_perm_many(x, <size_t>m, p.key, p.n)
+    """x[j] = perm_apply(p, x[j]) for j < m (fewer than PERM_SCALAR one by one)."""
+    cdef Py_ssize_t j
+    if m < PERM_SCALAR:
+        for j in range(m):
+            x[j] = perm_apply(p, x[j])
+    else:
+        zephon_perm_many(x, <size_t>m, p.key, p.n)
 
 
 cdef inline void perm_apply_each(uint64_t* x, const uint64_t* keys, const uint64_t* ns,
                                  Py_ssize_t m) noexcept nogil:
-    """x[j] = perm_apply(&perm_make(keys[j], ns[j]), x[j]) for j < m."""
-    zephon_perm_each(x, keys, ns, <size_t>m)
+    """x[j] = perm_apply(&perm_make(keys[j], ns[j]), x[j]) for j < m (fewer than PERM_SCALAR
+    one by one)."""
+    cdef Py_ssize_t j
+    cdef Perm p
+    if m < PERM_SCALAR:
+        for j in range(m):
+            p = perm_make(keys[j], ns[j])
+            x[j] = perm_apply(&p, x[j])
+    else:
+        zephon_perm_each(x, keys, ns, <size_t>m)

@@ -4,7 +4,8 @@
 Defined by zephon/core/readorder.py::read_order_reference. Two doors share the loops:
 ``read_order`` returns ``(component, rows)``; ``read_pointers`` also copies those rows out
 of the chunk's buffer and returns ``(pointers, component)``. ``iter_pairs`` is the one place
-that builds Python objects: the ``((d, s, o), name)`` pairs a chunk iterates.
+that builds Python objects: the ``((d, s, o), name)`` pairs a chunk iterates. readorder.pxd
+declares ``round_robin`` (and the scratch rows) for the random-access kernel (lookup.pyx).
 """
 import numpy as np
 from cpython.object cimport PyObject
@@ -15,15 +16,6 @@ from zephon._ext._keys cimport derive
 from zephon._ext.perm cimport Perm, perm_apply, perm_make
 
 cdef double UNIT = 1.0 / 9007199254740992.0  # 2**-53, must match zephon/core/readorder.py
-
-cdef enum:
-    LANES = 4  # round robin over at most this many components keeps its scores in registers
-    LIVE = 0  # scratch rows, one int64 per component: non-empty components, in order
-    SCORE = 1  # round-robin score of the i-th live component / weighted-random emitted count
-    GROW = 2  # count of the i-th live component (what its score gains per step)
-    START = 3  # first buffer row of every component
-    NEXT = 4  # next as-is buffer row of every component
-    SCRATCH = 5  # how many scratch rows the doors allocate
 
 
 cdef Py_ssize_t _start(const int64_t[::1] counts, int64_t[::1] live, int64_t[::1] starts,
@@ -130,6 +122,19 @@ cdef void _round_robin_any(const int64_t[::1] counts, int64_t total, const int64
                 grow[a] = counts[live[a]]
 
 
+cdef void round_robin(const int64_t[::1] counts, int64_t total, int64_t[:, ::1] scratch,
+                      int64_t[::1] component, int64_t[::1] rows) noexcept nogil:
+    """Exact weighted round robin over ``counts`` (zeros allowed): the component and as-is
+    buffer row of every step; ``scratch`` holds SCRATCH zeroed rows of one int64 per component
+    and keeps the first buffer row of every component in row START."""
+    cdef Py_ssize_t n_live = _start(counts, scratch[LIVE], scratch[START], scratch[NEXT])
+    if n_live <= LANES:
+        _round_robin_lanes(counts, total, scratch[LIVE], n_live, scratch[NEXT], component, rows)
+    else:
+        _round_robin_any(counts, total, scratch[LIVE], n_live, scratch[SCORE], scratch[GROW],
+                         scratch[NEXT], component, rows)
+
+
 cdef void _weighted_random(const int64_t[::1] counts, int64_t total, uint64_t key,
                            int64_t[::1] active, Py_ssize_t n_active, int64_t[::1] emitted,
                            int64_t[::1] next_row, int64_t[::1] component,
@@ -185,15 +190,13 @@ cdef void _read_order(const int64_t[::1] counts, int64_t total, bint weighted_ra
 
     perms is NULL to read each component in stored order, else one permutation per component.
     """
-    cdef Py_ssize_t n_live = _start(counts, scratch[LIVE], scratch[START], scratch[NEXT])
+    cdef Py_ssize_t n_live
     if weighted_random:
+        n_live = _start(counts, scratch[LIVE], scratch[START], scratch[NEXT])
         _weighted_random(counts, total, random_key, scratch[LIVE], n_live, scratch[SCORE],
                          scratch[NEXT], component, rows)
-    elif n_live <= LANES:
-        _round_robin_lanes(counts, total, scratch[LIVE], n_live, scratch[NEXT], component, rows)
     else:
-        _round_robin_any(counts, total, scratch[LIVE], n_live, scratch[SCORE], scratch[GROW],
-                         scratch[NEXT], component, rows)
+        round_robin(counts, total, scratch, component, rows)
     if perms != NULL:
         _shuffle_rows(perms, scratch[START], component, rows)
 

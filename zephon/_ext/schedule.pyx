@@ -3,7 +3,8 @@
 
 Defined by zephon/core/schedule.py (plan_chunk_reference, plan_next_reference) and the
 allocators in zephon/core/alloc.py. Compiled with -ffp-contract=off so the accumulator's
-double arithmetic matches Python bit for bit.
+double arithmetic matches Python bit for bit. schedule.pxd declares the ``Schedule`` struct,
+``_walk`` and the ``Scheduler`` class for kernels that walk a lane themselves (lookup.pyx).
 """
 from libc.math cimport floor, fmax, modf
 from libc.stdint cimport int64_t, uint64_t
@@ -12,34 +13,6 @@ from libc.stdlib cimport free, malloc
 import numpy as np
 from zephon._ext._keys cimport derive
 from zephon._ext.perm cimport Perm, perm_invert, perm_make
-
-cdef enum:
-    ACCUMULATOR = 0
-    FIXED = 1
-    STOP = 0  # policy codes: index into zephon.core.config.POLICIES
-    REPEAT = 1
-    REDISTRIBUTE = 2
-    PLANNED = -2
-    ALL_DONE = -1
-
-
-cdef struct Schedule:
-    Py_ssize_t n
-    int allocator
-    int64_t stop_after  # 0 = unset
-    int64_t chunk_size
-    const double* raw_weights
-    const int64_t* totals
-    const int64_t* policies
-    const int64_t* max_repeats
-    const int64_t* sum_order  # dataset indices in the mixture's insertion order (weights are summed so)
-    double* weights  # active weights, recomputed only when a dataset retires
-    Py_ssize_t retired  # drained redistributing datasets the weights were computed for; -1: none yet
-    double* shares  # weights[c] * chunk_size, with the weights
-    int64_t* fixed  # FixedAllocator's quotas, with the weights
-    double* saved  # scratch: accumulators at chunk start
-    double* keys  # scratch: sort keys
-    Py_ssize_t* order  # scratch: ranked dataset indices
 
 
 cdef void _rank(Schedule* s, Py_ssize_t count, Py_ssize_t want) noexcept nogil:
@@ -224,6 +197,8 @@ cdef int64_t _slot_in_block(int64_t block, int64_t lane, int64_t replicas, uint6
 cdef int64_t _next_own(int64_t g, int64_t lane, int64_t replicas, bint permute, uint64_t lane_key) noexcept nogil:
     """The first global chunk >= g that belongs to ``lane`` (lane_of in zephon/core/schedule.py)."""
     cdef int64_t block = g // replicas, own
+    if replicas == 1:  # every chunk is the lane's, whatever the routing
+        return g
     if not permute:
         return g + (lane - g % replicas + replicas) % replicas
     while True:
@@ -297,14 +272,8 @@ cdef class Scheduler:
 
     The state lives in the caller's arrays: ``acc`` (float64), ``epochs`` and ``positions``
     (int64), one entry per dataset. Scratch memory is per call, so one Scheduler may serve
-    several threads walking different states.
+    several threads walking different states. Its fields are declared in schedule.pxd.
     """
-    cdef const double[::1] raw_weights
-    cdef const int64_t[::1] totals, policies, max_repeats, sum_order
-    cdef int allocator
-    cdef int64_t stop_after, chunk_size, lane, replicas
-    cdef bint permute
-    cdef uint64_t lane_key
 
     def __init__(self, int allocator, const double[::1] raw_weights, const int64_t[::1] totals,
                  const int64_t[::1] policies, const int64_t[::1] max_repeats, const int64_t[::1] sum_order,
@@ -400,112 +369,3 @@ cdef class Scheduler:
                         samples += out[0, c]
         self._close(&s)
         return filled, g, own, samples, status != PLANNED
-
-    def locate(self, int64_t chunk_index, double[::1] acc, int64_t[::1] epochs, int64_t[::1] positions,
-               int64_t offset, int64_t[:, ::1] out, double[::1] weights):
-        """Plan the lane's chunk holding sample ``offset`` counted from the given state.
-
-        Returns ``(ended, g, offset_in_chunk)``; ``out`` and ``weights`` as in plan_next.
-        """
-        cdef Schedule s
-        cdef Py_ssize_t c, n = self.totals.shape[0], status = PLANNED
-        cdef int64_t g = chunk_index, length
-        self._open(&s, &weights[0])
-        with nogil:
-            while True:
-                status = self._step(&s, &g, acc, epochs, positions, out)
-                if status != PLANNED:
-                    break
-                length = 0
-                for c in range(n):
-                    length += out[0, c]
-                if offset < length:
-                    break
-                offset -= length
-                g += 1
-        self._close(&s)
-        return status != PLANNED, g, offset
-
-    def locate_one(self, const int64_t[:, ::1] snap_ints, const double[:, ::1] snap_acc, int64_t target,
-                   int64_t[:, ::1] out):
-        """locate_many for one target: ``out`` rows get quotas, start epochs, start positions.
-
-        Returns the target's offset inside its chunk.
-        """
-        cdef int64_t offset
-        cdef Py_ssize_t n = self.totals.shape[0]
-        self._locate(snap_ints, snap_acc, &target, 1, &out[0, 0], &out[1, 0], &out[2, 0], &offset)
-        return offset
-
-    def locate_many(self, const int64_t[:, ::1] snap_ints, const double[:, ::1] snap_acc,
-                    const int64_t[::1] targets, int64_t[:, ::1] quotas, int64_t[:, ::1] start_epochs,
-                    int64_t[:, ::1] start_positions, int64_t[::1] offsets):
-        """Plan the chunk of every target sample index (ascending), walking forward from snapshots.
-
-        Row ``j`` of the outputs receives the quotas and start cursors of the chunk holding
-        ``targets[j]`` and ``offsets[j]``, the target's place in it. Targets must lie inside
-        the indexed stream.
-        """
-        if targets.shape[0]:
-            self._locate(snap_ints, snap_acc, &targets[0], targets.shape[0], &quotas[0, 0], &start_epochs[0, 0],
-                         &start_positions[0, 0], &offsets[0])
-
-    cdef void _locate(self, const int64_t[:, ::1] snap_ints, const double[:, ::1] snap_acc,
-                      const int64_t* targets, Py_ssize_t m, int64_t* quotas, int64_t* start_epochs,
-                      int64_t* start_positions, int64_t* offsets) except *:
-        """locate_many on raw row-major ``(m, n)`` outputs (for one target, the rows of a plan)."""
-        cdef Schedule s
-        cdef Py_ssize_t j, c, n = self.totals.shape[0], snap, current = -1, at
-        cdef int64_t g = 0, walked = 0, chunk_start = 0, chunk_length = 0, target
-        cdef double* acc = <double*>malloc(2 * n * sizeof(double))
-        cdef int64_t* ints = <int64_t*>malloc(5 * n * sizeof(int64_t))
-        if acc == NULL or ints == NULL:
-            free(acc)
-            free(ints)
-            raise MemoryError()
-        cdef int64_t* epochs = ints
-        cdef int64_t* positions = ints + n
-        cdef int64_t* plan = ints + 2 * n  # quotas, start epochs, start positions
-        for c in range(3 * n):
-            plan[c] = 0
-        self._open(&s, acc + n)
-        with nogil:
-            for j in range(m):
-                target = targets[j]
-                if not (chunk_start <= target < chunk_start + chunk_length):
-                    snap = _last_at_most(snap_ints, target)
-                    if snap > current or target < chunk_start:
-                        current = snap
-                        g, walked = snap_ints[snap, 0], snap_ints[snap, 1]
-                        for c in range(n):
-                            epochs[c], positions[c] = snap_ints[snap, 2 + c], snap_ints[snap, 2 + n + c]
-                            acc[c] = snap_acc[snap, c]
-                    while True:
-                        _walk(&s, self.lane, self.replicas, self.permute, self.lane_key, &g, acc, epochs,
-                              positions, plan, plan + n, plan + 2 * n)
-                        g += 1
-                        chunk_start, chunk_length = walked, 0
-                        for c in range(n):
-                            chunk_length += plan[c]
-                        walked += chunk_length
-                        if target < walked:
-                            break
-                for c in range(n):
-                    at = j * n + c
-                    quotas[at], start_epochs[at], start_positions[at] = plan[c], plan[n + c], plan[2 * n + c]
-                offsets[j] = target - chunk_start
-        self._close(&s)
-        free(acc)
-        free(ints)
-
-
-cdef Py_ssize_t _last_at_most(const int64_t[:, ::1] snap_ints, int64_t target) noexcept nogil:
-    """The last snapshot whose samples-before (column 1) is <= target."""
-    cdef Py_ssize_t lo = 0, hi = snap_ints.shape[0], mid
-    while hi - lo > 1:
-        mid = (lo + hi) >> 1
-        if snap_ints[mid, 1] <= target:
-            lo = mid
-        else:
-            hi = mid
-    return lo

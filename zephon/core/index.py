@@ -1,37 +1,65 @@
 """Random access into a lane's stream: exact length and the i-th sample, without pointers.
 
 Every allocation decision depends only on counts and every shuffle is a random-access
-bijection, so the i-th sample of the mixed, shuffled, multi-pass stream is arithmetic:
+bijection, so the i-th sample of the mixed, shuffled, multi-pass stream is arithmetic;
+``sample_at_reference`` is the readable definition.
 
 1. **Index** — one walk of the lane's schedule (numbers only, in the scheduling kernel)
    records the state before every ``every``-th chunk of the lane and the samples before it:
    ``16 + 24·datasets`` bytes per snapshot, about 11 bytes per chunk for three datasets at
-   the default ``every=8``; nothing per sample. A lookup walks at most ``every − 1`` chunks
-   of the lane from the nearest snapshot (O(every · R · datasets) arithmetic for lane ``R``
-   routing), so ``every`` trades index memory for lookup time.
-2. **Chunk** — the chunk's quotas give its weighted-round-robin order (SPEC §6), which depends
-   only on the counts; it is computed once per distinct count vector and cached.
-3. **Pointer** — the position in the dataset's pass goes through the cursor (core.cursor).
+   the default ``every=8``; nothing per sample.
+2. **Lookup** — one kernel (``zephon/_ext/lookup.pyx``, built on first use and kept on the
+   index; a pickled index drops it) answers any batch of indices in one call:
 
-Finite sample-mode streams are indexable. With a fork's allocator the same walk runs in Python
+   * *bucket*: each index gets its snapshot interval and its chunk there as if every chunk
+     were full, by arithmetic (chunks are full but where a redistributing dataset drains;
+     past that the interval is found by a galloping search from the guess), and an LSD
+     radix sort orders the indices by interval and chunk: O(m), no comparison sort, and no
+     sort at all for indices already in order;
+   * *walk*: each interval holding indices is walked once from its snapshot, only as far as
+     its last index: at most ``every`` chunks, O(every · R · datasets) arithmetic for lane
+     ``R`` routing. An index's chunk gives its dataset and rank by the chunk's weighted round
+     robin (SPEC §6), which depends only on the quotas: a table per distinct quota vector
+     (8 bytes per sample of a chunk), cached on the kernel, oldest out first beyond
+     ``MAX_SHAPES`` vectors or ``SHAPE_BUDGET`` bytes (the one in use stays even if larger).
+     A stream has few distinct vectors (quotas move by one sample between chunks);
+   * *pointers*: indices are grouped by dataset and pass, and each group goes through the
+     cursor kernel (core.cursor) in one batch, which may first build the pass's tables in
+     pass order; the kernel keeps each dataset's current pass layout.
+
+   ``sample_at`` is the same kernel for one index, without arrays.
+
+**Trade-offs.** ``every`` trades index memory for lookup time: a lookup costs up to
+``every`` chunk plans, shared by all the indices of a batch that fall in the same interval,
+so a batch with about one index per chunk (or more) costs about one plan per index, while
+sparse batches and single lookups cost about ``every / 2`` each. A batch takes 32 bytes of
+scratch per index besides its ``(m, 3)`` result; the shape cache stays under
+``max(SHAPE_BUDGET, one chunk's table)``.
+
+Finite sample-mode streams are indexable. With a fork's allocator the walk runs in Python
 over the reference planner and keeps whole states as snapshots (slower, same answers).
 """
 from __future__ import annotations
 
 import bisect
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from functools import lru_cache
 
 import numpy as np
 
+from zephon._ext.cursor import PassLayout
+from zephon._ext.lookup import Lookup
 from zephon.core.config import REPEAT, STOP, SourceConfig
-from zephon.core.cursor import take, take_at
-from zephon.core.readorder import read_order
+from zephon.core.cursor import epoch_layout, pointer_reference, take_at
+from zephon.core.readorder import read_order, round_robin_reference
 from zephon.core.schedule import Ended, SourceState, initial_state, plan_next_reference, state_arrays
 from zephon.core.step import step
 
 SNAPSHOT_EVERY = 8  # lane chunks between snapshots
 _FIRST_CAPACITY = 1024  # snapshots; the index grows by doubling
+MAX_SHAPES = 64  # round-robin tables (distinct chunk quota vectors) a Lookup keeps
+SHAPE_BUDGET = 32 << 20  # bytes of round-robin tables a Lookup keeps (8 per sample of a chunk)
 
 
 def is_finite(config: SourceConfig) -> bool:
@@ -57,10 +85,15 @@ class StreamIndex:
     length: int  # samples in the whole stream
     chunks: int  # chunks of the lane in the whole stream
     states: tuple = ()  # (samples before, state) snapshots instead, for a fork's allocator (Python)
+    cache: list = field(default_factory=list, repr=False)  # [config, Lookup] once looked up (``lookup``)
 
     @property
     def nbytes(self) -> int:
         return self.ints.nbytes + self.acc.nbytes
+
+    def __reduce__(self):
+        """Pickle without the cache (a DataLoader worker builds its own Lookup on first use)."""
+        return StreamIndex, (self.every, self.ints, self.acc, self.length, self.chunks, self.states)
 
 
 def _check_finite(config: SourceConfig) -> None:
@@ -144,6 +177,38 @@ def _token_samples(state: SourceState, config: SourceConfig) -> int:
         total += len(chunk)
 
 
+def sample_at_reference(config: SourceConfig, i: int) -> tuple[int, int, int]:
+    """The ``i``-th sample of the lane's stream in default read order (pure; slow; the definition).
+
+    Walks the reference planner from the start to the chunk holding ``i``, reads the chunk's
+    weighted round robin (``round_robin_reference``) and asks ``pointer_reference``. Raises
+    ``IndexError`` past the end.
+    """
+    return _sample_from(config, initial_state(config), 0, i, _draw_reference, pointer_reference)
+
+
+def _sample_from(config: SourceConfig, state: SourceState, before: int, i: int, draw: Callable,
+                 pointer: Callable) -> tuple[int, int, int]:
+    """Walk the reference planner from ``state`` (``before`` samples into the stream) to sample
+    ``i``; ``draw(quotas, offset)`` gives its dataset and rank, ``pointer`` its pointer."""
+    while True:
+        planned = plan_next_reference(state, config)
+        if isinstance(planned, Ended):
+            raise IndexError(f"sample index {i} is past the end of the stream ({before} samples)")
+        if i < before + sum(planned.quotas):
+            break
+        before, state = before + sum(planned.quotas), planned.state
+    c, rank = draw(planned.quotas, i - before)
+    start = planned.starts[c]
+    return pointer(config, c, start.epoch, start.position + rank)
+
+
+def _draw_reference(quotas: tuple[int, ...], offset: int) -> tuple[int, int]:
+    """The dataset of step ``offset`` of a chunk's round robin and its rank among that dataset's draws."""
+    order = round_robin_reference(quotas)
+    return order[offset], order[:offset].count(order[offset])
+
+
 @lru_cache(maxsize=64)
 def _round_robin(quotas: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:
     """For every step of a chunk's default read order: the dataset it draws from and the rank
@@ -155,95 +220,55 @@ def _round_robin(quotas: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:
     return present[component], rows - starts[component]
 
 
-def _plans(index: StreamIndex, config: SourceConfig, targets: np.ndarray):
-    """Quotas, start epochs, start positions and in-chunk offsets of ascending ``targets``."""
-    m, n = len(targets), len(config.datasets)
-    quotas, epochs, positions = (np.empty((m, n), dtype=np.int64) for _ in range(3))
-    offsets = np.empty(m, dtype=np.int64)
-    config.scheduler.locate_many(index.ints, index.acc, targets, quotas, epochs, positions, offsets)
-    return quotas, epochs, positions, offsets
+def _draw(quotas: tuple[int, ...], offset: int) -> tuple[int, int]:
+    """``_draw_reference`` from the readorder kernel's tables, cached per quota vector."""
+    datasets, ranks = _round_robin(quotas)
+    return int(datasets[offset]), int(ranks[offset])
 
 
-def _groups(keys: np.ndarray) -> list[np.ndarray]:
-    """Row indices grouped by equal ``keys`` (one sort, no per-group scans)."""
-    order = np.argsort(keys)
-    bounds = np.flatnonzero(np.diff(keys[order])) + 1
-    return np.split(order, bounds)
+def _pointer(config: SourceConfig, c: int, epoch: int, position: int) -> tuple[int, int, int]:
+    """``pointer_reference`` by the cursor kernel."""
+    return tuple(take_at(config, c, epoch, np.array([position], dtype=np.int64))[0].tolist())
 
 
-def _pass_groups(dataset: np.ndarray, epoch: np.ndarray) -> list[np.ndarray]:
-    """Rows grouped by (dataset, pass). Rows follow the stream, so within a dataset the passes
-    never go back: a stable radix sort by dataset alone puts every pass in one run."""
-    order = np.argsort(dataset.astype(np.int16 if dataset.max(initial=0) < 2**15 else np.int64), kind="stable")
-    d, e = dataset[order], epoch[order]
-    return np.split(order, np.flatnonzero((np.diff(d) != 0) | (np.diff(e) != 0)) + 1)
+def _sample_in_python(index: StreamIndex, config: SourceConfig, i: int) -> tuple[int, int, int]:
+    """``sample_at`` for a fork's allocator: the reference planner from the nearest snapshot."""
+    before, state = index.states[bisect.bisect_right([b for b, _ in index.states], i) - 1]
+    return _sample_from(config, state, before, i, _draw, _pointer)
 
 
-def _shape_keys(quotas: np.ndarray) -> np.ndarray:
-    """One int64 per quota row, equal for equal rows (rows are checked again when used)."""
-    mix = np.array([0x9E3779B97F4A7C15 * (c + 1) % 2**63 | 1 for c in range(quotas.shape[1])], dtype=np.int64)
-    with np.errstate(over="ignore"):
-        return (quotas * mix).sum(axis=1)
+def lookup(index: StreamIndex, config: SourceConfig) -> Lookup:
+    """The random-access kernel of ``index`` (built by the scheduling kernel for ``config``),
+    built on first use and kept on the index."""
+    cached = index.cache
+    if cached and cached[0] is config:
+        return cached[1]
+    reshuffle = np.array([d.reshuffle_on_repeat for d in config.datasets], dtype=np.int64)
+    kernel = Lookup(config.scheduler, index.ints, index.acc, index.every, index.length, config.chunk_size,
+                    reshuffle, _layouts(config), MAX_SHAPES, SHAPE_BUDGET)
+    cached[:] = [config, kernel]
+    return kernel
 
 
-def _draws(quotas: np.ndarray, offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """For each target: the dataset it is drawn from and its rank among that dataset's draws."""
-    dataset, rank = np.empty(len(offsets), dtype=np.int64), np.empty(len(offsets), dtype=np.int64)
-    for rows in _groups(_shape_keys(quotas)):
-        shapes = quotas[rows[:1]]
-        if not (quotas[rows] == shapes).all():  # two shapes share a key: rare, sort them apart
-            shapes = np.unique(quotas[rows], axis=0)
-        for shape in shapes:
-            same = rows[(quotas[rows] == shape).all(axis=1)]
-            datasets, ranks = _round_robin(tuple(shape.tolist()))
-            dataset[same] = datasets[offsets[same]]
-            rank[same] = ranks[offsets[same]]
-    return dataset, rank
+def _layouts(config: SourceConfig) -> Callable[[int, int], PassLayout]:
+    """``(dataset, key epoch) -> PassLayout`` straight from the datasets' shard tables: the
+    Lookup keeps the current layout of each dataset, so the plans' memo would only cost time."""
+    tables = [epoch_layout(config, c, 0).table for c in range(len(config.datasets))]
+    return lambda c, key_epoch: tables[c].layout(key_epoch)
 
 
 def samples_at(index: StreamIndex, config: SourceConfig, indices: np.ndarray) -> np.ndarray:
-    """The samples at ``indices`` (any order, repeats allowed) as an ``(n, 3)`` int64 array.
-
-    Pure. Targets are sorted so the schedule is walked forward once per snapshot interval;
-    pointers are computed per (dataset, pass) group by the cursor kernel.
-    """
-    if len(indices) == 0 or config.scheduler is None:
-        return np.array([sample_at(index, config, int(i)) for i in indices], dtype=np.int64).reshape(-1, 3)
-    order = np.argsort(indices)
-    quotas, epochs, positions, offsets = _plans(index, config, np.ascontiguousarray(indices[order]))
-    dataset, rank = _draws(quotas, offsets)
-    rows = np.arange(len(order))
-    epoch, position = epochs[rows, dataset], positions[rows, dataset] + rank
-    pointers = np.empty((len(order), 3), dtype=np.int64)
-    for members in _pass_groups(dataset, epoch):
-        c, e = int(dataset[members[0]]), int(epoch[members[0]])
-        pointers[members] = take_at(config, c, e, position[members])
-    result = np.empty_like(pointers)
-    result[order] = pointers
-    return result
-
-
-def _locate_in_python(index: StreamIndex, config: SourceConfig, i: int, plan: np.ndarray) -> int:
-    """``locate_one`` for a fork's allocator: walk the reference planner from the snapshot."""
-    before, state = index.states[bisect.bisect_right([b for b, _ in index.states], i) - 1]
-    while True:
-        planned = plan_next_reference(state, config)
-        if i < before + sum(planned.quotas):
-            plan[:] = [planned.quotas, [c.epoch for c in planned.starts], [c.position for c in planned.starts]]
-            return i - before
-        before, state = before + sum(planned.quotas), planned.state
+    """The samples at ``indices`` (any order, repeats allowed, all inside the stream) as an
+    ``(n, 3)`` int64 array. Pure apart from the index's cache; ``Lookup`` does the work."""
+    if config.scheduler is None:
+        return np.array([_sample_in_python(index, config, int(i)) for i in indices], dtype=np.int64).reshape(-1, 3)
+    out = np.empty((len(indices), 3), dtype=np.int64)
+    lookup(index, config).samples_at(np.ascontiguousarray(indices, dtype=np.int64), out)
+    return out
 
 
 def sample_at(index: StreamIndex, config: SourceConfig, i: int) -> tuple[int, int, int]:
     """The ``i``-th sample of the lane's stream in default read order (``samples_at`` for one)."""
-    plan = np.empty((3, len(config.datasets)), dtype=np.int64)
     if config.scheduler is None:
-        offset = _locate_in_python(index, config, i, plan)
-    else:
-        offset = config.scheduler.locate_one(index.ints, index.acc, i, plan)
-    quotas, epochs, positions = plan.tolist()
-    datasets, ranks = _round_robin(tuple(quotas))
-    c = int(datasets[offset])
-    pointer = np.empty((1, 3), dtype=np.int64)
-    take(pointer, 0, config, c, epochs[c], positions[c] + int(ranks[offset]), 1)
-    return tuple(pointer[0].tolist())
+        return _sample_in_python(index, config, i)
+    return lookup(index, config).sample_at(i)

@@ -21,7 +21,7 @@ from zephon._ext import readorder as _kernel
 from zephon.core.keys import DOMAIN_READ_RANDOM, DOMAIN_READ_SHUFFLE, derive, purpose_key
 from zephon.core.perm import perm_reference
 
-MAX_CHUNK = 2**31  # most pointers per chunk: keeps n_k * t - E_k * N inside int64
+MAX_CHUNK = 2**31  # most pointers per chunk: keeps n_k * t - E_k * N inside int64 (must match lookup.pyx)
 UNIT = 2.0**-53  # must match UNIT in zephon/_ext/readorder.pyx
 
 

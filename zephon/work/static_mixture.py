@@ -145,7 +145,10 @@ class StaticMixtureWorkSource(WorkSource):
 
     def sample_id_at(self, i: int) -> SampleId:
         """The ``i``-th sample of the stream in default read order (``IndexError`` outside it)."""
-        return index.sample_at(self._stream_index(), self._config, self._check_index(i))
+        stream = self._stream_index()
+        if type(i) is not int or not 0 <= i < stream.length:  # the fast path costs two checks
+            i = self._check_index(i)
+        return index.sample_at(stream, self._config, i)
 
     def sample_ids_at(self, indices: Any) -> np.ndarray:
         """The samples at ``indices`` as an ``(n, 3)`` int64 array (one call for many lookups)."""
@@ -156,7 +159,7 @@ class StaticMixtureWorkSource(WorkSource):
         if positions.size and (positions.min() < 0 or positions.max() >= length):
             bad = positions[(positions < 0) | (positions >= length)][0]
             raise IndexError(f"sample index {bad} is out of range [0, {length})")
-        return index.samples_at(self._stream_index(), self._config, positions.astype(np.int64))
+        return index.samples_at(self._stream_index(), self._config, positions.astype(np.int64, copy=False))
 
     def remaining_samples(self) -> int:
         """Samples still to come from the current state (after a restore too)."""

@@ -1,0 +1,525 @@
+# cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True, initializedcheck=False
+"""Random-access kernel: the samples at any indices of a lane's stream, in one call.
+
+Defined by zephon/core/index.py::sample_at_reference. A ``Lookup`` holds one lane's snapshot
+index (zephon/core/index.py) and answers a batch in three steps, without the GIL but to build
+a new shape or fetch a pass layout:
+
+1. **Bucket** — each target gets the key ``snapshot · every + chunk guess``: the snapshot
+   interval holding it and its chunk inside the interval if every chunk were full (a lower
+   bound). Chunks are almost always full, so that is ``target // chunk_size`` up to the
+   first short chunk of the lane, and after it the guess ``target // (every · chunk_size)``
+   corrected by a galloping search along the snapshots' sample counts. An LSD radix sort on
+   the keys (digits of at most 11 bits, as many passes as the largest key needs; none for
+   keys already in order, one target included) orders the targets by snapshot and, within
+   it, by stream position up to a chunk.
+2. **Walk** — each non-empty interval is walked once from its snapshot with the scheduling
+   kernel, only as far as its last target; each target's chunk gives its dataset and rank
+   through the chunk's weighted round robin (SPEC §6), looked up in a table per distinct
+   quota vector (a *shape*). Shapes are few per stream; they stay cached on the Lookup, first
+   in first out beyond ``max_shapes`` shapes or ``shape_budget`` bytes (8 per sample of a
+   chunk; the current shape is kept even if it alone is larger). The pass position is the
+   chunk's start in that dataset plus the rank.
+3. **Pointers** — targets are grouped by dataset, stably, so each dataset's passes come in
+   runs (the walk follows the stream); every run goes through the cursor kernel
+   (``cursor._take_at``) in one batch, which scatters its pointers to the targets' rows. The
+   layout of a pass comes from the ``layout_of`` callable only when a dataset's pass changes;
+   the last one per dataset is kept. A run builds its pass's tables in pass order
+   (``PassLayout._prepare``) only if it has at least as many targets as the pass has shards:
+   unlike a pass read in order, random targets seldom come back to the same pass.
+
+The index, the schedule and the shapes are read under a lock, so one Lookup may serve
+several threads (one at a time).
+"""
+import threading
+
+cimport cython
+
+import numpy as np
+from libc.stdint cimport int32_t, int64_t, uint64_t
+from libc.stdlib cimport free, malloc, realloc
+from libc.string cimport memcpy
+from zephon._ext.cursor cimport PassLayout, _take_at
+from zephon._ext.readorder cimport SCRATCH, START, round_robin
+from zephon._ext.schedule cimport PLANNED, Schedule, Scheduler, _walk
+
+cdef enum:
+    DIGIT_BITS = 11  # widest radix digit: 2048 counters
+    ENDED = 1  # the walk status when the stream ends before a target (snapshots of another config)
+
+cdef int64_t MAX_TARGETS = <int64_t>1 << 32  # per call: a target's index takes the high half of a Walk item
+cdef uint64_t LOW = (<uint64_t>1 << 32) - 1  # the low half of a Walk item
+cdef int64_t MAX_CHUNK = <int64_t>1 << 31  # must match zephon/core/readorder.py (ranks and offsets fit 32 bits)
+cdef Py_ssize_t RUNS_KEPT = 4096  # a Lookup keeps its run buffer between calls up to this many runs
+
+
+cdef struct Draw:  # one step of a chunk's round robin
+    int32_t dataset
+    int32_t rank  # among the dataset's draws in the chunk (< MAX_CHUNK)
+
+
+cdef struct Shape:  # a cached round robin
+    int64_t* quotas  # n, per dataset (zeros included)
+    Draw* draws  # one per sample of the chunk
+    Py_ssize_t total
+
+
+cdef struct Run:  # consecutive targets (in walk order) of one dataset in one pass
+    Py_ssize_t dataset
+    int64_t epoch  # the key epoch of the pass
+    Py_ssize_t count
+
+
+cdef struct Walk:  # one call's scratch: four arrays of m 64-bit words
+    Py_ssize_t m
+    int64_t* keys  # the sort key of each target (snapshot · every + chunk guess)
+    uint64_t* items  # target index << 32 | offset from its guessed chunk (< chunk_size), then | dataset
+    int64_t* spare_keys  # the radix sort's other buffers
+    uint64_t* spare_items
+    int64_t* positions  # spare_keys after the sort: each target's pass position, in walk order
+    int64_t* grouped  # keys after the walk: the pass positions, grouped by dataset
+    int64_t* rows  # spare_items after the walk: the target indices, grouped by dataset
+
+
+@cython.final
+cdef class Lookup:
+    """One lane's random access: ``samples_at(targets, out)`` (see the module docstring).
+
+    Built once per stream index from the config's ``Scheduler``, the snapshot arrays
+    (``ints`` rows ``[g, samples before, epochs..., positions...]``, ``acc`` accumulators),
+    the snapshot spacing ``every``, the stream ``length``, ``chunk_size``, ``reshuffle``
+    (per dataset, 1 if its passes have their own keys) and ``layout_of(dataset, key_epoch)``,
+    which returns the cursor ``PassLayout`` of that pass.
+    """
+
+    cdef Scheduler scheduler
+    cdef const int64_t[:, ::1] ints
+    cdef const double[:, ::1] acc
+    cdef const int64_t[::1] reshuffle
+    cdef int64_t every, length, chunk_size, lane, replicas
+    cdef double per_chunk  # 1 / chunk_size
+    cdef bint permute
+    cdef uint64_t lane_key
+    cdef Py_ssize_t n, snapshots, max_shapes, shape_budget
+    cdef int64_t full_chunks  # chunks of the lane before the first snapshot interval with a short chunk
+    cdef object layout_of, lock
+    cdef list layouts  # the current PassLayout of each dataset, or None
+    cdef int64_t* layout_epochs  # its key epoch, -1: none
+    cdef double* state_acc  # n accumulators, then n active weights
+    cdef int64_t* state  # n epochs, n positions
+    cdef int64_t* plans  # every chunks of n quotas, n start epochs, n start positions
+    cdef int64_t* starts  # every + 1 chunk starts (samples before)
+    cdef int64_t* run_of  # per dataset: its current run, -1: none
+    cdef Schedule sched  # the scheduling kernel's scratch, opened once
+    cdef bint opened
+    cdef Run* runs  # the runs of the current call (kept between calls up to RUNS_KEPT)
+    cdef Py_ssize_t n_runs, run_capacity
+    cdef Shape* shapes  # FIFO ring of max_shapes entries
+    cdef Py_ssize_t first, count, last, shape_bytes
+    # (C fields start zeroed: NULL pointers, opened False, until __init__ sets them)
+
+    def __init__(self, Scheduler scheduler not None, const int64_t[:, ::1] ints, const double[:, ::1] acc,
+                 int64_t every, int64_t length, int64_t chunk_size, const int64_t[::1] reshuffle, object layout_of,
+                 Py_ssize_t max_shapes=64, Py_ssize_t shape_budget=32 << 20):
+        cdef Py_ssize_t c, n = reshuffle.shape[0]
+        if not (ints.shape[0] >= 1 and ints.shape[1] == 2 + 2 * n and acc.shape[0] == ints.shape[0]
+                and acc.shape[1] == n and scheduler.totals.shape[0] == n and every >= 1 and max_shapes >= 1):
+            raise ValueError(f"Lookup: snapshots ({ints.shape[0]}, {ints.shape[1]}) and ({acc.shape[0]}, "
+                             f"{acc.shape[1]}) for {n} datasets and a {scheduler.totals.shape[0]}-dataset "
+                             f"scheduler, every={every}, max_shapes={max_shapes}; pass the arrays of a "
+                             f"StreamIndex built for the scheduler's config")
+        if not 1 <= chunk_size <= MAX_CHUNK:
+            raise ValueError(f"Lookup: chunk_size={chunk_size}; random access needs 1 <= chunk_size <= {MAX_CHUNK}")
+        self.scheduler, self.ints, self.acc, self.reshuffle, self.layout_of = scheduler, ints, acc, reshuffle, layout_of
+        self.every, self.length, self.chunk_size, self.n, self.snapshots = every, length, chunk_size, n, ints.shape[0]
+        self.per_chunk = 1.0 / <double>chunk_size
+        self.max_shapes, self.shape_budget = max_shapes, shape_budget
+        self.lane, self.replicas, self.permute = scheduler.lane, scheduler.replicas, scheduler.permute
+        self.lane_key = scheduler.lane_key
+        self.lock, self.layouts = threading.Lock(), [None] * n
+        self.layout_epochs = <int64_t*>malloc((4 * n + 1) * sizeof(int64_t))  # and state, run_of
+        self.state_acc = <double*>malloc((2 * n + 1) * sizeof(double))
+        self.plans = <int64_t*>malloc((3 * n * every + every + 1) * sizeof(int64_t))  # and starts
+        self.shapes = <Shape*>malloc(max_shapes * sizeof(Shape))
+        if self.layout_epochs == NULL or self.state_acc == NULL or self.plans == NULL or self.shapes == NULL:
+            raise MemoryError("Lookup: no memory for the walk's state")
+        self.state, self.run_of = self.layout_epochs + n, self.layout_epochs + 3 * n
+        self.starts = self.plans + 3 * n * every
+        for c in range(n):
+            self.layout_epochs[c] = -1
+        self.full_chunks = self._full_chunks()
+        self.first = self.count = self.last = self.shape_bytes = 0
+        scheduler._open(&self.sched, self.state_acc + n)
+        self.opened = True
+
+    def __dealloc__(self):
+        cdef Py_ssize_t i
+        if self.shapes != NULL:
+            for i in range(self.count):
+                _free_shape(&self.shapes[(self.first + i) % self.max_shapes])
+        free(self.shapes)
+        free(self.layout_epochs)
+        free(self.state_acc)
+        free(self.plans)
+        free(self.runs)
+        if self.opened:
+            self.scheduler._close(&self.sched)
+
+    def __reduce__(self):
+        raise TypeError("a Lookup is a cache: rebuild it (StreamIndex drops it when pickled)")
+
+    @property
+    def shapes_cached(self):
+        """How many chunk shapes (round-robin tables) the cache holds now."""
+        return self.count
+
+    def samples_at(self, const int64_t[::1] targets, int64_t[:, ::1] out):
+        """Write the sample at stream index ``targets[j]`` into ``out[j]`` for every j.
+
+        Targets may come in any order and repeat. Raises ``IndexError`` naming the first target
+        outside ``[0, length)`` before writing anything.
+        """
+        cdef Py_ssize_t j, m = targets.shape[0], bad = -1
+        if m >= MAX_TARGETS:
+            raise ValueError(f"samples_at: {m} targets in one call; pass fewer than {MAX_TARGETS}")
+        if out.shape[0] != m or out.shape[1] != 3:
+            raise ValueError(f"samples_at: out has shape ({out.shape[0]}, {out.shape[1]}) for {m} targets; "
+                             f"pass np.empty(({m}, 3), np.int64)")
+        with nogil:
+            for j in range(m):
+                if not 0 <= targets[j] < self.length:
+                    bad = j
+                    break
+        if bad >= 0:
+            raise IndexError(f"samples_at: targets[{bad}] = {targets[bad]} is outside the stream [0, {self.length})")
+        scratch = np.empty(4 * m, dtype=np.int64)  # numpy gives big arrays huge pages
+        cdef int64_t[::1] scratch_view = scratch
+        if m:
+            with self.lock:
+                self._samples_at(&targets[0], m, &out[0, 0], &scratch_view[0])
+
+    def sample_at(self, int64_t target):
+        """The sample at stream index ``target`` as a ``(dataset, shard, row)`` tuple: ``samples_at``
+        for one target, without arrays."""
+        cdef int64_t out[3]
+        cdef int64_t scratch[4]
+        if not 0 <= target < self.length:
+            raise IndexError(f"sample_at: target {target} is outside the stream [0, {self.length})")
+        with self.lock:
+            self._samples_at(&target, 1, out, scratch)
+        return out[0], out[1], out[2]
+
+    cdef int _samples_at(self, const int64_t* targets, Py_ssize_t m, int64_t* out, int64_t* scratch) except -1:
+        """The kernel behind both doors: bucket, walk, then pointers (the lock is held).
+
+        ``scratch`` holds 4·m int64.
+        """
+        cdef Walk w
+        w.m, self.n_runs = m, 0
+        w.keys, w.spare_keys = scratch, scratch + m
+        w.items, w.spare_items = <uint64_t*>(scratch + 2 * m), <uint64_t*>(scratch + 3 * m)
+        try:
+            with nogil:
+                self._sort(targets, &w)
+            w.positions = w.spare_keys
+            if self._walk_intervals(&w) == ENDED:
+                raise ValueError("samples_at: the stream ended before a target; the Lookup's snapshots "
+                                 "belong to another config")
+            w.grouped, w.rows = w.keys, <int64_t*>w.spare_items
+            self._pointers(&w, out)
+        finally:
+            if self.run_capacity > RUNS_KEPT:
+                free(self.runs)
+                self.runs, self.run_capacity = NULL, 0
+        return 0
+
+    # -- 1. bucket ------------------------------------------------------------------------
+
+    cdef int64_t _full_chunks(self):
+        """Chunks of the lane before the first snapshot interval holding a short chunk: up to
+        there, snapshot s sits at sample s · every · chunk_size and keys are arithmetic."""
+        cdef Py_ssize_t s = 1
+        while s < self.snapshots and self.ints[s, 1] == s * self.every * self.chunk_size:
+            s += 1
+        return self.snapshots * self.every if s == self.snapshots else (s - 1) * self.every
+
+    cdef inline int64_t _key(self, int64_t target, uint64_t* offset) noexcept nogil:
+        """Snapshot · every + the target's chunk there if every chunk were full (a lower bound);
+        ``offset``: the target's distance from that chunk's start were it full (< chunk_size)."""
+        cdef int64_t q = _divide(target, self.chunk_size, self.per_chunk), guess
+        cdef Py_ssize_t s
+        if q < self.full_chunks:
+            offset[0] = <uint64_t>(target - q * self.chunk_size)
+            return q
+        s = self._snapshot(target)
+        guess = (target - self.ints[s, 1]) // self.chunk_size
+        guess = guess if guess < self.every else self.every - 1
+        offset[0] = <uint64_t>(target - self.ints[s, 1] - guess * self.chunk_size)
+        return s * self.every + guess
+
+    cdef Py_ssize_t _snapshot(self, int64_t target) noexcept nogil:
+        """The last snapshot whose samples-before (ints column 1) is <= target.
+
+        Chunks are never longer than chunk_size, so the guess target // (every · chunk_size)
+        is never past it; a galloping search goes forward from there (one comparison when
+        the guess is right).
+        """
+        cdef Py_ssize_t mid, step = 1, lo = <Py_ssize_t>(target // (self.every * self.chunk_size)), hi
+        lo = lo if lo < self.snapshots else self.snapshots - 1
+        hi = lo + 1
+        while hi < self.snapshots and self.ints[hi, 1] <= target:
+            lo, step = hi, 2 * step
+            hi = lo + step
+        if hi > self.snapshots:
+            hi = self.snapshots
+        while hi - lo > 1:  # ints[lo, 1] <= target < ints[hi, 1] (or hi is the end)
+            mid = (lo + hi) >> 1
+            if self.ints[mid, 1] <= target:
+                lo = mid
+            else:
+                hi = mid
+        return lo
+
+    cdef void _sort(self, const int64_t* targets, Walk* w) noexcept nogil:
+        """Key every target, then put keys and items in walk order (by key)."""
+        cdef Py_ssize_t j
+        cdef int64_t top = 0
+        cdef bint ordered = True
+        cdef uint64_t offset = 0
+        for j in range(w.m):
+            w.keys[j] = self._key(targets[j], &offset)
+            w.items[j] = (<uint64_t>j << 32) | offset
+            ordered &= j == 0 or w.keys[j] >= w.keys[j - 1]
+            if w.keys[j] > top:
+                top = w.keys[j]
+        if not ordered:
+            _radix_sort(w, top)
+
+    # -- 2. walk --------------------------------------------------------------------------
+
+    cdef Py_ssize_t _walk_intervals(self, Walk* w) except -1:
+        """Walk every snapshot interval holding targets: fill w.positions, the datasets in
+        w.items and the runs. Returns 0, or ENDED. Takes the GIL only to build a new shape."""
+        cdef Py_ssize_t c, j = 0, status = 0
+        for c in range(self.n):
+            self.run_of[c] = -1
+        self.sched.retired = -1  # recompute the active weights at the first chunk
+        with nogil:
+            while j < w.m and status == 0:
+                status = self._walk_interval(&self.sched, w, &j)
+        return status
+
+    cdef Py_ssize_t _walk_interval(self, Schedule* sched, Walk* w, Py_ssize_t* at) except -1 nogil:
+        """The targets from walk position at[0] in one snapshot interval, chunk by chunk from
+        its snapshot; moves at[0] past them. Returns 0, or ENDED."""
+        cdef Py_ssize_t j = at[0], c, k, chunk = -1, chunks = 0, n = self.n, s = w.keys[j] // self.every
+        cdef int64_t g = self.ints[s, 0], end = (s + 1) * self.every, target, epoch, guess
+        cdef int64_t* plan
+        cdef const Draw* draws = NULL
+        cdef Draw draw
+        for c in range(n):
+            self.state[c], self.state[n + c] = self.ints[s, 2 + c], self.ints[s, 2 + n + c]
+            self.state_acc[c] = self.acc[s, c]
+        self.starts[0] = self.ints[s, 1]
+        while j < w.m and w.keys[j] < end:
+            k = guess = w.keys[j] - s * self.every  # a lower bound of the target's chunk
+            target = self.ints[s, 1] + guess * self.chunk_size + <int64_t>(w.items[j] & LOW)
+            while chunks <= k or self.starts[chunks] <= target:  # walk up to the target's chunk
+                if chunks == self.every or not self._next_chunk(sched, &g, chunks):
+                    return ENDED
+                chunks += 1
+            while self.starts[k + 1] <= target:
+                k += 1
+            plan = self.plans + 3 * n * k
+            if k != chunk:
+                draws, chunk = self._draws(plan), k
+            draw = draws[target - self.starts[k]]
+            c = draw.dataset
+            epoch = plan[n + c] if self.reshuffle[c] else 0
+            w.positions[j] = plan[2 * n + c] + draw.rank
+            w.items[j] = (w.items[j] & ~LOW) | <uint64_t>c
+            self._count(c, epoch)
+            j += 1
+        at[0] = j
+        return 0
+
+    cdef bint _next_chunk(self, Schedule* sched, int64_t* g, Py_ssize_t chunk) noexcept nogil:
+        """Plan the lane's next chunk from global chunk g[0] into plans[chunk]; False at the end."""
+        cdef Py_ssize_t c, n = self.n
+        cdef int64_t* plan = self.plans + 3 * n * chunk
+        cdef int64_t total = 0
+        if _walk(sched, self.lane, self.replicas, self.permute, self.lane_key, g, self.state_acc, self.state,
+                 self.state + n, plan, plan + n, plan + 2 * n) != PLANNED:
+            return False
+        g[0] += 1
+        for c in range(n):
+            total += plan[c]
+        self.starts[chunk + 1] = self.starts[chunk] + total
+        return True
+
+    cdef int _count(self, Py_ssize_t dataset, int64_t epoch) except -1 nogil:
+        """Count one more target of ``dataset`` in pass ``epoch`` (a new run if its pass changed)."""
+        cdef Py_ssize_t r = self.run_of[dataset]
+        cdef Run* grown
+        if r < 0 or self.runs[r].epoch != epoch:
+            if self.n_runs == self.run_capacity:
+                grown = <Run*>realloc(self.runs, (2 * self.run_capacity + 16) * sizeof(Run))
+                if grown == NULL:
+                    with gil:
+                        raise MemoryError("samples_at: no memory for the passes of the targets")
+                self.runs, self.run_capacity = grown, 2 * self.run_capacity + 16
+            r = self.run_of[dataset] = self.n_runs
+            self.runs[r].dataset, self.runs[r].epoch, self.runs[r].count = dataset, epoch, 0
+            self.n_runs += 1
+        self.runs[r].count += 1
+        return 0
+
+    # -- shapes ---------------------------------------------------------------------------
+
+    cdef const Draw* _draws(self, const int64_t* quotas) except NULL nogil:
+        """The round robin of a chunk with these quotas, from the cache or built."""
+        cdef Py_ssize_t i, slot
+        if self.count and _same(self.shapes[self.last].quotas, quotas, self.n):
+            return self.shapes[self.last].draws
+        for i in range(self.count):
+            slot = (self.first + i) % self.max_shapes
+            if _same(self.shapes[slot].quotas, quotas, self.n):
+                self.last = slot
+                return self.shapes[slot].draws
+        with gil:
+            return self._add_shape(quotas)
+
+    cdef const Draw* _add_shape(self, const int64_t* quotas) except NULL:
+        """Build a chunk's round robin and cache it, evicting the oldest shapes over budget."""
+        cdef Py_ssize_t c, t, slot, n = self.n
+        cdef int64_t total = 0
+        for c in range(n):
+            total += quotas[c]
+        counts, scratch = np.empty(n, dtype=np.int64), np.zeros((SCRATCH, n), dtype=np.int64)
+        component, rows = np.empty(total, dtype=np.int64), np.empty(total, dtype=np.int64)
+        cdef int64_t[::1] counts_view = counts, component_view = component, rows_view = rows
+        cdef int64_t[:, ::1] scratch_view = scratch
+        cdef Shape shape
+        shape.total = total
+        shape.quotas = <int64_t*>malloc(n * sizeof(int64_t))
+        shape.draws = <Draw*>malloc(total * sizeof(Draw))
+        if shape.quotas == NULL or shape.draws == NULL:
+            _free_shape(&shape)
+            raise MemoryError(f"samples_at: no memory for the round robin of a {total}-sample chunk")
+        memcpy(shape.quotas, quotas, n * sizeof(int64_t))
+        memcpy(&counts_view[0], quotas, n * sizeof(int64_t))
+        with nogil:
+            round_robin(counts_view, total, scratch_view, component_view, rows_view)
+            for t in range(total):
+                c = component_view[t]
+                shape.draws[t].dataset = <int32_t>c
+                shape.draws[t].rank = <int32_t>(rows_view[t] - scratch_view[START, c])
+        while self.count and (self.count == self.max_shapes
+                              or self.shape_bytes + total * sizeof(Draw) > self.shape_budget):
+            self.shape_bytes -= self.shapes[self.first].total * sizeof(Draw)
+            _free_shape(&self.shapes[self.first])
+            self.first, self.count = (self.first + 1) % self.max_shapes, self.count - 1
+        slot = (self.first + self.count) % self.max_shapes
+        self.shapes[slot], self.last = shape, slot
+        self.count += 1
+        self.shape_bytes += total * sizeof(Draw)
+        return shape.draws
+
+    # -- 3. pointers ----------------------------------------------------------------------
+
+    cdef int _pointers(self, Walk* w, int64_t* out) except -1:
+        """Group the targets by dataset (stably), then write each run's pointers in one batch."""
+        cdef Py_ssize_t r, c, n = self.n
+        cdef Run run
+        cdef PassLayout layout
+        cdef int64_t* offsets = self.state  # per dataset: where its next run starts (the walk is done)
+        with nogil:
+            _group(w, offsets, n)
+        for r in range(self.n_runs):
+            run = self.runs[r]
+            c = run.dataset
+            if self.layout_epochs[c] != run.epoch:
+                self.layouts[c] = self.layout_of(c, run.epoch)
+                self.layout_epochs[c] = run.epoch
+            layout = self.layouts[c]
+            if run.count >= layout.p.shards:  # tables in pass order pay off within this run alone
+                layout._prepare(run.count)
+            with nogil:
+                _take_at(out, w.rows + offsets[c], c, &layout.p, w.grouped + offsets[c], run.count)
+            offsets[c] += run.count
+        return 0
+
+
+cdef inline int64_t _divide(int64_t t, int64_t d, double inverse) noexcept nogil:
+    """t // d for t >= 0 and d >= 1 (``inverse`` = 1 / d): a float estimate, made exact."""
+    cdef int64_t q = <int64_t>(<double>t * inverse)
+    while q * d > t:
+        q -= 1
+    while (q + 1) * d <= t:
+        q += 1
+    return q
+
+
+cdef inline bint _same(const int64_t* a, const int64_t* b, Py_ssize_t n) noexcept nogil:
+    cdef Py_ssize_t c
+    for c in range(n):
+        if a[c] != b[c]:
+            return False
+    return True
+
+
+cdef void _free_shape(Shape* shape) noexcept nogil:
+    free(shape.quotas)
+    free(shape.draws)
+
+
+cdef void _radix_sort(Walk* w, int64_t top) noexcept nogil:
+    """Sort w.keys and w.items by w.keys (stable LSD radix sort; keys in [0, top]).
+
+    Digits of at most DIGIT_BITS bits, as many passes as ``top`` needs; a pass whose digit
+    is the same for every key moves nothing.
+    """
+    cdef Py_ssize_t j, d, p, m = w.m, bits = 0, passes, width
+    cdef int64_t shift, mask, total, count
+    cdef Py_ssize_t counts[1 << DIGIT_BITS]
+    while (top >> bits) != 0:
+        bits += 1
+    passes = (bits + DIGIT_BITS - 1) // DIGIT_BITS
+    width = (bits + passes - 1) // passes if passes else 0
+    mask = (<int64_t>1 << width) - 1
+    for p in range(passes):
+        shift = p * width
+        for d in range(mask + 1):
+            counts[d] = 0
+        for j in range(m):
+            counts[(w.keys[j] >> shift) & mask] += 1
+        if counts[(w.keys[0] >> shift) & mask] < m:
+            total = 0
+            for d in range(mask + 1):
+                count, counts[d] = counts[d], total
+                total += count
+            for j in range(m):
+                d = (w.keys[j] >> shift) & mask
+                w.spare_keys[counts[d]], w.spare_items[counts[d]] = w.keys[j], w.items[j]
+                counts[d] += 1
+            w.keys, w.spare_keys = w.spare_keys, w.keys
+            w.items, w.spare_items = w.spare_items, w.items
+
+
+cdef void _group(Walk* w, int64_t* offsets, Py_ssize_t n) noexcept nogil:
+    """Stable counting sort of the walked targets by dataset: positions into w.grouped, target
+    indices into w.rows. offsets[c] = where dataset c's targets start; uses offsets[n:2n]."""
+    cdef Py_ssize_t j, c
+    cdef int64_t total = 0, count
+    cdef int64_t* next_at = offsets + n
+    for c in range(n):
+        offsets[c] = 0
+    for j in range(w.m):
+        offsets[w.items[j] & LOW] += 1
+    for c in range(n):
+        count, offsets[c], next_at[c] = offsets[c], total, total
+        total += count
+    for j in range(w.m):
+        c = w.items[j] & LOW
+        w.grouped[next_at[c]], w.rows[next_at[c]] = w.positions[j], <int64_t>(w.items[j] >> 32)
+        next_at[c] += 1

@@ -1,0 +1,53 @@
+"""The scheduling kernel's C surface, for kernels that walk a lane themselves (lookup.pyx).
+
+Defined in schedule.pyx; see its docstring.
+"""
+from libc.stdint cimport int64_t, uint64_t
+
+cdef enum:
+    ACCUMULATOR = 0
+    FIXED = 1
+    STOP = 0  # policy codes: index into zephon.core.config.POLICIES
+    REPEAT = 1
+    REDISTRIBUTE = 2
+    PLANNED = -2  # _walk planned the lane's chunk
+    ALL_DONE = -1  # every dataset is done or none is active (else _walk returns the ending dataset)
+
+
+cdef struct Schedule:
+    # One walk's view of a Scheduler (Scheduler._open fills it, Scheduler._close frees it).
+    Py_ssize_t n
+    int allocator
+    int64_t stop_after  # 0 = unset
+    int64_t chunk_size
+    const double* raw_weights
+    const int64_t* totals
+    const int64_t* policies
+    const int64_t* max_repeats
+    const int64_t* sum_order  # dataset indices in the mixture's insertion order (weights are summed so)
+    double* weights  # active weights, recomputed only when a dataset retires
+    Py_ssize_t retired  # drained redistributing datasets the weights were computed for; -1: none yet
+    double* shares  # weights[c] * chunk_size, with the weights
+    int64_t* fixed  # FixedAllocator's quotas, with the weights
+    double* saved  # scratch: accumulators at chunk start
+    double* keys  # scratch: sort keys
+    Py_ssize_t* order  # scratch: ranked dataset indices
+
+
+cdef Py_ssize_t _walk(Schedule* s, int64_t lane, int64_t replicas, bint permute, uint64_t lane_key,
+                      int64_t* g, double* acc, int64_t* epochs, int64_t* positions,
+                      int64_t* quotas, int64_t* start_epochs, int64_t* start_positions) noexcept nogil
+
+
+cdef class Scheduler:
+    cdef const double[::1] raw_weights
+    cdef const int64_t[::1] totals, policies, max_repeats, sum_order
+    cdef int allocator
+    cdef int64_t stop_after, chunk_size, lane, replicas
+    cdef bint permute
+    cdef uint64_t lane_key
+
+    cdef int _open(self, Schedule* s, double* weights) except -1
+    cdef void _close(self, Schedule* s) noexcept
+    cdef Py_ssize_t _step(self, Schedule* s, int64_t* g, double[::1] acc, int64_t[::1] epochs,
+                          int64_t[::1] positions, int64_t[:, ::1] out) noexcept nogil
