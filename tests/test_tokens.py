@@ -145,6 +145,17 @@ def test_policies_behave_as_in_sample_mode(policies):
     assert all(len(c) == 16 for c in chunks[:-1] if "b" not in c.source_exhausted)
 
 
+@pytest.mark.parametrize("policies", [{"exhausted_policy": "stop", "stop_after_passes": None},
+                                      {"exhausted_policy": {"a": "repeat", "b": "redistribute", "c": "repeat"},
+                                       "max_repeats": {"a": 2, "c": 3}, "stop_after_passes": None}])
+@given(replicas=st.integers(1, 3), cut=st.integers(0, 30))
+def test_length_and_remaining_samples_count_the_lane(policies, replicas, cut):
+    lane = pinned_source(**policies).clone_for_lane(0, replicas)
+    assert len(lane) == sum(len(c) for c in collect(pinned_source(**policies).clone_for_lane(0, replicas)))
+    read = sum(len(c) for c in collect(lane, cut))
+    assert lane.remaining_samples() == len(lane) - read
+
+
 def test_ratios_survive_restore_and_are_never_measured_again():
     lane = pinned_source().clone_for_lane(0, 1)
     collect(lane, 7)

@@ -55,6 +55,7 @@ from zephon.core.cursor import epoch_layout, pointer_reference, take_at
 from zephon.core.readorder import read_order, round_robin_reference
 from zephon.core.schedule import Ended, SourceState, initial_state, plan_next_reference, state_arrays
 from zephon.core.step import step
+from zephon.core.tokens import plan_next_tokens
 
 SNAPSHOT_EVERY = 8  # lane chunks between snapshots
 _FIRST_CAPACITY = 1024  # snapshots; the index grows by doubling
@@ -167,14 +168,16 @@ def remaining_samples(state: SourceState, config: SourceConfig) -> int:
 
 
 def _token_samples(state: SourceState, config: SourceConfig) -> int:
-    """A token-mode lane's samples from ``state`` to the end: its chunks planned one by one."""
+    """A token-mode lane's samples from ``state`` to the end: its chunks planned one by one, no
+    pointers (the first goes through ``step``, which raises if unprimed or unable to start)."""
     _check_finite(config)
-    total = 0
-    while True:
-        chunk, state = step(state, config)
-        if chunk is None:
-            return total
-        total += len(chunk)
+    chunk, state = step(state, config)
+    if chunk is None:
+        return 0
+    total = len(chunk)
+    while not isinstance(planned := plan_next_tokens(state, config), Ended):
+        total, state = total + sum(planned.quotas), planned.state
+    return total
 
 
 def sample_at_reference(config: SourceConfig, i: int) -> tuple[int, int, int]:
