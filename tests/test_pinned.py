@@ -8,8 +8,17 @@ import hashlib
 import pytest
 from helpers import three_datasets
 
-from zephon import StaticMixtureWorkSource
+from zephon import Dataset, StaticMixtureWorkSource
 from zephon.testing import collect
+from zephon.work import TokenEstimation
+
+
+def sized_datasets() -> list[Dataset]:
+    """three_datasets with bytes on disk, for token mode."""
+    return [Dataset.from_counts(d.name, d.counts(),
+                                raw_bytes=[(700 + 900 * k) * int(n) for k, n in enumerate(d.counts())])
+            for d in three_datasets()]
+
 
 CONFIGS = {
     "default": {},
@@ -17,6 +26,8 @@ CONFIGS = {
     "global, lane 1 of 3": {"shuffle_block_size": "global", "lane": (1, 3)},
     "modulo, fixed, no reshuffle": {"lane_assignment": "modulo", "allocation": "fixed",
                                     "reshuffle_on_repeat": False, "stop_after_passes": 2},
+    "tokens, pinned ratios": {"token_estimation": TokenEstimation(primer={"web": 0.2, "code": 0.3, "math": 0.25}),
+                              "datasets": sized_datasets},
 }
 
 PINNED = {
@@ -24,13 +35,15 @@ PINNED = {
     "within+auto": "f5901f9f7739714c13965edbd1540dcdfe08f8034ac36e1d66478beb8765642f",
     "global, lane 1 of 3": "b29d1b378cc4e2267940a17c7876952d5a07b28d2d334f9dfd79539c628a2bcc",
     "modulo, fixed, no reshuffle": "f1fb0a295f27f44544f0f2b6e52164495e7e8a103b99921b0b365d1a8266c0b4",
+    "tokens, pinned ratios": "124fff056faebdc9fd7199f94823a9a4cd30de06ea47204481b35e6978eb9926",
 }
 
 
 def digest(name: str) -> str:
     kwargs = dict(CONFIGS[name])
     lane_id, replicas = kwargs.pop("lane", (0, 1))
-    source = StaticMixtureWorkSource(three_datasets(), {"web": 5, "code": 3, "math": 2}, chunk_size=17,
+    datasets = kwargs.pop("datasets", three_datasets)()
+    source = StaticMixtureWorkSource(datasets, {"web": 5, "code": 3, "math": 2}, chunk_size=17,
                                      seed=2024, **kwargs).clone_for_lane(lane_id, replicas)
     h = hashlib.sha256()
     for chunk in collect(source, 40):

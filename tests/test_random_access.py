@@ -1,4 +1,5 @@
 """Random access (SPEC §8): exact length and the i-th sample of the mixed, shuffled stream."""
+import gc
 import json
 import pickle
 from concurrent.futures import ThreadPoolExecutor
@@ -176,3 +177,19 @@ def test_threads_share_one_lookup():
     with ThreadPoolExecutor(4) as pool:
         got = list(pool.map(source.sample_ids_at, batches))
     assert all((a == b).all() for a, b in zip(got, expected))
+
+
+def test_a_lookup_in_a_collected_cycle_is_freed_safely():
+    """The garbage collector must not clear a Lookup's scheduler before it is deallocated."""
+    import zephon.core.index as index_module
+
+    source = StaticMixtureWorkSource(three_datasets(), {"web": 5, "code": 3, "math": 2}, chunk_size=10)
+    index = source._stream_index()
+    kernel = index_module.lookup(index, source.config)
+    expected = kernel.sample_at(0)
+    index.cache.clear()
+    cycle = [kernel]
+    cycle.append(cycle)
+    del kernel, cycle
+    gc.collect()
+    assert source.sample_id_at(0) == expected

@@ -172,6 +172,25 @@ def test_ratios_survive_restore_and_are_never_measured_again():
     assert collect(fresh, 5) == collect(lane, 5)
 
 
+@pytest.mark.parametrize("alloc", [[1, -1, 1], [0.0, 0, 0], [2**62, -2**62, 0], [0, 0], "x"])
+def test_corrupted_token_deficits_are_refused(alloc):
+    lane = pinned_source().clone_for_lane(0, 1)
+    collect(lane, 3)
+    state = json.loads(json.dumps(lane.state_dict()))
+    assert sum(state["state"]["alloc"]) == 0 and all(type(d) is int for d in state["state"]["alloc"])
+    state["state"]["alloc"] = alloc
+    with pytest.raises(ValueError, match="token deficits"):
+        pinned_source().clone_for_lane(0, 1).load_state_dict(state)
+
+
+def test_version_1_checkpoints_are_refused_with_their_version():
+    lane = pinned_source().clone_for_lane(0, 1)
+    state = lane.state_dict()
+    state["version"] = 1
+    with pytest.raises(ValueError, match="version 1"):
+        pinned_source().clone_for_lane(0, 1).load_state_dict(state)
+
+
 def test_sample_and_token_checkpoints_do_not_mix():
     token_lane = pinned_source().clone_for_lane(0, 1)
     sample_lane = pinned_source(token_estimation=None).clone_for_lane(0, 1)
@@ -231,18 +250,36 @@ def _as_runs(costs: list[list[int]]) -> tuple[np.ndarray, np.ndarray, np.ndarray
 @given(st.lists(st.floats(1e-9, 1.0), min_size=1, max_size=11), st.integers(1, 200), st.data())
 def test_draw_kernel_matches_reference(weights, target, data):
     """Both kernel paths (up to 8 datasets in registers, more on the heap), inactive datasets,
-    costs that change within a chunk and the largest costs: the same draws and deficits."""
+    carried deficits, costs that change within a chunk, the largest costs, and candidates given
+    in pieces (the kernel stops for more, as planning extends them): the same draws and deficits."""
     n = len(weights)
     weights = [0.0 if data.draw(st.booleans()) and c else w for c, w in enumerate(weights)]
     units = weight_units(tuple(w / sum(weights) for w in weights))
     cost = st.sampled_from([COST_UNITS, 40, 112, MAX_COST]) | st.integers(COST_UNITS, MAX_COST)
     costs = [data.draw(st.lists(cost, max_size=target)) for _ in range(n)]
-    ref_deficits, ref_drawn = [0] * n, [0] * n
+    start = [data.draw(st.integers(-MAX_COST, MAX_COST)) if u else 0 for u in units]
+    start[0] -= sum(start)  # deficits sum to 0
+    ref_deficits, ref_drawn = list(start), [0] * n
     expected = draw_reference(ref_deficits, units, costs, [len(c) for c in costs], ref_drawn, target)
-    deficits, drawn = np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64)
-    assert kernel.draw(deficits, np.array(units, dtype=np.int64), *_as_runs(costs), drawn, target) == expected
-    assert drawn.tolist() == ref_drawn and deficits.tolist() == ref_deficits
+    given = [data.draw(st.integers(0, len(c))) for c in costs]
+    deficits, drawn = np.array(start, dtype=np.int64), np.zeros(n, dtype=np.int64)
+    while True:
+        status = kernel.draw(deficits, np.array(units, dtype=np.int64),
+                             *_as_runs([row[:g] for row, g in zip(costs, given)]), drawn, target)
+        if status == -1 or given[status] == len(costs[status]):
+            break
+        given[status] = len(costs[status])
+    assert status == expected and drawn.tolist() == ref_drawn and deficits.tolist() == ref_deficits
     assert sum(ref_deficits) == 0 and max(map(abs, ref_deficits)) <= deficit_bound(n)
+
+
+def test_draw_kernel_checks_its_arguments():
+    ends, costs, first = _as_runs([[16, 16], [32]])
+    one = np.ones(2, dtype=np.int64)
+    with pytest.raises(ValueError, match="run offsets"):
+        kernel.draw(np.zeros(2, dtype=np.int64), one, ends, costs, first[:2], np.zeros(2, dtype=np.int64), 3)
+    with pytest.raises(ValueError, match="at least one dataset"):
+        kernel.draw(np.zeros(2, dtype=np.int64), 0 * one, ends, costs, first, np.zeros(2, dtype=np.int64), 3)
 
 
 @given(st.lists(st.floats(0.0, 1.0) | st.just(1e-12), min_size=1, max_size=40).filter(lambda w: sum(w) > 0))

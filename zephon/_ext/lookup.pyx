@@ -21,7 +21,8 @@ a new shape or fetch a pass layout:
    chunk; the current shape is kept even if it alone is larger). The pass position is the
    chunk's start in that dataset plus the rank.
 3. **Pointers** — targets are grouped by dataset, stably, so each dataset's passes come in
-   runs (the walk follows the stream); every run goes through the cursor kernel
+   runs (the walk goes forward chunk by chunk; targets sharing a guessed chunk next to a short
+   one may alternate passes, which only makes more runs); every run goes through the cursor kernel
    (``cursor._take_at``) in one batch, which scatters its pointers to the targets' rows. The
    layout of a pass comes from the ``layout_of`` callable only when a dataset's pass changes;
    the last one per dataset is kept. A run builds its pass's tables in pass order
@@ -82,6 +83,7 @@ cdef struct Walk:  # one call's scratch: four arrays of m 64-bit words
 
 
 @cython.final
+@cython.no_gc_clear  # __dealloc__ closes the schedule through self.scheduler
 cdef class Lookup:
     """One lane's random access: ``samples_at(targets, out)`` (see the module docstring).
 
@@ -122,6 +124,8 @@ cdef class Lookup:
                  int64_t every, int64_t length, int64_t chunk_size, const int64_t[::1] reshuffle, object layout_of,
                  Py_ssize_t max_shapes=64, Py_ssize_t shape_budget=32 << 20):
         cdef Py_ssize_t c, n = reshuffle.shape[0]
+        if self.opened:
+            raise TypeError("Lookup: already initialised; build a new one")
         if not (ints.shape[0] >= 1 and ints.shape[1] == 2 + 2 * n and acc.shape[0] == ints.shape[0]
                 and acc.shape[1] == n and scheduler.totals.shape[0] == n and every >= 1 and max_shapes >= 1):
             raise ValueError(f"Lookup: snapshots ({ints.shape[0]}, {ints.shape[1]}) and ({acc.shape[0]}, "

@@ -1,4 +1,4 @@
 import numpy as np
 
-def draw(deficits: np.ndarray, weights: np.ndarray, costs: np.ndarray, available: np.ndarray,
+def draw(deficits: np.ndarray, weights: np.ndarray, ends: np.ndarray, costs: np.ndarray, first: np.ndarray,
          drawn: np.ndarray, target: int) -> int: ...

@@ -99,8 +99,19 @@ def draw(int64_t[::1] deficits, const int64_t[::1] weights, const int64_t[::1] e
     in place. Returns the dataset that needs more runs, or -1 when the chunk is full. At least
     one weight is positive.
     """
-    cdef Py_ssize_t status, n = deficits.shape[0]
+    cdef Py_ssize_t status, c, n = deficits.shape[0]
     cdef Draws D
+    if not (weights.shape[0] == drawn.shape[0] == n and first.shape[0] == n + 1 and first[0] == 0
+            and first[n] == ends.shape[0] == costs.shape[0]):
+        raise ValueError(f"draw: {n} deficits, {weights.shape[0]} weights, {drawn.shape[0]} drawn, "
+                         f"{first.shape[0]} run offsets for {ends.shape[0]} ends and {costs.shape[0]} costs; "
+                         f"pass one weight and count per deficit and first = run offsets (0 .. len(ends))")
+    for c in range(n):
+        if first[c] > first[c + 1] or weights[c] < 0:
+            raise ValueError(f"draw: dataset {c} has run offsets {first[c]}..{first[c + 1]} and weight "
+                             f"{weights[c]}; offsets must ascend and weights be >= 0")
+    if not any(weights[c] > 0 for c in range(n)):
+        raise ValueError("draw: every weight is 0; at least one dataset must be active")
     if n <= SMALL:
         with nogil:
             status = _draw_small(deficits, weights, ends, costs, first, drawn, target)

@@ -15,7 +15,7 @@ from zephon.core.schedule import CursorState, SourceState
 from zephon.core.tokens import deficit_bound
 
 KIND = "zephon.StaticMixtureWorkSource"
-VERSION = 1
+VERSION = 2  # 2: token deficits are exact ints (token streams changed); sample-mode state as in 1
 KEY_KIND, KEY_VERSION, KEY_LANE, KEY_REPLICAS = "kind", "version", "lane", "canonical_replicas"
 KEY_FINGERPRINT, KEY_STATE = "fingerprint", "state"
 KEY_CHUNK, KEY_ALLOC, KEY_CURSORS, KEY_EPOCH, KEY_POSITION = "chunk_index", "alloc", "cursors", "epoch", "position"
@@ -118,9 +118,9 @@ def _alloc_from_json(value: Any, config: SourceConfig) -> Any:
     if config.token_mode:
         bound = deficit_bound(len(config.datasets))
         if (not isinstance(value, list) or len(value) != len(config.datasets)
-                or not all(type(v) is int and abs(v) <= bound for v in value)):
+                or not all(type(v) is int and abs(v) <= bound for v in value) or sum(value) != 0):
             raise ValueError(f"checkpoint alloc must be {len(config.datasets)} token deficits, ints in "
-                             f"[-{bound}, {bound}], got {value!r}; the checkpoint is corrupted")
+                             f"[-{bound}, {bound}] summing to 0, got {value!r}; the checkpoint is corrupted")
         return tuple(value)
     name = config.allocator.name
     if name == "accumulator":

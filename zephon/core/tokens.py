@@ -57,7 +57,8 @@ def mean_cost(plan: DatasetPlan) -> float:
     """Average tokens of a draw over one pass (row-weighted over shards), memoised on the plan."""
     cost = plan.layouts.get(_MEAN_COST)
     if cost is None:
-        cost = float((plan.shard_counts * plan.costs).sum() / plan.total / COST_UNITS) if plan.total else 1.0
+        rows = plan.shard_counts.astype(np.float64)  # int64 products could wrap
+        cost = float((rows * plan.costs).sum() / plan.total / COST_UNITS) if plan.total else 1.0
         plan.layouts[_MEAN_COST] = cost
     return cost
 
@@ -85,8 +86,11 @@ def weight_units(weights: tuple[float, ...]) -> tuple[int, ...]:
     active = [c for c, w in enumerate(weights) if w > 0.0]
     spare = WEIGHT_SCALE - len(active)
     units = [1 + math.floor(w * spare) if w > 0.0 else 0 for w in weights]
+    left = WEIGHT_SCALE - sum(units)
+    if not 0 <= left <= len(active):
+        raise ValueError(f"weight_units: weights={weights!r} must be >= 0 and sum to 1 over the active datasets")
     by_remainder = sorted(active, key=lambda c: (units[c] - 1 - weights[c] * spare, c))
-    for c in by_remainder[:WEIGHT_SCALE - sum(units)]:
+    for c in by_remainder[:left]:
         units[c] += 1
     return tuple(units)
 
@@ -179,7 +183,7 @@ class _Runs:
 _NONE = np.zeros(0, dtype=np.int64)
 
 
-def plan_token_chunk(config: SourceConfig, deficits: tuple[float, ...], cursors: tuple[CursorState, ...]):
+def plan_token_chunk(config: SourceConfig, deficits: tuple[int, ...], cursors: tuple[CursorState, ...]):
     """Plan one global chunk in token mode: ``(quotas, starts, weights, deficits', cursors')`` or ``Ended``."""
     weights = active_weights(config, cursors)
     if not any(weights):
@@ -204,7 +208,7 @@ def plan_token_chunk(config: SourceConfig, deficits: tuple[float, ...], cursors:
     return quotas, tuple(now), weights, new_deficits, after
 
 
-def _draw_chunk(config: SourceConfig, saved: list[float], weights: Sequence[float], now: list[CursorState]):
+def _draw_chunk(config: SourceConfig, saved: list[int], weights: Sequence[float], now: list[CursorState]):
     """Draw one chunk from ``now``: ``(quotas, deficits)``, ``Ended``, or a repeating dataset that ran out."""
     deficits = np.array(saved, dtype=np.int64)
     drawn = np.zeros(len(now), dtype=np.int64)
