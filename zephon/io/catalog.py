@@ -21,8 +21,9 @@ One entry per shard, shard id = position in sorted file-name order:
 sidecar ``<catalog stem>.<listing key>.lines.npy``: every shard's index concatenated
 (``rows + 1`` int64 offsets each), memory-mapped on load.
 
-**Writes** go to a temporary file in the same directory, then ``os.replace``: readers see the
-old catalog or the new one, never half of one. Concurrent builders write identical content.
+**Writes** go through :func:`zephon.io.atomic.write_atomically` (a temporary file in the same
+directory, fsync, ``os.replace``, fsync of the directory): readers see the old catalog or the
+new one, never half of one. Concurrent builders write identical content.
 
 **Validation on load.** Wrong kind, version, format or shape, or a missing sidecar, and the
 catalog is ignored and rebuilt. The directory is listed and every candidate file is stat-ed;
@@ -42,7 +43,6 @@ import hashlib
 import json
 import os
 import stat
-import tempfile
 import time
 import warnings
 from dataclasses import dataclass, replace
@@ -51,6 +51,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from zephon.io import _jsonl, _parquet
+from zephon.io.atomic import write_atomically
 from zephon.io.progress import Progress
 
 KIND, VERSION = "zephon.catalog", 1
@@ -261,9 +262,9 @@ def _save(catalog: Catalog, candidates: list[str]) -> Catalog:
             stem, sidecar = _sidecar_stem(location), None
             if catalog.line_index is not None:
                 sidecar = f"{stem}.{key}.lines.npy"
-                _atomic_write(sidecar, lambda f: np.save(f, np.asarray(catalog.line_index, dtype=np.int64)))
+                write_atomically(sidecar, lambda f: np.save(f, np.asarray(catalog.line_index, dtype=np.int64)))
                 data["line_index"] = os.path.basename(sidecar)
-            _atomic_write(location, lambda f: f.write(json.dumps(data, separators=(",", ":")).encode()))
+            write_atomically(location, json.dumps(data, separators=(",", ":")).encode())
             for stale in glob.glob(glob.escape(stem) + ".*.lines.npy"):
                 if stale != sidecar:
                     _remove(stale)
@@ -273,18 +274,6 @@ def _save(catalog: Catalog, candidates: list[str]) -> Catalog:
     warnings.warn(f"zephon: could not cache the catalog of {catalog.directory} ({'; '.join(errors)}); it will be "
                   f"rebuilt next time; set {ENV_CACHE_DIR} to a writable directory", RuntimeWarning, stacklevel=4)
     return catalog
-
-
-def _atomic_write(path: str, write) -> None:
-    fd, temporary = tempfile.mkstemp(dir=os.path.dirname(path), prefix=os.path.basename(path) + ".tmp-")
-    try:
-        os.fchmod(fd, 0o644)  # every process on the node reads it
-        with os.fdopen(fd, "wb") as file:
-            write(file)
-        os.replace(temporary, path)
-    except BaseException:
-        _remove(temporary)
-        raise
 
 
 def _remove(path: str) -> None:

@@ -5,23 +5,26 @@ A file is one header line and the state as compact JSON::
     zephon-checkpoint 1 sha256=<64 hex digits> bytes=<payload length>
     {"canonical_replicas": 4, ...}
 
-A reader checks the header, the length (a truncated file is refused) and the checksum (a
-corrupted one is refused) before parsing anything; nothing is unpickled. A writer killed at
-any moment leaves the previous file intact: the new one only replaces it by ``os.replace``
-once it is completely on disk.
+A reader checks the header and the file's size against it (a truncated or padded file is
+refused before it is read), then the checksum (a corrupted one is refused) before parsing
+anything; nothing is unpickled. Files are written by :func:`zephon.io.atomic.write_atomically`:
+a writer killed at any moment leaves the previous file intact, and a write that fails (disk
+full, ``RLIMIT_FSIZE``) raises :class:`zephon.io.atomic.AtomicWriteError` naming the path.
 """
 from __future__ import annotations
 
 import hashlib
 import json
 import os
-import tempfile
 from typing import Any
 
+from zephon.io.atomic import write_atomically
+from zephon.limits import MAX_CHECKPOINT_BYTES
 from zephon.runtime._state import parse_state
 
 MAGIC = "zephon-checkpoint"
 FILE_VERSION = 1
+_HEADER_LIMIT = 256  # bytes: a header line is about 110
 
 
 def _encode(state: Any) -> bytes:
@@ -37,37 +40,14 @@ def save_checkpoint(path: str | os.PathLike, state: Any) -> None:
 
     Writes a temporary file in the same directory, flushes and fsyncs it, renames it over
     ``path`` and fsyncs the directory. Call it on one rank (e.g. rank 0, after
-    :func:`zephon.torch.all_gather_state`).
+    :func:`zephon.torch.all_gather_state`). Raises :class:`zephon.io.atomic.AtomicWriteError`
+    (an ``OSError``) naming ``path`` if the file cannot be written; the previous checkpoint
+    then stays as it was and no temporary file is left.
     """
     parse_state(state)  # refuse to write something that would not load
     payload = _encode(state)
     header = f"{MAGIC} {FILE_VERSION} sha256={hashlib.sha256(payload).hexdigest()} bytes={len(payload)}\n"
-    path = os.fspath(path)
-    directory = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=os.path.basename(path) + ".", suffix=".tmp", dir=directory)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(header.encode("ascii"))
-            f.write(payload)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-    try:
-        dir_fd = os.open(directory, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(dir_fd)
-    except OSError:
-        pass
-    finally:
-        os.close(dir_fd)
+    write_atomically(path, header.encode("ascii") + payload)
 
 
 def _refuse(path: str, why: str) -> ValueError:
@@ -85,12 +65,26 @@ def load_checkpoint(path: str | os.PathLike, *, expect: Any = None) -> dict:
     """
     path = os.fspath(path)
     with open(path, "rb") as f:
-        data = f.read()
-    newline = data.find(b"\n")
-    if newline < 0:
+        fields, size, payload = _read(f, path)
+    if hashlib.sha256(payload).hexdigest() != fields[2][len("sha256="):]:
+        raise _refuse(path, "fails its sha256 checksum (corrupted)")
+    try:
+        state = json.loads(payload)
+    except (ValueError, RecursionError) as error:
+        raise _refuse(path, f"holds malformed JSON ({str(error)[:200]})") from None
+    parse_state(state)
+    if expect is not None:
+        expect.check_state_dict(state)
+    return state
+
+
+def _read(f: Any, path: str) -> tuple[list[str], int, bytes]:
+    """The header fields, the payload size and the payload, checking sizes before reading."""
+    line = f.readline(_HEADER_LIMIT)
+    if not line.endswith(b"\n"):
         raise _refuse(path, "has no header line (it is truncated or not a zephon checkpoint)")
     try:
-        fields = data[:newline].decode("ascii").split(" ")
+        fields = line[:-1].decode("ascii").split(" ")
     except UnicodeDecodeError:
         raise _refuse(path, "does not start with a zephon checkpoint header") from None
     if (len(fields) != 4 or fields[0] != MAGIC or not fields[2].startswith("sha256=")
@@ -99,20 +93,17 @@ def load_checkpoint(path: str | os.PathLike, *, expect: Any = None) -> dict:
     if fields[1] != str(FILE_VERSION):
         raise ValueError(f"checkpoint {path!r} has file version {fields[1]}; this zephon reads version {FILE_VERSION}: "
                          "restore it with the zephon version that wrote it")
-    try:
-        size = int(fields[3][len("bytes="):])
-    except ValueError:
-        raise _refuse(path, "has a malformed header") from None
-    payload = data[newline + 1:]
+    digits = fields[3][len("bytes="):]
+    if not digits.isdigit() or len(digits) > 12:
+        raise _refuse(path, "has a malformed header")
+    size = int(digits)
+    if size > MAX_CHECKPOINT_BYTES:
+        raise _refuse(path, f"says it holds {size} bytes of state, more than the {MAX_CHECKPOINT_BYTES} a checkpoint "
+                            "may hold")
+    actual = os.fstat(f.fileno()).st_size - len(line)
+    if actual != size:
+        raise _refuse(path, f"is truncated or padded: {actual} bytes of state, the header says {size}")
+    payload = f.read(size + 1)
     if len(payload) != size:
         raise _refuse(path, f"is truncated or padded: {len(payload)} bytes of state, the header says {size}")
-    if hashlib.sha256(payload).hexdigest() != fields[2][len("sha256="):]:
-        raise _refuse(path, "fails its sha256 checksum (corrupted)")
-    try:
-        state = json.loads(payload)
-    except ValueError as error:
-        raise _refuse(path, f"holds malformed JSON ({error})") from error
-    parse_state(state)
-    if expect is not None:
-        expect.check_state_dict(state)
-    return state
+    return fields, size, payload

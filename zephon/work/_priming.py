@@ -20,7 +20,6 @@ import json
 import marshal
 import math
 import os
-import tempfile
 import warnings
 from pathlib import Path
 
@@ -29,6 +28,7 @@ import numpy as np
 from zephon.core.keys import derive, purpose_key
 from zephon.core.perm import perm_range
 from zephon.io import Dataset
+from zephon.io.atomic import write_atomically
 from zephon.io.progress import Progress
 from zephon.work.tokens import TokenEstimation
 
@@ -151,15 +151,16 @@ def cached_ratio(dataset: Dataset, dataset_id: int, estimation: TokenEstimation,
             pass  # a damaged cache entry is measured again and rewritten
     ratio, origin = measure_ratio(dataset, dataset_id, estimation, seed, progress)
     if path is not None:
-        _write_atomically(path, json.dumps({"ratio": ratio, "origin": origin}))
+        _save(path, json.dumps({"ratio": ratio, "origin": origin}).encode())
     return ratio, origin
 
 
-def _write_atomically(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
-    with os.fdopen(handle, "w") as file:
-        file.write(text)
-        file.flush()
-        os.fsync(file.fileno())
-    os.replace(temporary, path)
+def _save(path: Path, data: bytes) -> None:
+    """Cache a measured ratio; a cache that cannot be written is said and skipped (it is an
+    optimisation: the next run measures again)."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_atomically(path, data)
+    except OSError as error:
+        warnings.warn(f"zephon: could not cache a token ratio ({error}); it will be measured again next time; set "
+                      "ZEPHON_CACHE_DIR to a writable directory", RuntimeWarning, stacklevel=3)
