@@ -306,6 +306,26 @@ def construction_rows(cfg: Settings) -> list[Row]:
     ]
 
 
+def construct_many(n: int) -> float:
+    """Seconds to build ``n`` one-shard datasets of 100 rows and a source mixing them equally."""
+    start = time.perf_counter()
+    datasets = [Dataset.from_counts(f"d{i}", [100]) for i in range(n)]
+    StaticMixtureWorkSource(datasets, {d.name: 1.0 for d in datasets}, chunk_size=CHUNK_SIZE, seed=SEED, **INFINITE)
+    return time.perf_counter() - start
+
+
+def many_datasets_rows(cfg: Settings) -> list[Row]:
+    """Construction must be O(n log n) in datasets: 100,000 one-shard datasets, and the ratio to
+    10,000 (about 10 when linear, 100 when quadratic)."""
+    large, small = paired(max(3, cfg.repeats // 2), lambda: construct_many(100_000), lambda: construct_many(10_000))
+    median = statistics.median(large)
+    return [
+        Row("1e5 one-shard datasets: construction", median, "s", "<2 s", None, median < 2.0, large),
+        Row("1e5 / 1e4 datasets: construction time ratio", median_ratio(large, small), "n", "~10 (linear)",
+            samples=small),
+    ]
+
+
 def peak_rss_mb() -> float:
     """This process's peak resident set size so far, in MB (Linux reports KiB)."""
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
@@ -349,7 +369,7 @@ def main() -> None:
     print(header(cfg, args.quick), flush=True)
     rows = throughput_rows(cfg) + chunk_read_rows(cfg) + checkpoint_rows(cfg)
     rows.append(Row("peak RSS, main benchmark (rows above)", peak_rss_mb(), "MB"))
-    rows += billion_rows(cfg) + construction_rows(cfg)
+    rows += billion_rows(cfg) + construction_rows(cfg) + many_datasets_rows(cfg)
     print(table(rows))
     if args.json:
         Path(args.json).write_text(json.dumps({

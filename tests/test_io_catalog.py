@@ -111,11 +111,12 @@ def test_racy_entries_written_during_a_build_are_scanned_again(tmp_path, monkeyp
     assert again.fingerprint() != first.fingerprint()
 
 
-def test_count_only_and_in_memory_datasets_have_no_fingerprint_and_zero_bytes():
+def test_count_only_and_in_memory_datasets_have_no_fingerprint():
     d = Dataset.from_counts("d", [3, 4])
     assert d.fingerprint() is None and d.raw_bytes().tolist() == [0, 0] and d.cache_info() is None
-    r = Dataset.from_records("r", [[{"a": 1}]])
-    assert r.fingerprint() is None and r.raw_bytes().tolist() == [0] and r.columns() is None
+    r = Dataset.from_records("r", [[{"a": 1}], ["héllo", b"xyz"]])
+    assert r.fingerprint() is None and r.columns() is None
+    assert r.raw_bytes().tolist() == [len('{"a": 1}\n'), len("héllo".encode()) + 3]  # encoded sizes
     d.configure_cache(max_shards=3)  # no-op without a cache
     d.clear_cache()
 

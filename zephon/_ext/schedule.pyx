@@ -123,6 +123,8 @@ cdef bint _passes_done(Schedule* s, int64_t* epochs, int64_t* positions, Py_ssiz
 cdef bint _update_weights(Schedule* s, int64_t* positions) noexcept nogil:
     """Normalise the weights over the active datasets; False if none is active.
 
+    ``raw_weights`` are already normalised over all datasets (SPEC §3's first stage); once some
+    retired, they are divided by their sum over the active ones (the second stage).
     Redistributing datasets never come back once drained, so the active set changes exactly
     when their count changes, and the divisions run only then.
     """
@@ -142,7 +144,10 @@ cdef bint _update_weights(Schedule* s, int64_t* positions) noexcept nogil:
     if total == 0.0:
         return False
     for c in range(s.n):
-        s.weights[c] = s.raw_weights[c] / total if s.weights[c] > 0.0 else 0.0
+        if retired == 0:
+            s.weights[c] = s.raw_weights[c]
+        else:
+            s.weights[c] = s.raw_weights[c] / total if s.weights[c] > 0.0 else 0.0
         s.shares[c] = s.weights[c] * <double>s.chunk_size
     if s.allocator == FIXED:
         _fixed_quotas(s)
@@ -337,22 +342,24 @@ cdef class Scheduler:
         return True, g, status
 
     def index(self, int64_t chunk_index, double[::1] acc, int64_t[::1] epochs, int64_t[::1] positions,
-              int64_t own, int64_t samples, int64_t every, int64_t[:, ::1] snap_ints, double[:, ::1] snap_acc):
+              int64_t own, int64_t samples, int64_t every, int64_t[:, ::1] snap_ints, double[:, ::1] snap_acc,
+              int64_t budget):
         """Walk the lane's chunks to the end, recording the state before every ``every``-th one.
 
         ``own`` chunks of ``samples`` samples precede the given state. A snapshot row holds
         ``[g, samples_before, epochs..., positions...]`` and the accumulators. Stops when the
-        snapshot arrays are full. Returns ``(filled, g, own, samples, ended)``; at an end, ``g``
-        is the global chunk that could not be produced.
+        snapshot arrays are full or after ``budget`` chunks of the lane (so that the caller
+        can answer Ctrl-C between calls). Returns ``(filled, g, own, samples, ended)``; at an
+        end, ``g`` is the global chunk that could not be produced.
         """
         cdef Schedule s
         cdef Py_ssize_t c, n = self.totals.shape[0], filled = 0, status = PLANNED
-        cdef int64_t g = chunk_index
+        cdef int64_t g = chunk_index, stop = own + budget
         cdef int64_t[:, ::1] out = np.empty((3, n), dtype=np.int64)
         cdef double[::1] weights = np.empty(n, dtype=np.float64)
         self._open(&s, &weights[0])
         with nogil:
-            while status == PLANNED:
+            while status == PLANNED and own < stop:
                 if own % every == 0:
                     if filled == snap_ints.shape[0]:
                         break

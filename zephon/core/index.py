@@ -42,6 +42,7 @@ over the reference planner and keeps whole states as snapshots (slower, same ans
 from __future__ import annotations
 
 import bisect
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -50,14 +51,16 @@ import numpy as np
 
 from zephon._ext.cursor import PassLayout
 from zephon._ext.lookup import Lookup
-from zephon.core.config import REPEAT, STOP, SourceConfig
+from zephon.core.config import REDISTRIBUTE, REPEAT, STOP, SourceConfig
 from zephon.core.cursor import epoch_layout, pointer_reference, take_at
 from zephon.core.readorder import read_order, round_robin_reference
 from zephon.core.schedule import Ended, SourceState, initial_state, plan_next_reference, state_arrays
 from zephon.core.step import step
 from zephon.core.tokens import plan_next_tokens
+from zephon.limits import MAX_INDEX_CHUNKS
 
 SNAPSHOT_EVERY = 8  # lane chunks between snapshots
+WALK_STEPS = 1 << 21  # chunks x datasets the index walk plans per kernel call (a few ms; Ctrl-C between)
 _FIRST_CAPACITY = 1024  # snapshots; the index grows by doubling
 MAX_SHAPES = 64  # round-robin tables (distinct chunk quota vectors) a Lookup keeps
 SHAPE_BUDGET = 32 << 20  # bytes of round-robin tables a Lookup keeps (8 per sample of a chunk)
@@ -73,7 +76,41 @@ def is_finite(config: SourceConfig) -> bool:
 
 
 def supports_indexing(config: SourceConfig) -> bool:
-    return not config.token_mode and is_finite(config)
+    return not config.token_mode and is_finite(config) and least_chunks(config)[0] <= MAX_INDEX_CHUNKS
+
+
+def least_chunks(config: SourceConfig) -> tuple[float, int]:
+    """A lower bound on the global chunks of a finite stream, and the dataset that sets it.
+
+    The stream ends at the first of: a ``"stop"`` dataset drains, a capped repeat finishes its
+    last pass, every dataset finishes ``stop_after_passes`` passes, or (when nothing repeats)
+    every dataset drains. A dataset's share only grows as redistributing datasets retire, so
+    its share over the non-redistributing datasets bounds how fast it gets there.
+    """
+    n, cs = config.normalised, config.chunk_size
+    staying = sum(w for w, d in zip(n, config.datasets) if d.policy != REDISTRIBUTE) or 1.0
+    def chunks(c: int, passes: int) -> float:
+        return passes * config.datasets[c].total / (min(1.0, n[c] / staying) * cs)
+    enders = [(chunks(c, 1 if d.policy == STOP else d.max_repeats + 1), c) for c, d in enumerate(config.datasets)
+              if d.policy == STOP or (d.policy == REPEAT and d.max_repeats is not None)]
+    if config.stop_after_passes is not None:
+        enders.append(max((chunks(c, config.stop_after_passes), c) for c in range(len(n))))
+    if not any(d.policy == REPEAT for d in config.datasets):
+        enders.append((sum(d.total for d in config.datasets) / cs, max(range(len(n)), key=lambda c: config.datasets[c].total)))
+    return min(enders) if enders else (math.inf, 0)
+
+
+def _check_length(config: SourceConfig) -> None:
+    """Refuse at once a stream too long to walk, naming the dataset that makes it long."""
+    chunks, c = least_chunks(config)
+    if chunks > MAX_INDEX_CHUNKS:
+        d = config.datasets[c]
+        raise ValueError(
+            f"this stream is too long to index: it runs at least {chunks:.3g} chunks before dataset {d.name!r} "
+            f"(share {config.normalised[c]:.3g} of the mixture, {d.total} samples a pass) lets it end, more than the "
+            f"{MAX_INDEX_CHUNKS} (2**28) len() and sample_id_at() walk; raise its weight or chunk_size, or use "
+            "fewer passes"
+        )
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -109,22 +146,28 @@ def _check_indexable(config: SourceConfig) -> None:
     if config.token_mode:
         raise TypeError("a token-aware source has a length but no random access (sample_id_at) yet")
     _check_finite(config)
+    _check_length(config)
 
 
 def _walk(config: SourceConfig, state: SourceState, every: int, capacity: int):
-    """Run the kernel's index walk from ``state`` until the stream ends, growing the arrays."""
+    """Run the kernel's index walk from ``state`` until the stream ends, growing the arrays.
+
+    The kernel walks ``WALK_STEPS`` dataset-chunks per call, so Ctrl-C is answered between calls.
+    """
     n = len(config.datasets)
     acc, epochs, positions = state_arrays(state, n)
     ints, accs = np.empty((capacity, 2 + 2 * n), dtype=np.int64), np.empty((capacity, n), dtype=np.float64)
     g, own, samples, filled = state.chunk_index, 0, 0, 0
+    budget = max(1, WALK_STEPS // n)
     while True:
         got, g, own, samples, ended = config.scheduler.index(
-            g, acc, epochs, positions, own, samples, every, ints[filled:], accs[filled:])
+            g, acc, epochs, positions, own, samples, every, ints[filled:], accs[filled:], budget)
         filled += got
         if ended:
             return ints[:filled], accs[:filled], own, samples
-        ints = np.concatenate([ints, np.empty_like(ints)])
-        accs = np.concatenate([accs, np.empty_like(accs)])
+        if filled == len(ints):
+            ints = np.concatenate([ints, np.empty_like(ints)])
+            accs = np.concatenate([accs, np.empty_like(accs)])
 
 
 def build_index(config: SourceConfig, every: int = SNAPSHOT_EVERY) -> StreamIndex:
@@ -171,6 +214,7 @@ def _token_samples(state: SourceState, config: SourceConfig) -> int:
     """A token-mode lane's samples from ``state`` to the end: its chunks planned one by one, no
     pointers (the first goes through ``step``, which raises if unprimed or unable to start)."""
     _check_finite(config)
+    _check_length(config)
     chunk, state = step(state, config)
     if chunk is None:
         return 0

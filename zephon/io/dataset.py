@@ -11,6 +11,7 @@ pointers back into records, and :func:`zephon.io.fetch` does it for many dataset
 """
 from __future__ import annotations
 
+import json
 import os
 from typing import Any, Sequence
 
@@ -21,21 +22,46 @@ from zephon.io import catalog as _catalog
 from zephon.io._cache import ShardCache
 from zephon.io._jsonl import JsonlReader
 from zephon.io._parquet import ParquetReader
+from zephon.limits import MAX_SAMPLES, show
 
 
-def _int_array(parameter: str, name: str, values: Any) -> np.ndarray:
+def _int_array(parameter: str, name: str, values: Any, limit: int = MAX_SAMPLES) -> np.ndarray:
+    """``values`` as int64, each in ``[0, limit]`` (negative values are refused by the caller)."""
     array = np.asarray(values)
+    if array.ndim == 1 and array.dtype == object and all(isinstance(v, int) and not isinstance(v, bool) for v in values):
+        array = np.array([max(min(v, limit + 1), -1) for v in values], dtype=np.int64)  # out of int64: clipped, refused
     if array.ndim != 1 or (array.size and array.dtype.kind not in "iu"):
         raise TypeError(
             f"Dataset {name!r}: {parameter} must be a 1-D sequence of ints, got {_show(values)}; "
             f"pass e.g. [1000, 2000]"
         )
+    if array.size and array.max() > limit:
+        raise ValueError(f"Dataset {name!r}: {parameter} must be <= {limit} (2**{limit.bit_length() - 1}) each, got "
+                         f"{_show(int(array.max()))}; split the data or fix the shard table")
     return array.astype(np.int64)
 
 
+def _check_total(name: str, rows: np.ndarray) -> None:
+    """Refuse a dataset whose rows add up past ``MAX_SAMPLES`` (before an int64 sum could wrap)."""
+    if rows.size and float(rows.sum(dtype=np.float64)) > MAX_SAMPLES:
+        raise ValueError(f"Dataset {name!r}: counts add up to about {float(rows.sum(dtype=np.float64)):.4g} rows, more "
+                         f"than the {MAX_SAMPLES} (2**48) one dataset may hold; split it into several datasets")
+
+
 def _show(values: Any) -> str:
-    text = repr(values)
-    return text if len(text) <= 80 else text[:77] + "..."
+    return show(values, 80)
+
+
+def _encoded_size(record: Any) -> int:
+    """Bytes of one in-memory record as a file would hold it (its JSON line, newline included)."""
+    if isinstance(record, str):
+        return len(record.encode("utf-8"))
+    if isinstance(record, (bytes, bytearray, memoryview)):
+        return len(record)
+    try:
+        return len(json.dumps(record, ensure_ascii=False, default=str).encode("utf-8")) + 1
+    except (TypeError, ValueError):  # a record JSON cannot hold (e.g. circular): its repr's size
+        return len(repr(record).encode("utf-8"))
 
 
 def _columns_arg(name: str, columns: Any) -> tuple[str, ...] | None:
@@ -55,7 +81,7 @@ class Dataset:
                  raw_bytes: Any = None):
         if not isinstance(name, str) or not name:
             raise ValueError(f"Dataset name must be a non-empty str, got {name!r}; pass e.g. 'web'")
-        ids = _int_array("shard_ids", name, shard_ids)
+        ids = _int_array("shard_ids", name, shard_ids, 2**62)
         rows = _int_array("counts", name, counts)
         if len(ids) != len(rows):
             raise ValueError(
@@ -63,12 +89,13 @@ class Dataset:
             )
         if (rows < 0).any():
             raise ValueError(f"Dataset {name!r}: counts must be >= 0, got {int(rows.min())}; fix the shard table")
+        _check_total(name, rows)
         if (ids < 0).any():
             raise ValueError(f"Dataset {name!r}: shard_ids must be >= 0, got {int(ids.min())}; renumber the shards")
         if raw_bytes is None:
             sizes = np.zeros(len(ids), dtype=np.int64)
         else:
-            sizes = _int_array("raw_bytes", name, raw_bytes)
+            sizes = _int_array("raw_bytes", name, raw_bytes, 2**62)
             if len(sizes) != len(ids):
                 raise ValueError(f"Dataset {name!r}: {len(sizes)} raw_bytes but {len(ids)} shards; "
                                  "pass one byte size per shard")
@@ -96,9 +123,16 @@ class Dataset:
 
     @classmethod
     def from_records(cls, name: str, shards: Sequence[Sequence[Any]]) -> Dataset:
-        """An in-memory dataset; ``shards[i]`` holds the records of shard ``i``."""
+        """An in-memory dataset; ``shards[i]`` holds the records of shard ``i``.
+
+        Each shard's size in bytes (``raw_bytes()``) is its records' encoded size, measured
+        once here: UTF-8 for ``str``, the length of ``bytes``, one JSON line otherwise. Token
+        mode prices draws by it, as it prices files by their size on disk.
+        """
         shards = [list(shard) for shard in shards]
-        return cls(name, np.arange(len(shards), dtype=np.int64), [len(s) for s in shards], shards=shards)
+        sizes = [sum(map(_encoded_size, shard)) for shard in shards]
+        return cls(name, np.arange(len(shards), dtype=np.int64), [len(s) for s in shards], shards=shards,
+                   raw_bytes=sizes)
 
     @classmethod
     def from_path(cls, name: str, path: str | os.PathLike, fmt: str | None = None, *,

@@ -11,8 +11,17 @@ from typing import Any, Mapping, Sequence
 
 from zephon.core.alloc import BUILT_IN, Allocator
 from zephon.core.config import MODULO, PERMUTE, POLICIES, REDISTRIBUTE, REPEAT, STOP, DatasetPlan, SourceConfig
-from zephon.core.tokens import MAX_DATASETS, token_shares
+from zephon.core.tokens import MAX_DATASETS as MAX_TOKEN_DATASETS
+from zephon.core.tokens import token_shares
 from zephon.io import Dataset
+from zephon.limits import (
+    MAX_CHUNK_SIZE,
+    MAX_DATASETS,
+    MAX_PASSES,
+    MAX_STREAM_SAMPLES,
+    MIN_SHARE,
+    show,
+)
 from zephon.work.spec import MixtureSpec
 from zephon.work.tokens import TokenEstimation
 
@@ -25,50 +34,60 @@ class _Unset:
 UNSET: Any = _Unset()
 
 
-def _int(parameter: str, value: Any, minimum: int, example: str) -> int:
+def _int(parameter: str, value: Any, minimum: int, example: str, maximum: int | None = None) -> int:
+    """``value`` as an int in ``[minimum, maximum]``; bools, floats and arrays are refused."""
     if type(value) is bool or not isinstance(value, numbers.Integral):
-        raise TypeError(f"{parameter} must be an int >= {minimum}, got {value!r}; pass e.g. {example}")
-    if value < minimum:
-        raise ValueError(f"{parameter} must be >= {minimum}, got {value!r}; pass e.g. {example}")
-    return int(value)
+        raise TypeError(f"{parameter} must be an int >= {minimum}, got {show(value)}; pass e.g. {example}")
+    value = int(value)
+    if value < minimum or (maximum is not None and value > maximum):
+        bound = f">= {minimum}" if maximum is None else f"in [{minimum}, {maximum}]"
+        raise ValueError(f"{parameter} must be {bound}, got {show(value)}; pass e.g. {example}")
+    return value
 
 
 def _bool(parameter: str, value: Any) -> bool:
     if not isinstance(value, bool):
-        raise TypeError(f"{parameter} must be True or False, got {value!r}")
+        raise TypeError(f"{parameter} must be True or False, got {show(value)}")
     return value
 
 
 def _per_dataset(parameter: str, value: Any, names: Sequence[str], default: Any, check) -> list[Any]:
     """Expand a value or a mapping name → value (omitted names take ``default``) to a list."""
     if isinstance(value, Mapping):
-        unknown = [k for k in value if k not in names]
+        known = set(names)
+        unknown = [k for k in value if k not in known]
         if unknown:
-            raise ValueError(f"{parameter} names unknown datasets {unknown}; known: {list(names)}")
+            raise ValueError(f"{parameter} names unknown datasets {show(unknown)}; known: {show(list(names))}")
         return [check(f"{parameter}[{n!r}]", value[n]) if n in value else default for n in names]
     return [check(parameter, value)] * len(names)
 
 
 def _policy(parameter: str, value: Any) -> str:
-    if value not in POLICIES:
-        raise ValueError(f"{parameter} must be one of {list(POLICIES)}, got {value!r}")
+    if not isinstance(value, str) or value not in POLICIES:
+        raise ValueError(f"{parameter} must be one of {list(POLICIES)}, got {show(value)}")
     return value
 
 
 def _max_repeats(parameter: str, value: Any) -> int | None:
-    return None if value is None else _int(parameter, value, 0, "3")
+    return None if value is None else _int(parameter, value, 0, "3", MAX_PASSES)
 
 
 def _datasets(datasets: Any) -> list[Dataset]:
     if isinstance(datasets, (str, bytes)) or not isinstance(datasets, Sequence) or not datasets:
-        raise ValueError(f"datasets must be a non-empty list of Dataset, got {datasets!r}")
-    names = []
+        raise ValueError(f"datasets must be a non-empty list of Dataset, got {show(datasets)}")
+    if len(datasets) > MAX_DATASETS:
+        raise ValueError(f"datasets may hold at most {MAX_DATASETS} datasets, got {len(datasets)}; merge some")
+    names: set[str] = set()
     for d in datasets:
         if not isinstance(d, Dataset):
-            raise TypeError(f"datasets must hold zephon.io.Dataset objects, got {d!r}; build one with Dataset.from_counts")
+            raise TypeError(f"datasets must hold zephon.io.Dataset objects, got {show(d)}; build one with "
+                            "Dataset.from_counts")
         if d.name in names:
-            raise ValueError(f"dataset names must be unique, {d.name!r} appears twice; rename one")
-        names.append(d.name)
+            raise ValueError(f"dataset names must be unique, {show(d.name)} appears twice; rename one")
+        names.add(d.name)
+    if sum(d.total() for d in datasets) > MAX_STREAM_SAMPLES:
+        raise ValueError(f"datasets hold more than {MAX_STREAM_SAMPLES} (2**52) samples together; a source may "
+                         "mix at most that many: split the run into several sources")
     return list(datasets)
 
 
@@ -78,20 +97,39 @@ def _weights(mixture: Any, names: list[str]) -> tuple[list[float], tuple[int, ..
         raise TypeError(f"mixture must be a MixtureSpec or a mapping name -> weight, got {mixture!r}; "
                         f"pass e.g. {{{names[0]!r}: 1.0}}")
     spec = mixture if isinstance(mixture, MixtureSpec) else MixtureSpec(mixture)
+    position = {n: i for i, n in enumerate(names)}
     missing = [n for n in names if n not in spec.weights]
-    unknown = [n for n in spec.weights if n not in names]
+    unknown = [n for n in spec.weights if n not in position]
     if missing or unknown:
         raise ValueError(
-            f"mixture names must equal the dataset names {names}: missing {missing}, unknown {unknown}; "
-            f"give every dataset exactly one weight"
+            f"mixture names must equal the dataset names {show(names)}: missing {show(missing)}, unknown "
+            f"{show(unknown)}; give every dataset exactly one weight"
         )
-    return [spec.weights[n] for n in names], tuple(names.index(n) for n in spec.weights)
+    weights = [spec.weights[n] for n in names]
+    _check_shares(spec.weights)
+    return weights, tuple(position[n] for n in spec.weights)
+
+
+def _check_shares(weights: Mapping[str, float]) -> None:
+    """Refuse weights whose sum overflows or whose smallest share is below double resolution."""
+    total = 0.0
+    for w in weights.values():
+        total += w
+    if not math.isfinite(total):
+        raise ValueError(f"mixture weights must have a finite sum, got {show(dict(weights))}; scale them down "
+                         "(only their ratios matter)")
+    name = min(weights, key=weights.__getitem__)
+    if weights[name] / total < MIN_SHARE:
+        raise ValueError(f"mixture weight of {name!r} is {weights[name] / total:.3g} of the total, below the smallest "
+                         f"share {MIN_SHARE:.3g} (2**-50); raise it or drop the dataset")
 
 
 def _block_sizes(value: Any, datasets: list[Dataset]) -> list[int]:
     totals = [d.total() for d in datasets]
     if value is None:
         return [0] * len(datasets)
+    if not isinstance(value, (str, numbers.Integral)):
+        raise TypeError(f"shuffle_block_size must be None, an int >= 1, 'auto' or 'global', got {show(value)}")
     if value == "global":
         return totals
     if value == "auto":
@@ -100,7 +138,7 @@ def _block_sizes(value: Any, datasets: list[Dataset]) -> list[int]:
             raise ValueError("shuffle_block_size='auto' needs a non-empty shard; every shard is empty")
         return [min(8 * largest, t) for t in totals]
     if isinstance(value, str):
-        raise ValueError(f"shuffle_block_size must be None, an int >= 1, 'auto' or 'global', got {value!r}")
+        raise ValueError(f"shuffle_block_size must be None, an int >= 1, 'auto' or 'global', got {show(value)}")
     size = _int("shuffle_block_size", value, 1, "'auto' or 65536")
     return [min(size, t) for t in totals]
 
@@ -108,12 +146,12 @@ def _block_sizes(value: Any, datasets: list[Dataset]) -> list[int]:
 def _allocator(allocation: Any) -> Allocator:
     if isinstance(allocation, str):
         if allocation not in BUILT_IN:
-            raise ValueError(f"allocation must be one of {list(BUILT_IN)} or an allocator object, got {allocation!r}")
+            raise ValueError(f"allocation must be one of {list(BUILT_IN)} or an allocator object, got {show(allocation)}")
         return BUILT_IN[allocation]
     if not isinstance(allocation, Allocator) or not isinstance(getattr(allocation, "name", None), str):
         raise TypeError(
             f"allocation must be 'accumulator', 'fixed' or an object with name, init() and allocate(), "
-            f"got {allocation!r}; see zephon.core.alloc.Allocator"
+            f"got {show(allocation)}; see zephon.core.alloc.Allocator"
         )
     return allocation
 
@@ -123,7 +161,7 @@ def _stopping(exhausted_policy: Any, max_repeats: Any, stop_after_passes: Any) -
     if stop_after_passes is UNSET:
         passes = None if (exhausted_policy is not None or max_repeats is not None) else 1
     else:
-        passes = None if stop_after_passes is None else _int("stop_after_passes", stop_after_passes, 1, "2")
+        passes = None if stop_after_passes is None else _int("stop_after_passes", stop_after_passes, 1, "2", MAX_PASSES)
     return passes, (REPEAT if passes is not None else STOP)
 
 
@@ -164,6 +202,7 @@ def check_liveness(plans: Sequence[DatasetPlan], chunk_size: int, allocation: st
         raise ValueError("every dataset is empty; give at least one dataset samples")
     redistributing = any(d.policy == REDISTRIBUTE for d in plans)
     shares = [d.weight for d in plans] if shares is None else list(shares)
+    all_weights = sum(p.weight for p in plans)
     weight_sum = 0.0
     for d, share in zip(plans, shares):
         if not (redistributing and d.policy == REDISTRIBUTE):
@@ -171,7 +210,7 @@ def check_liveness(plans: Sequence[DatasetPlan], chunk_size: int, allocation: st
     for d, share in zip(plans, shares):
         if d.policy == STOP and d.total == 0:
             raise ValueError(f"dataset {d.name!r} is empty and its exhausted_policy is 'stop'; drop it or give it samples")
-        if allocation == "fixed" and d.weight / sum(p.weight for p in plans) * chunk_size < 1:
+        if allocation == "fixed" and d.weight / all_weights * chunk_size < 1:
             raise ValueError(
                 f"allocation='fixed' needs weight x chunk_size >= 1 for every dataset, {d.name!r} has less; "
                 f"raise chunk_size or use allocation='accumulator'"
@@ -196,13 +235,13 @@ def resolve(
     datasets = _datasets(datasets)
     names = [d.name for d in datasets]
     weights, weight_order = _weights(mixture, names)
-    chunk_size = _int("chunk_size", chunk_size, 1, "16384")
+    chunk_size = _int("chunk_size", chunk_size, 1, "16384", MAX_CHUNK_SIZE)
     if type(seed) is bool or not isinstance(seed, numbers.Integral):
-        raise TypeError(f"seed must be an int, got {seed!r}; pass e.g. 0")
+        raise TypeError(f"seed must be an int, got {show(seed)}; pass e.g. 0")
     shuffle_shards = _bool("shuffle_shards", shuffle_shards)
     shuffle_within_shard = _bool("shuffle_within_shard", shuffle_within_shard)
-    if lane_assignment not in (PERMUTE, MODULO):
-        raise ValueError(f"lane_assignment must be 'permute' or 'modulo', got {lane_assignment!r}")
+    if not isinstance(lane_assignment, str) or lane_assignment not in (PERMUTE, MODULO):
+        raise ValueError(f"lane_assignment must be 'permute' or 'modulo', got {show(lane_assignment)}")
     allocator = _allocator(allocation)
     passes, default_policy = _stopping(exhausted_policy, max_repeats, stop_after_passes)
     policies = _per_dataset("exhausted_policy", default_policy if exhausted_policy is None else exhausted_policy,
@@ -236,11 +275,11 @@ def _pinned_ratios(estimation: Any, allocation: Any, names: list[str]) -> dict[s
     if estimation is None:
         return {}
     if not isinstance(estimation, TokenEstimation):
-        raise TypeError(f"token_estimation must be a TokenEstimation, got {estimation!r}")
+        raise TypeError(f"token_estimation must be a TokenEstimation, got {show(estimation)}")
     if allocation != "accumulator":
-        raise ValueError(f"token_estimation replaces the allocator; drop allocation={allocation!r}")
-    if len(names) > MAX_DATASETS:
-        raise ValueError(f"token_estimation supports at most {MAX_DATASETS} datasets (exact int64 token deficits), "
+        raise ValueError(f"token_estimation replaces the allocator; drop allocation={show(allocation)}")
+    if len(names) > MAX_TOKEN_DATASETS:
+        raise ValueError(f"token_estimation supports at most {MAX_TOKEN_DATASETS} datasets (exact int64 token deficits), "
                          f"got {len(names)}; merge datasets or use sample weights")
     pinned = estimation.pinned(names)
     unmeasured = [n for n in names if n not in pinned]

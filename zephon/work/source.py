@@ -7,6 +7,7 @@ from typing import Any, Mapping
 
 from zephon.core.chunk import SampleId, WorkChunk
 from zephon.io import Dataset
+from zephon.limits import MAX_REPLICAS, show
 
 KEY_LANE, KEY_REPLICAS = "lane", "canonical_replicas"
 
@@ -15,12 +16,13 @@ def check_lane(lane_id: Any, canonical_replicas: Any) -> None:
     """Refuse a lane binding outside ``0 <= lane_id < canonical_replicas``, ``R >= 1``."""
     for name, value in (("lane_id", lane_id), ("canonical_replicas", canonical_replicas)):
         if type(value) is not int:
-            raise TypeError(f"{name} must be an int, got {value!r}")
-    if canonical_replicas < 1:
-        raise ValueError(f"canonical_replicas must be >= 1, got {canonical_replicas}; pass the number of lanes")
+            raise TypeError(f"{name} must be an int, got {show(value)}")
+    if not 1 <= canonical_replicas <= MAX_REPLICAS:
+        raise ValueError(f"canonical_replicas must be in [1, {MAX_REPLICAS}], got {show(canonical_replicas)}; "
+                         "pass the number of lanes")
     if not 0 <= lane_id < canonical_replicas:
         raise ValueError(
-            f"lane_id must be in [0, canonical_replicas={canonical_replicas}), got {lane_id}; pick one of the lanes"
+            f"lane_id must be in [0, canonical_replicas={canonical_replicas}), got {show(lane_id)}; pick one of the lanes"
         )
 
 
@@ -86,9 +88,9 @@ class WorkSource(abc.ABC):
     def _check_lane_header(self, state: Mapping[str, Any]) -> None:
         """Refuse a checkpoint taken on another lane or with another ``canonical_replicas``."""
         saved = (state.get(KEY_LANE), state.get(KEY_REPLICAS))
-        if saved != (self._lane, self._replicas):
+        if tuple(map(type, saved)) != (type(self._lane), type(self._replicas)) or saved != (self._lane, self._replicas):
             raise ValueError(
-                f"checkpoint belongs to lane {saved[0]} of {saved[1]}, but this source is lane {self._lane} "
+                f"checkpoint belongs to lane {show(saved[0])} of {show(saved[1])}, but this source is lane {self._lane} "
                 f"of {self._replicas}; load it into the clone of that lane"
             )
 

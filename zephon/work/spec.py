@@ -3,17 +3,24 @@ from __future__ import annotations
 
 import math
 import numbers
+import sys
 from dataclasses import dataclass
 from typing import Any, Mapping
+
+from zephon.limits import show
 
 
 def check_weight(name: str, weight: Any) -> float:
     """A positive finite weight as float, or a ``ValueError``/``TypeError`` naming it."""
     if isinstance(weight, bool) or not isinstance(weight, numbers.Real):
-        raise TypeError(f"mixture weight of {name!r} must be a positive number, got {weight!r}; pass e.g. 0.5")
-    value = float(weight)
+        raise TypeError(f"mixture weight of {show(name)} must be a positive number, got {show(weight)}; pass e.g. 0.5")
+    try:
+        value = float(weight)
+    except OverflowError:
+        value = math.inf
     if not (math.isfinite(value) and value > 0.0):
-        raise ValueError(f"mixture weight of {name!r} must be positive and finite, got {weight!r}; pass e.g. 0.5")
+        raise ValueError(f"mixture weight of {show(name)} must be positive and finite (at most {sys.float_info.max:.4g}), "
+                         f"got {show(weight)}; pass e.g. 0.5")
     return value
 
 
@@ -25,11 +32,11 @@ class MixtureSpec:
 
     def __post_init__(self) -> None:
         if not isinstance(self.weights, Mapping) or not self.weights:
-            raise ValueError(f"MixtureSpec weights must be a non-empty mapping name -> weight, got {self.weights!r}")
+            raise ValueError(f"MixtureSpec weights must be a non-empty mapping name -> weight, got {show(self.weights)}")
         checked = {}
         for name, weight in self.weights.items():
             if not isinstance(name, str) or not name:
-                raise TypeError(f"MixtureSpec names must be non-empty str, got {name!r}")
+                raise TypeError(f"MixtureSpec names must be non-empty str, got {show(name)}")
             checked[name] = check_weight(name, weight)
         object.__setattr__(self, "weights", checked)
 

@@ -1,0 +1,98 @@
+"""The limits zephon enforces on its inputs, in one place.
+
+Every value below bounds something a user or a checkpoint can hand in; constructors refuse
+anything beyond them with a ``ValueError`` naming the parameter and the limit, and
+``load_state_dict`` / ``load_checkpoint`` refuse states beyond them the same way. They keep
+every counter inside int64 (so the kernels never overflow) and every walk finite.
+
+| limit | value | bounds |
+|---|---|---|
+| ``MAX_SAMPLES`` | 2**48 | rows of one dataset, summed over its shards (and each shard's rows) |
+| ``MAX_STREAM_SAMPLES`` | 2**52 | rows of all the datasets of one source together |
+| ``MAX_DATASETS`` | 2**20 | datasets of one source |
+| ``MAX_PASSES`` | 2**14 | ``max_repeats`` and ``stop_after_passes`` |
+| ``MAX_CHUNK_SIZE`` | 2**30 | ``chunk_size`` |
+| ``MAX_REPLICAS`` | 2**24 | ``canonical_replicas`` of ``clone_for_lane`` |
+| ``MAX_CHUNK_INDEX`` | 2**62 | a state's ``chunk_index`` and a cursor's ``epoch`` |
+| ``MIN_SHARE`` | 2**-50 | a dataset's normalised weight (smaller shares are below double resolution) |
+| ``MAX_INDEX_CHUNKS`` | 2**28 | global chunks of a stream that ``len`` / ``sample_id_at`` walk (index memory, time) |
+| ``MAX_STATE_NODES`` | 2**16 + 64 per dataset | JSON values in a source's state (``load_state_dict``) |
+| ``MAX_LOADER_STATE_NODES`` | 2**24 | JSON values in a loader's state (all lanes) |
+| ``MAX_STATE_DEPTH`` | 16 | nesting of a state |
+| ``MAX_CHECKPOINT_BYTES`` | 2**28 | size of a checkpoint file |
+| ``MAX_MESSAGE_VALUE`` | 120 | characters of a value quoted in an error message |
+
+This module imports nothing from zephon, so every layer (io included) reads it. With these, a stream's length is below ``MAX_STREAM_SAMPLES × (MAX_PASSES + 1) < 2**63``.
+"""
+from __future__ import annotations
+
+import reprlib
+from typing import Any
+
+MAX_SAMPLES = 2**48
+MAX_STREAM_SAMPLES = 2**52
+MAX_DATASETS = 2**20
+MAX_PASSES = 2**14
+MAX_CHUNK_SIZE = 2**30
+MAX_REPLICAS = 2**24
+MAX_CHUNK_INDEX = 2**62
+MIN_SHARE = 2.0**-50
+MAX_INDEX_CHUNKS = 2**28
+MAX_STATE_NODES = 2**16
+STATE_NODES_PER_DATASET = 64
+MAX_LOADER_STATE_NODES = 2**24
+MAX_STATE_DEPTH = 16
+MAX_CHECKPOINT_BYTES = 2**28
+MAX_MESSAGE_VALUE = 120
+
+
+class _Short(reprlib.Repr):
+    """``reprlib`` with every size bounded, and huge ints named by their size (``repr`` of one
+    with over 4,300 digits raises)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.maxlevel, self.maxlist, self.maxtuple, self.maxdict, self.maxset = 3, 6, 6, 6, 6
+        self.maxstring, self.maxlong, self.maxother = 60, 40, 60
+
+    def repr_int(self, x: int, level: int) -> str:
+        if x.bit_length() > 128:
+            return f"<int of {x.bit_length()} bits>"
+        return super().repr_int(x, level)
+
+
+_SHORT = _Short()
+
+
+def show(value: Any, limit: int = MAX_MESSAGE_VALUE) -> str:
+    """``repr(value)`` abbreviated to at most ``limit`` characters, for error messages about
+    hostile input: containers are cut before formatting and nesting is bounded, so a huge or
+    deep value costs little."""
+    text = _SHORT.repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def check_json(value: Any, what: str, max_nodes: int, max_depth: int = MAX_STATE_DEPTH) -> None:
+    """Refuse ``value`` unless it is plain JSON (dict with str keys, list, str, int, float,
+    bool, None) of at most ``max_nodes`` values (a string counts one per 64 characters) nested
+    at most ``max_depth`` deep. Iterative: a hostile value nested 10⁵ deep costs no recursion.
+    """
+    stack, nodes = [(value, 1)], 0
+    while stack:
+        node, depth = stack.pop()
+        nodes += 1 + (len(node) // 64 if isinstance(node, str) else 0)
+        if nodes > max_nodes:
+            raise ValueError(f"{what} is larger than a zephon state can be (over {max_nodes} JSON values); it is "
+                             "corrupted or not a state of this source")
+        if depth > max_depth:
+            raise ValueError(f"{what} is nested deeper than {max_depth} levels; it is corrupted or not a state of "
+                             "this source")
+        if isinstance(node, dict):
+            if not all(type(k) is str for k in node):
+                raise ValueError(f"{what} keys must be str, got {show(list(node))}; it is corrupted")
+            stack.extend((v, depth + 1) for v in node.values())
+        elif isinstance(node, list):
+            stack.extend((v, depth + 1) for v in node)
+        elif node is not None and type(node) not in (str, int, float, bool):
+            raise ValueError(f"{what} holds a {type(node).__name__}, not plain JSON: {show(node)}; pass a "
+                             "state_dict() (or its json.loads)")
