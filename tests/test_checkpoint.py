@@ -6,6 +6,7 @@ import pytest
 from helpers import three_datasets
 
 from zephon import Dataset, StaticMixtureWorkSource
+from zephon.core.checkpoint import sealed
 
 MIX = {"web": 5, "code": 3, "math": 2}
 
@@ -64,6 +65,7 @@ def test_mismatched_sources_refuse_the_checkpoint(target, words):
 
 
 def _corrupt(path, value):
+    """A state with one value changed and its digest recomputed (so the content checks run)."""
     state = copy.deepcopy(advanced(5).state_dict())
     node = state
     for key in path[:-1]:
@@ -72,7 +74,7 @@ def _corrupt(path, value):
         del node[path[-1]]
     else:
         node[path[-1]] = value
-    return state
+    return sealed(state)
 
 
 @pytest.mark.parametrize("state", [

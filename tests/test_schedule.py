@@ -5,10 +5,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from zephon import StaticMixtureWorkSource
+from zephon import Dataset, StaticMixtureWorkSource
 from zephon.core.alloc import AccumulatorAllocator, FixedAllocator
 from zephon.core.schedule import Ended, initial_state, plan_next, plan_next_reference
-from zephon.testing import source_configs
+from zephon.testing import collect, source_configs
 
 
 def _walk(plan, state, config, limit=300):
@@ -108,3 +108,18 @@ def test_fixed_allocation_gives_the_same_quotas_every_chunk():
     quotas, _ = FixedAllocator().allocate((), [0.5, 0.3, 0.2], 16384)
     assert sum(quotas) == 16384 and quotas == FixedAllocator().allocate((), [0.5, 0.3, 0.2], 16384)[0]
     assert FixedAllocator().allocate((), [0.98, 0.01, 0.01], 100)[0] == (98, 1, 1)
+
+
+def test_near_tie_quotas_follow_the_two_stage_renormalisation():
+    """A configuration where renormalising the raw weights once would give chunk 13 quotas
+    (0, 11, 4, 0): SPEC §3 normalises over all datasets first, then over the survivors."""
+    counts = [[54, 57, 4], [31, 52], [24], [50]]
+    datasets = [Dataset.from_counts(f"d{i}", c) for i, c in enumerate(counts)]
+    source = StaticMixtureWorkSource(datasets, {"d0": 81, "d1": 7, "d2": 2, "d3": 59}, chunk_size=15,
+                                     exhausted_policy="redistribute").clone_for_lane(0, 1)
+    config = source.config
+    quotas = lambda plan: [p.quotas for p in _walk(plan, initial_state(config), config) if not isinstance(p, Ended)]
+    kernel = quotas(plan_next)
+    assert kernel == quotas(plan_next_reference)
+    assert kernel[13] == (0, 12, 3, 0)
+    assert {name: len(a) for name, a in collect(source, 20)[13].components.items()} == {"d1": 12, "d2": 3}

@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 
 from zephon import Dataset, StaticMixtureWorkSource
 from zephon._ext import tokens as kernel
+from zephon.core.checkpoint import sealed
 from zephon.core.config import COST_UNITS, MAX_COST
 from zephon.core.tokens import WEIGHT_SCALE, deficit_bound, draw_reference, weight_units
 from zephon.io import fetch
@@ -180,7 +181,7 @@ def test_corrupted_token_deficits_are_refused(alloc):
     assert sum(state["state"]["alloc"]) == 0 and all(type(d) is int for d in state["state"]["alloc"])
     state["state"]["alloc"] = alloc
     with pytest.raises(ValueError, match="token deficits"):
-        pinned_source().clone_for_lane(0, 1).load_state_dict(state)
+        pinned_source().clone_for_lane(0, 1).load_state_dict(sealed(state))
 
 
 def test_version_1_checkpoints_are_refused_with_their_version():

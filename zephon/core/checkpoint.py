@@ -4,20 +4,31 @@ A checkpoint holds the lane binding, a fingerprint of the config and the state (
 numbers per dataset), so its size never grows with training (about a kilobyte for a few
 datasets) and it restores in O(1). ``state_from_json`` validates everything before anything
 is built; nothing is ever unpickled.
+
+A restore accepts only what ``state_to_json`` could have written for this source: its size
+and nesting are bounded (checked without recursion), every value has its exact JSON type (a
+bool is not an int, a float is not an int), unknown keys are refused, and ``digest`` (sha256
+of the rest, as canonical JSON) must match, so a hand-edited state is refused before any of
+its numbers are trusted. Error messages quote values abbreviated (``zephon.limits.show``).
 """
 from __future__ import annotations
 
+import hashlib
+import json
 import math
 from typing import Any
 
 from zephon.core.config import REPEAT, SourceConfig
 from zephon.core.schedule import CursorState, SourceState
 from zephon.core.tokens import deficit_bound
+from zephon.limits import MAX_CHUNK_INDEX, MAX_STATE_NODES, STATE_NODES_PER_DATASET, check_json, show
 
 KIND = "zephon.StaticMixtureWorkSource"
-VERSION = 2  # 2: token deficits are exact ints (token streams changed); sample-mode state as in 1
+# 2: token deficits are exact ints (token streams changed); sample-mode state as in 1
+# 3: an integrity digest; fingerprints compare normalised weights; two-stage renormalisation
+VERSION = 3
 KEY_KIND, KEY_VERSION, KEY_LANE, KEY_REPLICAS = "kind", "version", "lane", "canonical_replicas"
-KEY_FINGERPRINT, KEY_STATE = "fingerprint", "state"
+KEY_FINGERPRINT, KEY_STATE, KEY_DIGEST = "fingerprint", "state", "digest"
 KEY_CHUNK, KEY_ALLOC, KEY_CURSORS, KEY_EPOCH, KEY_POSITION = "chunk_index", "alloc", "cursors", "epoch", "position"
 KEY_RATIOS, KEY_RATIO, KEY_ORIGIN = "token_ratios", "ratio", "origin"
 ORIGINS = ("measured", "pinned", "fallback")
@@ -42,7 +53,19 @@ def state_to_json(state: SourceState, config: SourceConfig) -> dict[str, Any]:
     }
     if config.token_mode and config.primed:
         checkpoint[KEY_RATIOS] = {d.name: {KEY_RATIO: d.token_ratio, KEY_ORIGIN: d.ratio_origin} for d in config.datasets}
-    return checkpoint
+    return sealed(checkpoint)
+
+
+def digest(checkpoint: dict[str, Any]) -> str:
+    """sha256 (hex) of a checkpoint without its digest, as canonical JSON (sorted keys, compact)."""
+    body = {k: v for k, v in checkpoint.items() if k != KEY_DIGEST}
+    text = json.dumps(body, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def sealed(checkpoint: dict[str, Any]) -> dict[str, Any]:
+    """``checkpoint`` with its digest (re)computed."""
+    return {**{k: v for k, v in checkpoint.items() if k != KEY_DIGEST}, KEY_DIGEST: digest(checkpoint)}
 
 
 def ratios_from_json(checkpoint: dict[str, Any], config: SourceConfig) -> dict[str, tuple[float, str]]:
@@ -51,42 +74,67 @@ def ratios_from_json(checkpoint: dict[str, Any], config: SourceConfig) -> dict[s
         return {}
     ratios = checkpoint.get(KEY_RATIOS)
     if not isinstance(ratios, dict) or set(ratios) != set(config.names):
-        raise ValueError(f"token-mode checkpoint must carry token_ratios for {list(config.names)}, got {ratios!r}")
+        raise ValueError(f"token-mode checkpoint must carry token_ratios for {show(list(config.names))}, got {show(ratios)}")
     out = {}
     for name, entry in ratios.items():
         ratio = entry.get(KEY_RATIO) if isinstance(entry, dict) else None
-        if type(ratio) is not float or not (math.isfinite(ratio) and ratio > 0) or entry.get(KEY_ORIGIN) not in ORIGINS:
-            raise ValueError(f"checkpoint token ratio of {name!r} is malformed: {entry!r}; the checkpoint is corrupted")
+        if (type(ratio) is not float or not (math.isfinite(ratio) and ratio > 0) or set(entry) != {KEY_RATIO, KEY_ORIGIN}
+                or entry[KEY_ORIGIN] not in ORIGINS):
+            raise ValueError(f"checkpoint token ratio of {name!r} is malformed: {show(entry)}; the checkpoint is corrupted")
         out[name] = (ratio, entry[KEY_ORIGIN])
     return out
 
 
-def check_header(checkpoint: Any) -> None:
-    """Refuse anything that is not a zephon mixture checkpoint of a known version."""
+def check_header(checkpoint: Any, config: SourceConfig) -> None:
+    """Refuse anything that is not an intact zephon mixture checkpoint of this version.
+
+    Checks, in order: a bounded plain-JSON dict, the kind, the version, exactly the keys
+    ``state_to_json`` writes for ``config``, and the digest.
+    """
     if not isinstance(checkpoint, dict):
         raise ValueError(f"checkpoint must be a dict (from state_dict()), got {type(checkpoint).__name__}")
+    check_json(checkpoint, "checkpoint", MAX_STATE_NODES + STATE_NODES_PER_DATASET * len(config.datasets))
     if checkpoint.get(KEY_KIND) != KIND:
-        raise ValueError(f"checkpoint kind is {checkpoint.get(KEY_KIND)!r}, expected {KIND!r}; pass a state_dict() of this source type")
-    if checkpoint.get(KEY_VERSION) != VERSION:
+        raise ValueError(f"checkpoint kind is {show(checkpoint.get(KEY_KIND))}, expected {KIND!r}; pass a "
+                         "state_dict() of this source type")
+    version = checkpoint.get(KEY_VERSION)
+    if type(version) is not int or version != VERSION:
         raise ValueError(
-            f"checkpoint version {checkpoint.get(KEY_VERSION)!r} is not supported (this zephon reads version "
+            f"checkpoint version {show(version)} is not supported (this zephon reads version "
             f"{VERSION}); restore it with the zephon version that wrote it"
         )
-    missing = [k for k in (KEY_LANE, KEY_REPLICAS, KEY_FINGERPRINT, KEY_STATE) if k not in checkpoint]
-    if missing:
-        raise ValueError(f"checkpoint is missing {missing}; it is truncated or was not written by state_dict()")
+    required = {KEY_KIND, KEY_VERSION, KEY_LANE, KEY_REPLICAS, KEY_FINGERPRINT, KEY_STATE, KEY_DIGEST}
+    saved = checkpoint[KEY_FINGERPRINT] if isinstance(checkpoint.get(KEY_FINGERPRINT), dict) else {}
+    allowed = required | ({KEY_RATIOS} if config.token_mode or saved.get("mode") == "tokens" else set())
+    missing, unknown = sorted(required - set(checkpoint)), sorted(set(checkpoint) - allowed)
+    if missing or unknown:
+        raise ValueError(f"checkpoint is missing {show(missing)} and has unknown keys {show(unknown)}; it is "
+                         "truncated, edited or was not written by state_dict() of this source")
+    if checkpoint[KEY_DIGEST] != digest(checkpoint):
+        raise ValueError("state digest mismatch: the checkpoint was changed after state_dict() wrote it; restore "
+                         "an unedited state_dict()")
+
+
+def _canonical(value: Any) -> str:
+    """JSON text that tells types apart (``1`` / ``1.0`` / ``true``) and ignores key order."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"))
 
 
 def fingerprint_differences(saved: Any, config: SourceConfig) -> list[str]:
-    """What differs between a checkpoint's fingerprint and ``config`` (empty if they match)."""
+    """What differs between a checkpoint's fingerprint and ``config`` (empty if they match).
+
+    Values compare exactly, types included; unknown keys differ too.
+    """
     current = config.fingerprint()
     if not isinstance(saved, dict):
         return [f"fingerprint is {type(saved).__name__}, not a dict"]
-    return [
-        f"{key}: checkpoint has {saved.get(key)!r}, this source has {current[key]!r}"
+    differences = [
+        f"{key}: checkpoint has {show(saved.get(key))}, this source has {show(current[key])}"
         for key in current
-        if saved.get(key) != current[key]
+        if key not in saved or _canonical(saved[key]) != _canonical(current[key])
     ]
+    unknown = sorted(set(saved) - set(current))
+    return differences + ([f"unknown keys {show(unknown)}"] if unknown else [])
 
 
 def state_from_json(checkpoint: dict[str, Any], config: SourceConfig) -> SourceState:
@@ -101,16 +149,16 @@ def state_from_json(checkpoint: dict[str, Any], config: SourceConfig) -> SourceS
     if not isinstance(body, dict) or set(body) != {KEY_CHUNK, KEY_ALLOC, KEY_CURSORS}:
         raise ValueError(f"checkpoint state must have exactly {[KEY_CHUNK, KEY_ALLOC, KEY_CURSORS]}; it is corrupted")
     return SourceState(
-        chunk_index=_count(KEY_CHUNK, body[KEY_CHUNK]),
+        chunk_index=_count(KEY_CHUNK, body[KEY_CHUNK], MAX_CHUNK_INDEX),
         alloc=_alloc_from_json(body[KEY_ALLOC], config),
         cursors=_cursors_from_json(body[KEY_CURSORS], config),
     )
 
 
-def _count(what: str, value: Any, upper: int | None = None) -> int:
-    if type(value) is not int or value < 0 or (upper is not None and value > upper):
-        bound = "" if upper is None else f" and <= {upper}"
-        raise ValueError(f"checkpoint {what} must be an int >= 0{bound}, got {value!r}; the checkpoint is corrupted")
+def _count(what: str, value: Any, upper: int) -> int:
+    if type(value) is not int or not 0 <= value <= upper:
+        raise ValueError(f"checkpoint {what} must be an int in [0, {upper}], got {show(value)}; the checkpoint is "
+                         "corrupted")
     return value
 
 
@@ -120,18 +168,18 @@ def _alloc_from_json(value: Any, config: SourceConfig) -> Any:
         if (not isinstance(value, list) or len(value) != len(config.datasets)
                 or not all(type(v) is int and abs(v) <= bound for v in value) or sum(value) != 0):
             raise ValueError(f"checkpoint alloc must be {len(config.datasets)} token deficits, ints in "
-                             f"[-{bound}, {bound}] summing to 0, got {value!r}; the checkpoint is corrupted")
+                             f"[-{bound}, {bound}] summing to 0, got {show(value)}; the checkpoint is corrupted")
         return tuple(value)
     name = config.allocator.name
     if name == "accumulator":
         if (not isinstance(value, list) or len(value) != len(config.datasets)
                 or not all(type(v) is float and abs(v) <= 1.0 for v in value)):
             raise ValueError(f"checkpoint alloc must be {len(config.datasets)} accumulators, floats in [-1, 1], "
-                             f"got {value!r}; the checkpoint is corrupted")
+                             f"got {show(value)}; the checkpoint is corrupted")
         return tuple(value)
     if name == "fixed":
         if value != []:
-            raise ValueError(f"checkpoint alloc must be [] for the fixed allocator, got {value!r}")
+            raise ValueError(f"checkpoint alloc must be [] for the fixed allocator, got {show(value)}")
         return ()
     return value
 
@@ -139,13 +187,21 @@ def _alloc_from_json(value: Any, config: SourceConfig) -> Any:
 def _cursors_from_json(value: Any, config: SourceConfig) -> tuple[CursorState, ...]:
     if not isinstance(value, dict) or set(value) != set(config.names):
         got = sorted(value) if isinstance(value, dict) else value
-        raise ValueError(f"checkpoint cursors must be keyed by the datasets {list(config.names)}, got {got!r}")
+        raise ValueError(f"checkpoint cursors must be keyed by the datasets {show(list(config.names))}, got {show(got)}")
     cursors = []
     for d in config.datasets:
         entry = value[d.name]
         if not isinstance(entry, dict) or set(entry) != {KEY_EPOCH, KEY_POSITION}:
-            raise ValueError(f"checkpoint cursor of {d.name!r} must be {{'epoch': int, 'position': int}}, got {entry!r}")
-        epoch = _count(f"cursor {d.name!r} epoch", entry[KEY_EPOCH], d.max_repeats if d.policy == REPEAT else 0)
+            raise ValueError(f"checkpoint cursor of {d.name!r} must be {{'epoch': int, 'position': int}}, got {show(entry)}")
+        epoch = _count(f"cursor {d.name!r} epoch", entry[KEY_EPOCH], _last_epoch(d))
         position = _count(f"cursor {d.name!r} position", entry[KEY_POSITION], d.total)
         cursors.append(CursorState(epoch=epoch, position=position))
     return tuple(cursors)
+
+
+def _last_epoch(d: Any) -> int:
+    """The largest pass index a cursor of ``d`` can stand in (``stop_after_passes`` bounds no
+    single dataset: a small one may repeat many times while a large one finishes its passes)."""
+    if d.policy != REPEAT:
+        return 0
+    return MAX_CHUNK_INDEX if d.max_repeats is None else d.max_repeats

@@ -100,11 +100,16 @@ class SourceConfig:
     weight_order: tuple[int, ...] = ()  # datasets in the mixture's insertion order; () = dataset order
     lane: int | None = None  # None: the template (whole stream)
     canonical_replicas: int | None = None
+    normalised: tuple[float, ...] = field(init=False, repr=False)  # w / Σ w (summed in mixture order)
     chunk_key: int = field(init=False, repr=False)  # root key of per-chunk read seeds
     lane_key: int = field(init=False, repr=False)  # root key of lane routing
     scheduler: Scheduler | None = field(init=False, repr=False)  # the kernel; None for a fork's allocator
 
     def __post_init__(self) -> None:
+        total = 0.0
+        for c in self.summing_order:
+            total += self.datasets[c].weight
+        object.__setattr__(self, "normalised", tuple(d.weight / total for d in self.datasets))
         object.__setattr__(self, "chunk_key", purpose_key(self.seed, DOMAIN_CHUNK_SEED))
         object.__setattr__(self, "lane_key", purpose_key(self.seed, DOMAIN_LANE))
         object.__setattr__(self, "scheduler", self._make_scheduler())
@@ -120,7 +125,7 @@ class SourceConfig:
         lane, replicas = self.lane_binding
         return Scheduler(
             KERNEL_ALLOCATORS.index(self.allocator.name),
-            np.array([d.weight for d in self.datasets], dtype=np.float64),
+            np.array(self.normalised, dtype=np.float64),
             _read_only([d.total for d in self.datasets]),
             _read_only([POLICIES.index(d.policy) for d in self.datasets]),
             _read_only([-1 if d.max_repeats is None else d.max_repeats for d in self.datasets]),
@@ -145,15 +150,22 @@ class SourceConfig:
         return self.lane, self.canonical_replicas
 
     def fingerprint(self) -> dict[str, Any]:
-        """JSON summary of every setting that shapes the stream (lane binding excluded)."""
+        """JSON summary of every setting that shapes the stream (lane binding excluded).
+
+        It records what determines the stream, not how it was spelled: the normalised weights
+        in dataset order (``{"web": 70, "code": 30}`` is ``{"code": 0.3, "web": 0.7}``), and the
+        mixture order only where it can change a sum (three or more datasets, one of which
+        redistributes: renormalising over the survivors sums in that order).
+        """
+        order_matters = len(self.datasets) > 2 and any(d.policy == REDISTRIBUTE for d in self.datasets)
         return {
             "datasets": [
                 {"name": d.name, "shards": d.digest, "total": d.total, "data": d.data_fingerprint}
                 for d in self.datasets
             ],
             "mode": "tokens" if self.token_mode else "samples",
-            "weights": [d.weight for d in self.datasets],
-            "mixture_order": [self.datasets[c].name for c in self.summing_order],
+            "weights": list(self.normalised),
+            "mixture_order": [self.datasets[c].name for c in self.summing_order] if order_matters else None,
             "chunk_size": self.chunk_size,
             "seed": self.seed,
             "shuffle_shards": self.shuffle_shards,

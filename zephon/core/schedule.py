@@ -73,13 +73,20 @@ def lane_of(config: SourceConfig, g: int) -> int:
 
 
 def active_weights(config: SourceConfig, cursors: tuple[CursorState, ...]) -> tuple[float, ...]:
-    """Weights normalised over the active datasets (redistributing drained ones retire)."""
+    """Weights normalised over the active datasets (redistributing drained ones retire).
+
+    Two double-precision stages, as zephon 0.2.0 (SPEC §3): the weights normalised over all
+    datasets (``config.normalised``), then, once some have retired, those divided by their
+    sum over the active ones (summed in mixture order).
+    """
     active = [not (d.policy == REDISTRIBUTE and cur.position >= d.total) for d, cur in zip(config.datasets, cursors)]
+    if all(active):
+        return config.normalised
     total = 0.0
     for c in config.summing_order:
         if active[c]:
-            total += config.datasets[c].weight
-    return tuple(d.weight / total if is_active else 0.0 for d, is_active in zip(config.datasets, active))
+            total += config.normalised[c]
+    return tuple(n / total if is_active else 0.0 for n, is_active in zip(config.normalised, active))
 
 
 def passes_done(config: SourceConfig, cursors: list[CursorState], counting: int | None = None) -> bool:

@@ -23,6 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
+from zephon.limits import MAX_LOADER_STATE_NODES, check_json, show
 from zephon.runtime._stream import Entry
 
 KIND = "zephon.LoaderState"
@@ -90,22 +91,23 @@ def parse_state(state: Any) -> LoaderState:
     if not isinstance(state, dict):
         raise ValueError(f"loader state must be a dict (from state_dict() or load_checkpoint()), got "
                          f"{type(state).__name__}")
+    check_json(state, "loader state", MAX_LOADER_STATE_NODES)
     if state.get(KEY_KIND) != KIND:
-        raise ValueError(f"loader state kind is {state.get(KEY_KIND)!r}, expected {KIND!r}; pass the state_dict() "
+        raise ValueError(f"loader state kind is {show(state.get(KEY_KIND))}, expected {KIND!r}; pass the state_dict() "
                          "of a zephon DataLoader / torch dataset, or a checkpoint of one")
-    if state.get(KEY_VERSION) != VERSION:
-        raise ValueError(f"loader state version {state.get(KEY_VERSION)!r} is not supported (this zephon reads "
+    if type(state.get(KEY_VERSION)) is not int or state[KEY_VERSION] != VERSION:
+        raise ValueError(f"loader state version {show(state.get(KEY_VERSION))} is not supported (this zephon reads "
                          f"version {VERSION}); restore it with the zephon version that wrote it")
-    missing = [k for k in KEYS if k not in state]
-    if missing:
-        raise _bad(f"missing {missing}")
+    missing, unknown = [k for k in KEYS if k not in state], sorted(set(state) - set(KEYS))
+    if missing or unknown:
+        raise _bad(f"missing {missing}, unknown keys {show(unknown)}")
     replicas = state[KEY_REPLICAS]
     if type(replicas) is not int or replicas < 1:
-        raise _bad(f"canonical_replicas={replicas!r} must be an int >= 1")
+        raise _bad(f"canonical_replicas={show(replicas)} must be an int >= 1")
     datasets = state[KEY_DATASETS]
     if not isinstance(datasets, list) or not all(
             isinstance(d, dict) and set(d) == {"id", "name", "fingerprint"} for d in datasets):
-        raise _bad(f"datasets must be a list of {{'id', 'name', 'fingerprint'}}, got {datasets!r}")
+        raise _bad(f"datasets must be a list of {{'id', 'name', 'fingerprint'}}, got {show(datasets)}")
     common, lanes = state[KEY_SOURCE], state[KEY_LANES]
     if not isinstance(common, dict) or not isinstance(lanes, list):
         raise _bad("'source' must be a dict and 'lanes' a list")
@@ -113,7 +115,7 @@ def parse_state(state: Any) -> LoaderState:
     for row in lanes:
         if not (isinstance(row, list) and len(row) == 4 and all(type(v) is int for v in row[:3])
                 and isinstance(row[3], dict)):
-            raise _bad(f"every lane must be [lane, consumed, turn, state], got {row!r}")
+            raise _bad(f"every lane must be [lane, consumed, turn, state], got {show(row)}")
         lane, consumed, turn, rest = row
         if not 0 <= lane < replicas:
             raise _bad(f"lane {lane} is outside [0, canonical_replicas={replicas})")

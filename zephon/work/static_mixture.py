@@ -96,7 +96,7 @@ class StaticMixtureWorkSource(WorkSource):
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore a checkpoint; a token-mode one brings its ratios (nothing is measured again)."""
-        checkpoint.check_header(state)
+        checkpoint.check_header(state, self._config)
         self._check_lane_header(state)
         ratios = checkpoint.ratios_from_json(state, self._config)
         config = self._with_ratios(ratios) if ratios else self._config
