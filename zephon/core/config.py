@@ -39,6 +39,9 @@ KERNEL_ALLOCATORS = ("accumulator", "fixed")  # the scheduling kernel's allocato
 
 
 def _read_only(values: Any) -> np.ndarray:
+    if isinstance(values, np.ndarray) and values.dtype == np.int64 and not values.flags.writeable \
+            and values.flags.c_contiguous:
+        return values  # a dataset's table: already frozen
     array = np.ascontiguousarray(values, dtype=np.int64)
     array.flags.writeable = False
     return array

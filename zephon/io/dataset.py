@@ -25,8 +25,8 @@ from zephon.io._parquet import ParquetReader
 from zephon.limits import MAX_SAMPLES, show
 
 
-def _int_array(parameter: str, name: str, values: Any, limit: int = MAX_SAMPLES) -> np.ndarray:
-    """``values`` as int64, each in ``[0, limit]`` (negative values are refused by the caller)."""
+def _int_array(parameter: str, name: str, values: Any, limit: int, fix: str) -> np.ndarray:
+    """``values`` as int64, each in ``[0, limit]``, or a ``TypeError``/``ValueError`` naming ``parameter``."""
     array = np.asarray(values)
     if array.ndim == 1 and array.dtype == object and all(isinstance(v, int) and not isinstance(v, bool) for v in values):
         array = np.array([max(min(v, limit + 1), -1) for v in values], dtype=np.int64)  # out of int64: clipped, refused
@@ -35,17 +35,27 @@ def _int_array(parameter: str, name: str, values: Any, limit: int = MAX_SAMPLES)
             f"Dataset {name!r}: {parameter} must be a 1-D sequence of ints, got {_show(values)}; "
             f"pass e.g. [1000, 2000]"
         )
-    if array.size and array.max() > limit:
-        raise ValueError(f"Dataset {name!r}: {parameter} must be <= {limit} (2**{limit.bit_length() - 1}) each, got "
-                         f"{_show(int(array.max()))}; split the data or fix the shard table")
-    return array.astype(np.int64)
+    if array.size:
+        low, high = array.min(), array.max()
+        if low < 0:
+            raise ValueError(f"Dataset {name!r}: {parameter} must be >= 0, got {int(low)}; {fix}")
+        if high > limit:
+            raise ValueError(f"Dataset {name!r}: {parameter} must be <= {limit} (2**{limit.bit_length() - 1}) each, "
+                             f"got {_show(int(high))}; {fix}")
+    return array.astype(np.int64, copy=isinstance(values, np.ndarray))  # never alias (and freeze) the caller's array
 
 
-def _check_total(name: str, rows: np.ndarray) -> None:
-    """Refuse a dataset whose rows add up past ``MAX_SAMPLES`` (before an int64 sum could wrap)."""
-    if rows.size and float(rows.sum(dtype=np.float64)) > MAX_SAMPLES:
-        raise ValueError(f"Dataset {name!r}: counts add up to about {float(rows.sum(dtype=np.float64)):.4g} rows, more "
-                         f"than the {MAX_SAMPLES} (2**48) one dataset may hold; split it into several datasets")
+def _total(name: str, rows: np.ndarray) -> int:
+    """The rows of a dataset; refused past ``MAX_SAMPLES`` (each count is at most that, so the
+    int64 sum of up to 2**15 of them cannot wrap; longer tables are summed in floats first)."""
+    if len(rows) > 2**15 and float(rows.sum(dtype=np.float64)) > 2 * MAX_SAMPLES:
+        total = MAX_SAMPLES + 1
+    else:
+        total = int(rows.sum())
+    if total > MAX_SAMPLES:
+        raise ValueError(f"Dataset {name!r}: counts add up to {total if total <= 2 * MAX_SAMPLES else 'over 2**49'} "
+                         f"rows, more than the {MAX_SAMPLES} (2**48) one dataset may hold; split it into several datasets")
+    return total
 
 
 def _show(values: Any) -> str:
@@ -75,39 +85,34 @@ def _columns_arg(name: str, columns: Any) -> tuple[str, ...] | None:
 class Dataset:
     """A named dataset: shard ids, rows per shard and, optionally, a way to read the rows."""
 
-    __slots__ = ("_name", "_ids", "_counts", "_raw_bytes", "_shards", "_reader", "_catalog")
+    __slots__ = ("_name", "_ids", "_counts", "_raw_bytes", "_total", "_shards", "_reader", "_catalog")
 
     def __init__(self, name: str, shard_ids: Any, counts: Any, *, shards: Sequence[Sequence[Any]] | None = None,
                  raw_bytes: Any = None):
         if not isinstance(name, str) or not name:
             raise ValueError(f"Dataset name must be a non-empty str, got {name!r}; pass e.g. 'web'")
-        ids = _int_array("shard_ids", name, shard_ids, 2**62)
-        rows = _int_array("counts", name, counts)
+        ids = _int_array("shard_ids", name, shard_ids, 2**62, "renumber the shards")
+        rows = _int_array("counts", name, counts, MAX_SAMPLES, "fix the shard table or split the dataset")
         if len(ids) != len(rows):
             raise ValueError(
                 f"Dataset {name!r}: {len(ids)} shard_ids but {len(rows)} counts; pass one id per shard"
             )
-        if (rows < 0).any():
-            raise ValueError(f"Dataset {name!r}: counts must be >= 0, got {int(rows.min())}; fix the shard table")
-        _check_total(name, rows)
-        if (ids < 0).any():
-            raise ValueError(f"Dataset {name!r}: shard_ids must be >= 0, got {int(ids.min())}; renumber the shards")
+        total = _total(name, rows)
         if raw_bytes is None:
             sizes = np.zeros(len(ids), dtype=np.int64)
         else:
-            sizes = _int_array("raw_bytes", name, raw_bytes, 2**62)
+            sizes = _int_array("raw_bytes", name, raw_bytes, 2**62, "pass the size of each shard")
             if len(sizes) != len(ids):
                 raise ValueError(f"Dataset {name!r}: {len(sizes)} raw_bytes but {len(ids)} shards; "
                                  "pass one byte size per shard")
-            if (sizes < 0).any():
-                raise ValueError(f"Dataset {name!r}: raw_bytes must be >= 0, got {int(sizes.min())}")
-        order = np.argsort(ids, kind="stable")
-        ids, rows, sizes = ids[order], rows[order], sizes[order]
-        if len(ids) > 1 and not (np.diff(ids) > 0).all():
-            duplicate = int(ids[:-1][np.diff(ids) == 0][0])
-            raise ValueError(f"Dataset {name!r}: shard id {duplicate} appears twice; shard ids must be unique")
+        if len(ids) > 1 and not (ids[1:] > ids[:-1]).all():  # not ascending yet: sort, then look for repeats
+            order = np.argsort(ids, kind="stable")
+            ids, rows, sizes = ids[order], rows[order], sizes[order]
+            if not (np.diff(ids) > 0).all():
+                duplicate = int(ids[:-1][np.diff(ids) == 0][0])
+                raise ValueError(f"Dataset {name!r}: shard id {duplicate} appears twice; shard ids must be unique")
         ids.flags.writeable = rows.flags.writeable = sizes.flags.writeable = False
-        self._name, self._ids, self._counts, self._raw_bytes = name, ids, rows, sizes
+        self._name, self._ids, self._counts, self._raw_bytes, self._total = name, ids, rows, sizes, total
         self._shards, self._reader, self._catalog = shards, None, None
 
     # -- constructors ---------------------------------------------------------------------
@@ -188,7 +193,7 @@ class Dataset:
         return self._raw_bytes
 
     def total(self) -> int:
-        return int(self._counts.sum())
+        return self._total
 
     def max_count(self) -> int:
         return int(self._counts.max()) if len(self._counts) else 0
