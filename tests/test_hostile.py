@@ -1,6 +1,11 @@
 """Hostile input: every limit of zephon.limits is refused with a message naming it, never a crash,
 a hang or a silently different stream."""
 import json
+import signal
+import subprocess
+import sys
+import textwrap
+import time
 
 import numpy as np
 import pytest
@@ -190,3 +195,47 @@ def test_the_fingerprint_compares_what_determines_the_stream():
         first.next_chunk()
     second.load_state_dict(first.state_dict())
     assert [second.next_chunk() for _ in range(5)] == [first.next_chunk() for _ in range(5)]
+
+
+def test_a_long_walk_answers_ctrl_c():
+    """remaining_samples() on a stream of about 2.5e8 chunks (minutes of walking) stops on SIGINT."""
+    code = textwrap.dedent("""
+        from zephon import Dataset, StaticMixtureWorkSource
+        datasets = [Dataset.from_counts("a", [10**6]), Dataset.from_counts("b", [250])]
+        lane = StaticMixtureWorkSource(datasets, {"a": 1.0, "b": 1e-6}, chunk_size=1).clone_for_lane(0, 1)
+        print("ready", flush=True)
+        lane.remaining_samples()
+    """)
+    child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert child.stdout.readline().strip() == "ready"
+    time.sleep(0.5)
+    child.send_signal(signal.SIGINT)
+    try:
+        _, stderr = child.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        child.kill()
+        raise AssertionError("the walk ignored Ctrl-C")
+    assert child.returncode != 0 and "KeyboardInterrupt" in stderr
+
+
+def test_odd_random_access_indices_get_short_messages():
+    lane = source().clone_for_lane(0, 1)
+    for index, error in ((10**5000, IndexError), (-(10**5000), IndexError), (1.5, TypeError), (True, TypeError)):
+        with pytest.raises(error) as raised:
+            lane.sample_id_at(index)
+        assert len(str(raised.value)) < 300
+    with pytest.raises(TypeError) as raised:
+        lane.sample_ids_at([10**5000] * 10**5)
+    assert len(str(raised.value)) < 300
+
+
+def test_a_deep_payload_in_a_well_formed_checkpoint_file_is_refused(tmp_path):
+    import hashlib
+
+    from zephon.runtime import load_checkpoint
+
+    payload = b"[" * 100_000 + b"]" * 100_000
+    header = f"zephon-checkpoint 1 sha256={hashlib.sha256(payload).hexdigest()} bytes={len(payload)}\n"
+    (tmp_path / "deep").write_bytes(header.encode() + payload)
+    with pytest.raises(ValueError, match="malformed JSON|nested deeper"):
+        load_checkpoint(tmp_path / "deep")

@@ -64,10 +64,17 @@ def realised_shares(source, tokenizer, chunks=20):
     return {name: count / total for name, count in tokens.items()}
 
 
+def in_memory(name, directory):
+    """The JSONL files of ``directory`` as an in-memory dataset (one shard per file)."""
+    files = sorted(directory.glob("*.jsonl"))
+    return Dataset.from_records(name, [[json.loads(line) for line in f.read_text().splitlines()] for f in files])
+
+
+@pytest.mark.parametrize("load", [Dataset.from_path, in_memory])
 @pytest.mark.parametrize("names, tolerance", [(("short", "long"), 0.005), (("mixed", "short"), 0.01)])
-def test_realised_token_shares_match_the_weights(bpe, short_and_long, tmp_path, monkeypatch, names, tolerance):
+def test_realised_token_shares_match_the_weights(bpe, short_and_long, tmp_path, monkeypatch, names, tolerance, load):
     monkeypatch.setenv("ZEPHON_CACHE_DIR", str(tmp_path))
-    datasets = [Dataset.from_path(n, short_and_long[n]) for n in names]
+    datasets = [load(n, short_and_long[n]) for n in names]
     source = StaticMixtureWorkSource(datasets, {n: 0.5 for n in names}, chunk_size=512, seed=3,
                                      token_estimation=TokenEstimation(tokenizer=bpe), exhausted_policy="repeat")
     assert source.requires_token_priming

@@ -17,6 +17,7 @@ from zephon.core.schedule import SourceState, initial_state
 from zephon.core.step import step
 from zephon.core.tokens import token_shares, with_ratios
 from zephon.io import Dataset
+from zephon.limits import show
 from zephon.work._priming import cached_ratio
 from zephon.work._resolve import UNSET, check_liveness, resolve
 from zephon.work.source import WorkSource
@@ -154,7 +155,7 @@ class StaticMixtureWorkSource(WorkSource):
         """The samples at ``indices`` as an ``(n, 3)`` int64 array (one call for many lookups)."""
         positions = np.asarray(indices)
         if positions.ndim != 1 or (positions.size and positions.dtype.kind not in "iu"):
-            raise TypeError(f"indices must be a 1-D sequence of ints, got {indices!r}")
+            raise TypeError(f"indices must be a 1-D sequence of ints, got {show(indices)}")
         length = len(self)
         if positions.size and (positions.min() < 0 or positions.max() >= length):
             bad = positions[(positions < 0) | (positions >= length)][0]
@@ -172,10 +173,10 @@ class StaticMixtureWorkSource(WorkSource):
 
     def _check_index(self, i: Any) -> int:
         if type(i) is bool or not isinstance(i, (int, np.integer)):
-            raise TypeError(f"sample index must be an int, got {i!r}")
+            raise TypeError(f"sample index must be an int, got {show(i)}")
         length = self._stream_index().length
         if not 0 <= i < length:
-            raise IndexError(f"sample index {i} is out of range [0, {length})")
+            raise IndexError(f"sample index {show(i)} is out of range [0, {length})")
         return int(i)
 
     def continues_after_exhaustion(self) -> tuple[str, ...]:
