@@ -199,8 +199,8 @@ def test_state_size_depends_only_on_lanes():
         next(it)
         if k % 100 == 99:
             sizes.append(len(json.dumps(loader.state_dict())))
-    # no chunk contents, no history: only the digits of a few numbers per lane vary
-    assert max(sizes) - min(sizes) < 8 * 80 and max(sizes) < 8 * 400
+    # no chunk contents, no history: only the digits of a few numbers per lane vary (and its digest)
+    assert max(sizes) - min(sizes) < 8 * 80 and max(sizes) < 8 * 450
 
 
 def test_load_state_dict_refuses_mismatches_before_changing_anything():

@@ -57,10 +57,11 @@ def state_to_json(state: SourceState, config: SourceConfig) -> dict[str, Any]:
 
 
 def digest(checkpoint: dict[str, Any]) -> str:
-    """sha256 (hex) of a checkpoint without its digest, as canonical JSON (sorted keys, compact)."""
+    """sha256 of a checkpoint without its digest, as canonical JSON (sorted keys, compact); 32 hex
+    digits (128 bits) catch any edit and keep a loader state of many lanes small."""
     body = {k: v for k, v in checkpoint.items() if k != KEY_DIGEST}
     text = json.dumps(body, sort_keys=True, separators=(",", ":"))
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:32]
 
 
 def sealed(checkpoint: dict[str, Any]) -> dict[str, Any]:

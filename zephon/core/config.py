@@ -32,6 +32,7 @@ def shard_costs(shard_counts: np.ndarray, shard_bytes: np.ndarray, ratio: float)
     return costs
 
 
+_DIGEST = "shard digest"  # key of a plan's memo (``DatasetPlan.layouts``)
 STOP, REPEAT, REDISTRIBUTE = "stop", "repeat", "redistribute"
 POLICIES = (STOP, REPEAT, REDISTRIBUTE)
 MODULO, PERMUTE = "modulo", "permute"
@@ -68,7 +69,6 @@ class DatasetPlan:
     ratio_origin: str | None = None  # "measured", "pinned" or "fallback"
     costs: np.ndarray | None = field(init=False, repr=False)  # int64 cost units per draw per shard
     total: int = field(init=False)  # samples in one pass
-    digest: str = field(init=False)  # sha256 (16 hex digits) of shard ids and counts
     layouts: dict = field(init=False, repr=False)  # the cursor's per-dataset memo (core.cursor)
 
     def __post_init__(self) -> None:
@@ -76,15 +76,23 @@ class DatasetPlan:
         object.__setattr__(self, "shard_counts", _read_only(self.shard_counts))
         if self.shard_bytes is not None:
             object.__setattr__(self, "shard_bytes", _read_only(self.shard_bytes))
-        object.__setattr__(self, "total", int(self.shard_counts.sum()))
+        counts = self.shard_counts  # a short table sums faster in Python than through numpy
+        object.__setattr__(self, "total", sum(counts.tolist()) if len(counts) <= 8 else int(counts.sum()))
         costs = None
         if self.token_ratio is not None:
             costs = shard_costs(self.shard_counts, self.shard_bytes, self.token_ratio)
         object.__setattr__(self, "costs", costs)
-        digest = hashlib.sha256(self.shard_ids.tobytes())
-        digest.update(self.shard_counts.tobytes())
-        object.__setattr__(self, "digest", digest.hexdigest()[:16])
         object.__setattr__(self, "layouts", {})
+
+    @property
+    def digest(self) -> str:
+        """sha256 (16 hex digits) of the shard ids and counts, computed on first use."""
+        digest = self.layouts.get(_DIGEST)
+        if digest is None:
+            hashed = hashlib.sha256(self.shard_ids.tobytes())
+            hashed.update(self.shard_counts.tobytes())
+            digest = self.layouts[_DIGEST] = hashed.hexdigest()[:16]
+        return digest
 
 
 @dataclass(frozen=True, slots=True, kw_only=True, eq=False)

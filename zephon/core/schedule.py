@@ -41,7 +41,7 @@ def initial_state(config: SourceConfig) -> SourceState:
     return SourceState(
         chunk_index=0,
         alloc=(0,) * n if config.token_mode else config.allocator.init(n),
-        cursors=tuple(CursorState(epoch=0, position=0) for _ in config.datasets),
+        cursors=(CursorState(epoch=0, position=0),) * n,  # frozen: one object serves every dataset
     )
 
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
-from zephon.limits import MAX_LOADER_STATE_NODES, check_json, show
+from zephon.limits import MAX_LOADER_STATE_NODES, MAX_REPLICAS, check_json, show
 from zephon.runtime._stream import Entry
 
 KIND = "zephon.LoaderState"
@@ -102,8 +102,8 @@ def parse_state(state: Any) -> LoaderState:
     if missing or unknown:
         raise _bad(f"missing {missing}, unknown keys {show(unknown)}")
     replicas = state[KEY_REPLICAS]
-    if type(replicas) is not int or replicas < 1:
-        raise _bad(f"canonical_replicas={show(replicas)} must be an int >= 1")
+    if type(replicas) is not int or not 1 <= replicas <= MAX_REPLICAS:
+        raise _bad(f"canonical_replicas={show(replicas)} must be an int in [1, {MAX_REPLICAS}]")
     datasets = state[KEY_DATASETS]
     if not isinstance(datasets, list) or not all(
             isinstance(d, dict) and set(d) == {"id", "name", "fingerprint"} for d in datasets):
