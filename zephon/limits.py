@@ -22,7 +22,11 @@ every counter inside int64 (so the kernels never overflow) and every walk finite
 | ``MAX_CHECKPOINT_BYTES`` | 2**28 | size of a checkpoint file |
 | ``MAX_MESSAGE_VALUE`` | 120 | characters of a value quoted in an error message |
 
-This module imports nothing from zephon, so every layer (io included) reads it. With these, a stream's length is below ``MAX_STREAM_SAMPLES × (MAX_PASSES + 1) < 2**63``.
+Token mode mixes at most ``zephon.core.tokens.MAX_DATASETS`` (2**14) datasets. With these,
+a cursor's position stays below 2**48, an indexed stream holds at most ``MAX_INDEX_CHUNKS ×
+MAX_CHUNK_SIZE = 2**58`` samples, and a restored chunk index or epoch leaves 2**62 chunks of
+headroom before int64 ends. This module imports nothing from zephon, so every layer (io
+included) reads it.
 """
 from __future__ import annotations
 
