@@ -130,7 +130,7 @@ def fingerprint_differences(saved: Any, config: SourceConfig) -> list[str]:
     if not isinstance(saved, dict):
         return [f"fingerprint is {type(saved).__name__}, not a dict"]
     differences = [
-        f"{key}: checkpoint has {show(saved.get(key))}, this source has {show(current[key])}"
+        f"{key}: checkpoint has {show(saved.get(key), 80)}, this source has {show(current[key], 80)}"
         for key in current
         if key not in saved or _canonical(saved[key]) != _canonical(current[key])
     ]
@@ -142,8 +142,9 @@ def state_from_json(checkpoint: dict[str, Any], config: SourceConfig) -> SourceS
     """Validate a checkpoint's state against ``config`` and build it; raise ``ValueError`` if bad."""
     differences = fingerprint_differences(checkpoint[KEY_FINGERPRINT], config)
     if differences:
+        more = f"; and {len(differences) - 3} more" if len(differences) > 3 else ""
         raise ValueError(
-            "checkpoint was taken with a different configuration: " + "; ".join(differences)
+            "checkpoint was taken with a different configuration: " + "; ".join(differences[:3]) + more
             + ". Restore it into a source built with the same datasets and settings"
         )
     body = checkpoint[KEY_STATE]
