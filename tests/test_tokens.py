@@ -306,3 +306,14 @@ def test_the_node_cache_tells_measure_functions_apart():
     chars = TokenEstimation(measure=lambda r: len(r["text"]))
     assert tokenizer_identity(words) != tokenizer_identity(chars)
     assert tokenizer_identity(words) == tokenizer_identity(TokenEstimation(measure=words.measure))
+
+
+def test_a_cache_that_cannot_be_written_is_said_and_skipped(short_and_long, tmp_path, monkeypatch):
+    data = [Dataset.from_path("short", short_and_long["short"])]
+    (tmp_path / "file").write_text("not a directory")
+    monkeypatch.setenv("ZEPHON_CACHE_DIR", str(tmp_path / "file" / "cache"))
+    source = StaticMixtureWorkSource(data, {"short": 1}, chunk_size=64, token_estimation=TokenEstimation(tokenizer=str.split))
+    with pytest.warns(RuntimeWarning, match="could not cache a token ratio"):
+        source.prime()
+    assert source.config.datasets[0].ratio_origin == "measured"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["file"]
