@@ -239,3 +239,9 @@ def test_a_deep_payload_in_a_well_formed_checkpoint_file_is_refused(tmp_path):
     (tmp_path / "deep").write_bytes(header.encode() + payload)
     with pytest.raises(ValueError, match="malformed JSON|nested deeper"):
         load_checkpoint(tmp_path / "deep")
+
+
+@pytest.mark.parametrize("shards", [[1, 2], "ab", 5, [["a"], None]])
+def test_in_memory_shards_must_be_sequences_of_records(shards):
+    with pytest.raises(TypeError, match="shards must be a sequence of sequences"):
+        Dataset.from_records("a", shards)

@@ -62,6 +62,10 @@ def _show(values: Any) -> str:
     return show(values, 80)
 
 
+def _iterable(value: Any) -> bool:
+    return hasattr(value, "__iter__") and not isinstance(value, (str, bytes, dict))
+
+
 def _encoded_size(record: Any) -> int:
     """Bytes of one in-memory record as a file would hold it (its JSON line, newline included)."""
     if isinstance(record, str):
@@ -134,6 +138,10 @@ class Dataset:
         once here: UTF-8 for ``str``, the length of ``bytes``, one JSON line otherwise. Token
         mode prices draws by it, as it prices files by their size on disk.
         """
+        shards = list(shards) if _iterable(shards) else [shards]
+        if not all(_iterable(shard) for shard in shards):
+            raise TypeError(f"Dataset {name!r}: shards must be a sequence of sequences of records, got "
+                            f"{_show(shards)}; pass e.g. [[record, ...], ...]")
         shards = [list(shard) for shard in shards]
         sizes = [sum(map(_encoded_size, shard)) for shard in shards]
         return cls(name, np.arange(len(shards), dtype=np.int64), [len(s) for s in shards], shards=shards,
