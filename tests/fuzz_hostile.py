@@ -12,13 +12,20 @@ there fails the test instead of killing pytest).
   removed, a number nudged, keys reordered); it is refused with ``ValueError`` and the lane is
   unchanged, or it continues exactly like the original. Edits made with the digest
   recomputed (``sealed``) must be refused or load and run without a crash.
+* **file**: a checkpoint file with bytes flipped, cut, inserted or appended; ``load_checkpoint``
+  refuses it with ``ValueError`` or returns exactly the saved state.
+* **index**: odd random-access indices (huge, negative, floats, bools, numpy scalars); each
+  gets ``IndexError``/``TypeError`` or the sample ``sample_ids_at`` gives for it.
 """
 from __future__ import annotations
 
 import json
 import os
 import sys
+import tempfile
 from collections import Counter
+
+import numpy as np
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -26,6 +33,7 @@ from hypothesis import strategies as st
 from zephon import Dataset, StaticMixtureWorkSource
 from zephon.core.checkpoint import sealed
 from zephon.core.index import least_chunks
+from zephon.runtime import load_checkpoint, make_state, save_checkpoint
 
 DEEP = os.environ.get("ZEPHON_HYPOTHESIS_PROFILE") == "deep"
 EXAMPLES = 4000 if DEEP else 400
@@ -229,9 +237,71 @@ def fuzz_state(case):
             COUNTS["resealed accepted"] += 1
 
 
+def _loader_state() -> dict:
+    source = StaticMixtureWorkSource([Dataset.from_counts("a", [9, 4, 12]), Dataset.from_counts("b", [5, 5])],
+                                     {"a": 2, "b": 1}, chunk_size=5, exhausted_policy="repeat")
+    entries = {lane: (source.clone_for_lane(lane, 3).state_dict(), lane, 0) for lane in range(3)}
+    return make_state(3, entries, [{"id": 0, "name": "a", "fingerprint": None},
+                                   {"id": 1, "name": "b", "fingerprint": None}], {"world_size": 1})
+
+
+LOADER_STATE = _loader_state()
+
+
+@SETTINGS
+@given(st.sampled_from(["flip", "cut", "insert", "append"]), st.integers(0, 2**20), st.binary(min_size=1, max_size=8))
+def fuzz_file(kind, where, junk):
+    with tempfile.TemporaryDirectory() as directory:
+        path = os.path.join(directory, "ckpt")
+        save_checkpoint(path, LOADER_STATE)
+        with open(path, "rb") as f:
+            data = f.read()
+        at = where % (len(data) + 1)
+        if kind == "flip" and at < len(data):
+            data = data[:at] + bytes([data[at] ^ junk[0]]) + data[at + 1:]
+        elif kind == "cut":
+            data = data[:at]
+        elif kind == "insert":
+            data = data[:at] + junk + data[at:]
+        else:
+            data += junk
+        with open(path, "wb") as f:
+            f.write(data)
+        try:
+            loaded = load_checkpoint(path)
+        except ValueError as error:
+            _message_ok(error)
+            COUNTS["file refused"] += 1
+            return
+        assert loaded == LOADER_STATE, f"a damaged file ({kind} at {at}) loaded as another state"
+        COUNTS["file intact"] += 1
+
+
+INDEX_LANE = StaticMixtureWorkSource([Dataset.from_counts("a", [30, 12]), Dataset.from_counts("b", [25])],
+                                     {"a": 3, "b": 2}, chunk_size=6).clone_for_lane(1, 2)
+ODD_INDICES = st.one_of(st.integers(-2**70, 2**70), st.integers(-3, 60), st.floats(), st.booleans(), st.none(),
+                        st.integers(-2**63, 2**63 - 1).map(np.int64), st.integers(0, 2**64 - 1).map(np.uint64),
+                        st.integers(0, 60).map(np.int32), st.text(max_size=2), st.just(10**5000))
+
+
+@SETTINGS
+@given(ODD_INDICES)
+def fuzz_index(i):
+    try:
+        sample = INDEX_LANE.sample_id_at(i)
+    except (IndexError, TypeError) as error:
+        _message_ok(error)
+        COUNTS["index refused"] += 1
+        return
+    assert tuple(INDEX_LANE.sample_ids_at([int(i)])[0].tolist()) == tuple(sample)
+    COUNTS["index answered"] += 1
+
+
 def main() -> None:
     fuzz_constructor()
     fuzz_state()
+    fuzz_file()
+    fuzz_index()
     print(json.dumps(dict(COUNTS)))
 
 

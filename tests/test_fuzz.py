@@ -1,5 +1,6 @@
-"""Fuzz hostile constructor arguments and edited states in a subprocess (fuzz_hostile.py), so
-that a crash of the interpreter fails this test instead of ending the run."""
+"""Fuzz hostile constructor arguments, edited states, damaged checkpoint files and odd indices in a
+subprocess (fuzz_hostile.py), so that a crash of the interpreter fails this test instead of
+ending the run."""
 import json
 import os
 import subprocess
@@ -7,7 +8,7 @@ import sys
 from pathlib import Path
 
 
-def test_hostile_arguments_and_edited_states_are_refused_or_harmless():
+def test_hostile_input_is_refused_or_harmless():
     script = Path(__file__).with_name("fuzz_hostile.py")
     done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=1800,
                           env={**os.environ, "PYTHONFAULTHANDLER": "1"})
@@ -15,3 +16,4 @@ def test_hostile_arguments_and_edited_states_are_refused_or_harmless():
     counts = json.loads(done.stdout.strip().splitlines()[-1])
     assert counts["constructor refused"] > 0 and counts["constructor built"] > 0
     assert counts["state refused"] > 0 and counts["state accepted, same stream"] > 0
+    assert counts["file refused"] > 0 and counts["index refused"] > 0 and counts["index answered"] > 0
