@@ -94,7 +94,7 @@ def _datasets(datasets: Any) -> list[Dataset]:
 def _weights(mixture: Any, names: list[str]) -> tuple[list[float], tuple[int, ...]]:
     """The weights in dataset order, and the datasets in the mixture's order (for summing)."""
     if not isinstance(mixture, (MixtureSpec, Mapping)):
-        raise TypeError(f"mixture must be a MixtureSpec or a mapping name -> weight, got {mixture!r}; "
+        raise TypeError(f"mixture must be a MixtureSpec or a mapping name -> weight, got {show(mixture)}; "
                         f"pass e.g. {{{names[0]!r}: 1.0}}")
     spec = mixture if isinstance(mixture, MixtureSpec) else MixtureSpec(mixture)
     position = {n: i for i, n in enumerate(names)}
@@ -120,7 +120,7 @@ def _check_shares(weights: Mapping[str, float]) -> None:
                          "(only their ratios matter)")
     name = min(weights, key=weights.__getitem__)
     if weights[name] / total < MIN_SHARE:
-        raise ValueError(f"mixture weight of {name!r} is {weights[name] / total:.3g} of the total, below the smallest "
+        raise ValueError(f"mixture weight of {show(name)} is {weights[name] / total:.3g} of the total, below the smallest "
                          f"share {MIN_SHARE:.3g} (2**-50); raise it or drop the dataset")
 
 
