@@ -245,3 +245,26 @@ def test_a_deep_payload_in_a_well_formed_checkpoint_file_is_refused(tmp_path):
 def test_in_memory_shards_must_be_sequences_of_records(shards):
     with pytest.raises(TypeError, match="shards must be a sequence of sequences"):
         Dataset.from_records("a", shards)
+
+
+def test_skipping_other_lanes_chunks_answers_ctrl_c():
+    """The last of 2**24 lanes over 2,000 datasets skips about 1.7e7 chunks to its first one."""
+    code = textwrap.dedent("""
+        from zephon import Dataset, StaticMixtureWorkSource
+        datasets = [Dataset.from_counts(f"d{i}", [10**6]) for i in range(2000)]
+        source = StaticMixtureWorkSource(datasets, {d.name: 1 for d in datasets}, chunk_size=4000,
+                                         exhausted_policy="repeat", lane_assignment="modulo")
+        lane = source.clone_for_lane(2**24 - 1, 2**24)
+        print("ready", flush=True)
+        lane.next_chunk()
+    """)
+    child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert child.stdout.readline().strip() == "ready"
+    time.sleep(0.5)
+    child.send_signal(signal.SIGINT)
+    try:
+        _, stderr = child.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        child.kill()
+        raise AssertionError("skipping other lanes' chunks ignored Ctrl-C")
+    assert child.returncode != 0 and "KeyboardInterrupt" in stderr

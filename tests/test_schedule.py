@@ -1,4 +1,5 @@
 """The scheduling kernel against the reference, and the allocator contract (SPEC §3–4)."""
+import contextlib
 import json
 
 import pytest
@@ -6,6 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from zephon import Dataset, StaticMixtureWorkSource
+from zephon.core import schedule
 from zephon.core.alloc import AccumulatorAllocator, FixedAllocator
 from zephon.core.schedule import Ended, initial_state, plan_next, plan_next_reference
 from zephon.testing import collect, source_configs
@@ -28,6 +30,28 @@ def test_kernel_matches_reference(kwargs, replicas, data):
     config = StaticMixtureWorkSource(**kwargs).clone_for_lane(lane, replicas).config
     state = initial_state(config)
     assert _walk(plan_next, state, config) == _walk(plan_next_reference, state, config)
+
+
+@given(source_configs(), st.integers(2, 7), st.data())
+def test_a_walk_paused_after_every_chunk_plans_the_same(kwargs, replicas, data):
+    """The kernel skips other lanes' chunks in stretches (answering Ctrl-C between them): one
+    chunk per stretch gives the same plans as one stretch."""
+    lane = data.draw(st.integers(0, replicas - 1))
+    config = StaticMixtureWorkSource(**kwargs).clone_for_lane(lane, replicas).config
+    state = initial_state(config)
+    whole = _walk(plan_next, state, config)
+    with _walk_steps(1):
+        assert _walk(plan_next, state, config) == whole
+
+
+@contextlib.contextmanager
+def _walk_steps(steps):
+    saved = schedule.WALK_STEPS
+    schedule.WALK_STEPS = steps
+    try:
+        yield
+    finally:
+        schedule.WALK_STEPS = saved
 
 
 class _Fork:

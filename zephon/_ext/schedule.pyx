@@ -7,7 +7,8 @@ double arithmetic matches Python bit for bit. schedule.pxd declares the ``Schedu
 ``_walk`` and the ``Scheduler`` class for kernels that walk a lane themselves (lookup.pyx).
 """
 from libc.math cimport floor, fmax, modf
-from libc.stdint cimport int64_t, uint64_t
+from cpython.exc cimport PyErr_CheckSignals
+from libc.stdint cimport INT64_MAX, int64_t, uint64_t
 from libc.stdlib cimport free, malloc
 
 import numpy as np
@@ -239,21 +240,37 @@ cdef int64_t _skip_quiet(Schedule* s, double* acc, int64_t* epochs, int64_t* pos
     return skipped
 
 
+cdef enum:
+    PAUSED = -3  # _walk_some passed its budget of chunks before the lane's own one
+
+
 cdef Py_ssize_t _walk(Schedule* s, int64_t lane, int64_t replicas, bint permute, uint64_t lane_key,
                       int64_t* g, double* acc, int64_t* epochs, int64_t* positions,
                       int64_t* quotas, int64_t* start_epochs, int64_t* start_positions) noexcept nogil:
-    """Plan chunks from g[0] until the lane's own one; other lanes' chunks only move numbers.
+    """Plan chunks from g[0] until the lane's own one; other lanes' chunks only move numbers."""
+    return _walk_some(s, lane, replicas, permute, lane_key, g, acc, epochs, positions, quotas, start_epochs,
+                      start_positions, INT64_MAX)
+
+
+cdef Py_ssize_t _walk_some(Schedule* s, int64_t lane, int64_t replicas, bint permute, uint64_t lane_key,
+                           int64_t* g, double* acc, int64_t* epochs, int64_t* positions, int64_t* quotas,
+                           int64_t* start_epochs, int64_t* start_positions, int64_t budget) noexcept nogil:
+    """``_walk``, or ``PAUSED`` at a chunk boundary (the state arrays at global chunk g[0]) once
+    ``budget`` chunks of other lanes are behind, so that a caller can answer Ctrl-C.
 
     Quiet chunks (no dataset reaches the end of its pass) take the allocator-only path, the
     lane's own chunk included; the others take SPEC §4's full checks.
     """
     cdef Py_ssize_t c, status
     cdef int64_t own = _next_own(g[0], lane, replicas, permute, lane_key)
+    cdef int64_t stop = own if budget >= own - g[0] else g[0] + budget  # no pause at or after ``own``
     while True:
+        if g[0] >= stop and g[0] < own:
+            return PAUSED
         if not _update_weights(s, positions):
             return ALL_DONE
         if g[0] < own:
-            g[0] += _skip_quiet(s, acc, epochs, positions, quotas, own - g[0])
+            g[0] += _skip_quiet(s, acc, epochs, positions, quotas, stop - g[0])
         if g[0] == own:
             for c in range(s.n):
                 start_epochs[c] = epochs[c]
@@ -321,22 +338,30 @@ cdef class Scheduler:
                      &positions[0], &out[0, 0], &out[1, 0], &out[2, 0])
 
     def plan_next(self, int64_t chunk_index, double[::1] acc, int64_t[::1] epochs, int64_t[::1] positions,
-                  int64_t[:, ::1] out, double[::1] weights):
+                  int64_t[:, ::1] out, double[::1] weights, int64_t budget=INT64_MAX):
         """Plan the lane's next chunk from global chunk ``chunk_index``.
 
         The state arrays move to the state after that chunk; ``out`` rows receive quotas,
         start epochs and start positions; ``weights`` the active weights. Returns
         ``(ended, g, dataset)``: the chunk's global index, or where the stream ends and which
         dataset ended it (-1: every dataset done / none active); after an end the state
-        arrays hold no meaningful state.
+        arrays hold no meaningful state. Other lanes' chunks are skipped ``budget`` at a time
+        without the GIL, with a check for signals (Ctrl-C) between stretches.
         """
         cdef Schedule s
         cdef Py_ssize_t status
         cdef int64_t g = chunk_index
         self._open(&s, &weights[0])
-        with nogil:
-            status = self._step(&s, &g, acc, epochs, positions, out)
-        self._close(&s)
+        try:
+            while True:
+                with nogil:
+                    status = _walk_some(&s, self.lane, self.replicas, self.permute, self.lane_key, &g, &acc[0],
+                                        &epochs[0], &positions[0], &out[0, 0], &out[1, 0], &out[2, 0], budget)
+                if status != PAUSED:
+                    break
+                PyErr_CheckSignals()
+        finally:
+            self._close(&s)
         if status == PLANNED:
             return False, g, -1
         return True, g, status

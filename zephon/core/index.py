@@ -54,13 +54,12 @@ from zephon._ext.lookup import Lookup
 from zephon.core.config import REDISTRIBUTE, REPEAT, STOP, SourceConfig
 from zephon.core.cursor import epoch_layout, pointer_reference, take_at
 from zephon.core.readorder import read_order, round_robin_reference
-from zephon.core.schedule import Ended, SourceState, initial_state, plan_next_reference, state_arrays
+from zephon.core.schedule import WALK_STEPS, Ended, SourceState, initial_state, plan_next_reference, state_arrays
 from zephon.core.step import step
 from zephon.core.tokens import plan_next_tokens
 from zephon.limits import MAX_INDEX_CHUNKS
 
 SNAPSHOT_EVERY = 8  # lane chunks between snapshots
-WALK_STEPS = 1 << 21  # chunks x datasets the index walk plans per kernel call (a few ms; Ctrl-C between)
 _FIRST_CAPACITY = 1024  # snapshots; the index grows by doubling
 MAX_SHAPES = 64  # round-robin tables (distinct chunk quota vectors) a Lookup keeps
 SHAPE_BUDGET = 32 << 20  # bytes of round-robin tables a Lookup keeps (8 per sample of a chunk)

@@ -18,6 +18,9 @@ from zephon.core.keys import derive
 from zephon.core.perm import perm_reference
 
 
+WALK_STEPS = 1 << 21  # chunks x datasets a kernel walk plans between checks for Ctrl-C (a few ms)
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class CursorState:
     """Where one dataset's cursor stands."""
@@ -198,7 +201,8 @@ def plan_next(state: SourceState, config: SourceConfig) -> Planned | Ended:
     n = len(config.datasets)
     acc, epochs, positions = state_arrays(state, n)
     out, weights = np.empty((3, n), dtype=np.int64), np.empty(n, dtype=np.float64)
-    ended, g, dataset = config.scheduler.plan_next(state.chunk_index, acc, epochs, positions, out, weights)
+    budget = max(1, WALK_STEPS // n)
+    ended, g, dataset = config.scheduler.plan_next(state.chunk_index, acc, epochs, positions, out, weights, budget)
     if ended:
         return Ended(g, None if dataset < 0 else dataset)
     return planned_from_kernel(g, out, weights, state_from_arrays(g + 1, state.alloc, acc, epochs, positions))
