@@ -5,6 +5,7 @@ import os
 import shutil
 import tempfile
 import time
+from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -41,15 +42,17 @@ def same(a, b):
 
 
 @pytest.mark.parametrize("write", [parquet, jsonl])
-def test_the_catalog_is_written_next_to_the_data_and_reused(tmp_path, write):
+def test_the_catalog_is_cached_outside_the_data_and_reused(tmp_path, write):
     for i in range(3):
         write(tmp_path / "d", f"p{i}", list(range(i * 10, i * 10 + i + 1)))
     for i in range(3):
         os.rename(tmp_path / "d" / f"p{i}", tmp_path / "d" / f"p{i}.{'parquet' if write is parquet else 'jsonl'}")
+    before = sorted(os.listdir(tmp_path / "d"))
     first = Dataset.from_path("d", tmp_path / "d")
-    assert first.catalog.scanned == 3 and first.catalog.location == str(tmp_path / "d" / catalog.CATALOG_NAME)
-    stored = json.loads((tmp_path / "d" / catalog.CATALOG_NAME).read_text())
-    assert stored["kind"] == "zephon.catalog" and stored["version"] == 1 and stored["rows"] == [1, 2, 3]
+    assert first.catalog.scanned == 3 and first.catalog.location.startswith(str(tmp_path / "xdg" / "zephon"))
+    assert sorted(os.listdir(tmp_path / "d")) == before  # nothing is written into the data
+    stored = json.loads(open(first.catalog.location).read())
+    assert stored["kind"] == "zephon.catalog" and stored["version"] == 2 and stored["rows"] == [1, 2, 3]
     again = Dataset.from_path("d", tmp_path / "d")
     assert again.catalog.scanned == 0
     same(first, again)
@@ -74,7 +77,7 @@ def test_changed_added_and_removed_files_rescan_only_what_changed(tmp_path):
     removed = Dataset.from_path("d", tmp_path / "d")
     assert removed.catalog.scanned == 0 and removed.counts().tolist() == [2, 2, 7, 4]
     assert removed.read(0, [1]) == [{"id": 1}] and removed.read(3, [0]) == [{"id": 0}]
-    sidecars = [n for n in os.listdir(tmp_path / "d") if n.endswith(".lines.npy")]
+    sidecars = [n for n in os.listdir(tmp_path / "xdg" / "zephon") if n.endswith(".index.npy")]
     assert len(sidecars) == 1  # stale line indexes are removed
 
 
@@ -134,12 +137,15 @@ def test_cache_dir_and_the_environment_variable_move_the_catalog(tmp_path, monke
     same(d, e)
 
 
-def test_an_unwritable_location_falls_back_to_the_user_cache_then_warns(tmp_path, monkeypatch):
+def test_read_only_data_works_and_an_unwritable_cache_warns(tmp_path, monkeypatch):
     jsonl(tmp_path / "d", "a.jsonl", [1, 2])
-    (tmp_path / "d" / catalog.CATALOG_NAME).mkdir()  # the data directory's slot is taken
-    d = Dataset.from_path("d", tmp_path / "d")
-    assert d.catalog.location.startswith(str(tmp_path / "xdg" / "zephon"))
-    assert Dataset.from_path("d", tmp_path / "d").catalog.scanned == 0
+    os.chmod(tmp_path / "d", 0o555)
+    try:
+        d = Dataset.from_path("d", tmp_path / "d")
+        assert d.catalog.location.startswith(str(tmp_path / "xdg" / "zephon")) and d.read(0, [1]) == [{"id": 2}]
+        assert Dataset.from_path("d", tmp_path / "d").catalog.scanned == 0
+    finally:
+        os.chmod(tmp_path / "d", 0o755)
     (tmp_path / "blocked").write_text("a file where a directory should be")
     with pytest.warns(RuntimeWarning, match="could not cache the catalog"):
         u = Dataset.from_path("d", tmp_path / "d", cache_dir=tmp_path / "blocked" / "sub")
@@ -150,12 +156,12 @@ def test_an_unwritable_location_falls_back_to_the_user_cache_then_warns(tmp_path
 def test_a_damaged_catalog_is_ignored_and_rebuilt(tmp_path, damage):
     jsonl(tmp_path / "d", "a.jsonl", [1, 2, 3])
     d = Dataset.from_path("d", tmp_path / "d")
-    path = tmp_path / "d" / catalog.CATALOG_NAME
+    path = Path(d.catalog.location)
     stored = json.loads(path.read_text())
     if damage == "garbage":
         path.write_text("{not json")
     elif damage == "sidecar":
-        os.remove(tmp_path / "d" / stored["line_index"])
+        os.remove(path.parent / stored["index"])
     else:
         stored.update({"version": 99} if damage == "version" else {"format": "parquet"} if damage == "format"
                       else {"rows": [1, 2]})

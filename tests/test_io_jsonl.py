@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from zephon.io import Dataset, _jsonl
+from zephon.io._fs import Entry, locate
 
 
 @pytest.fixture(autouse=True)
@@ -49,10 +50,15 @@ def test_blank_lines_are_not_records_wherever_they_are(tmp_path, text, rows):
     assert d.raw_bytes().tolist() == [len(text.encode())]
 
 
+def _scan(path):
+    location = locate(os.path.dirname(path))
+    return _jsonl.scan(location, Entry(os.path.basename(path), os.path.getsize(path), 0))
+
+
 def test_index_offsets_are_record_starts_then_the_length(tmp_path):
     path = write(tmp_path, "a.jsonl", '{"a": 1}\n\n{"b": 22}\n')
-    scanned = _jsonl.scan(path)
-    assert scanned.index.tolist() == [0, 10, 20] and scanned.columns == ("a",)
+    scanned = _scan(path)
+    assert scanned.index.tolist() == [0, 10, 20] and scanned.columns == (("a", "json"),)
 
 
 @settings(max_examples=40)
@@ -71,7 +77,7 @@ def test_the_blockwise_index_equals_a_line_by_line_reading(kinds, final_newline,
         path = write(folder, "a.jsonl", text)
         old, _jsonl.BLOCK = _jsonl.BLOCK, block
         try:
-            index = _jsonl.scan(path).index
+            index = _scan(path).index
         finally:
             _jsonl.BLOCK = old
     content = text.encode()

@@ -5,10 +5,12 @@ import pickle
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 import pytest
 
 from zephon.io import Dataset, block_span
+from zephon.io.faults import faulty_filesystem
 
 SCHEMA = pa.schema([("id", pa.int64()), ("text", pa.string()), ("score", pa.float64())])
 
@@ -196,20 +198,18 @@ def test_unreadable_file_raises_naming_it(tmp_path):
         Dataset.from_path("d", tmp_path / "d")
 
 
-def test_file_without_read_permission_raises_naming_it(tmp_path, monkeypatch):
+def test_file_without_read_permission_raises_naming_it(tmp_path):
     write_shards(tmp_path / "d", [2, 2])
-    unreadable = tmp_path / "d" / "part-00001.parquet"
-    os.chmod(unreadable, 0)  # root reads it anyway, so opening it is refused by hand too
-    real_open = open
 
-    def refuse(path, *args, **kwargs):
-        if os.fspath(path) == os.fspath(unreadable):
-            raise PermissionError(13, "Permission denied", os.fspath(path))
-        return real_open(path, *args, **kwargs)
+    def refuse(operation, path):
+        if operation == "open" and path.endswith("part-00001.parquet"):
+            return PermissionError(13, "Permission denied", path)
+        return None
 
-    monkeypatch.setattr("builtins.open", refuse)
-    with pytest.raises(ValueError, match="part-00001.parquet.*Permission denied"):
-        Dataset.from_path("d", tmp_path / "d")
+    fs, handler = faulty_filesystem(pafs.LocalFileSystem(), rule=refuse)
+    with pytest.raises(OSError, match="'d', shard 1 .*part-00001.parquet.*Permission denied"):
+        Dataset.from_path("d", str(tmp_path / "d"), filesystem=fs)
+    assert handler.calls["open"] == 2  # not retried: permission errors are not transient
 
 
 def test_schemas_differing_across_shards_raise_naming_both_files_and_the_column(tmp_path):

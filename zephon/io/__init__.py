@@ -3,7 +3,10 @@
 | use | for |
 |---|---|
 | :class:`Dataset` | a named, sharded dataset: its shard table and its records |
-| ``Dataset.from_path(name, dir)`` | a directory of Parquet / JSONL shards, cataloged once (:mod:`zephon.io.catalog`) |
+| ``Dataset.from_path(name, uri)`` | a directory of Parquet / JSONL / Arrow shards, local or in object storage, cataloged once (:mod:`zephon.io.catalog`) |
+| ``Dataset.from_hf(name, dataset_or_path)`` | a Hugging Face ``datasets`` dataset (its Arrow files) |
+| :func:`build_catalog` | publish a catalog next to the data (``zephon catalog build URI``) |
+| :class:`RetryPolicy` | retries and timeouts of storage reads (:mod:`zephon.io.retry`) |
 | :func:`fetch` | pointers ``(dataset_id, shard_id, offset)`` → records, in pointer order |
 | :func:`fetch_table` | the same as one Arrow table (the columnar form) |
 | :func:`block_span` | how many shards a fetch cache must hold under block shuffle |
@@ -11,6 +14,9 @@
 """
 from zephon.io._fetch import block_span, fetch, fetch_table
 from zephon.io.atomic import AtomicWriteError, write_atomically
+from zephon.io.catalog import build_catalog
 from zephon.io.dataset import Dataset
+from zephon.io.retry import RetryPolicy, ShardChangedError, StorageError, StorageTimeoutError
 
-__all__ = ["AtomicWriteError", "Dataset", "block_span", "fetch", "fetch_table", "write_atomically"]
+__all__ = ["AtomicWriteError", "Dataset", "RetryPolicy", "ShardChangedError", "StorageError", "StorageTimeoutError",
+           "block_span", "build_catalog", "fetch", "fetch_table", "write_atomically"]

@@ -2,9 +2,9 @@
 
 Policy
 ------
-Entries are grouped by shard. A shard holds an open file handle (not counted in bytes) and
-its decoded pieces: Parquet row groups keyed by ``(row group, columns)``, or a decompressed
-JSONL file. Shards are evicted least recently used first, whole, as soon as more than
+Entries are grouped by shard. A shard holds its decoded pieces: Parquet row groups and Arrow
+record batches keyed by ``(piece, columns)``, spans of JSONL lines (or a whole decompressed
+file). Shards are evicted least recently used first, whole, as soon as more than
 ``max_shards`` are held or, with ``max_bytes`` set, the pieces exceed ``max_bytes`` bytes
 (then, if one shard alone is over the limit, its own oldest pieces go, never the newest).
 
@@ -16,14 +16,19 @@ Sizing for the shuffle level (see :func:`zephon.io.block_span`):
   ``block_span(counts, block_size)`` shards.
 
 Memory is then at most ``max_shards`` x (the largest decoded shard), or ``max_bytes``.
-After a ``fork`` the child starts with an empty cache (handles are not shared).
+After a ``fork`` the child starts with an empty cache.
+
+Readahead (:mod:`zephon.io._readahead`) announces the pieces it will load with
+:meth:`ShardCache.expect`; a read that finds its piece announced takes it from there (waiting
+for it if it is still loading), so a prefetched piece is read exactly once and leaves the
+readahead's memory bound as it enters this cache.
 """
 from __future__ import annotations
 
 import numbers
 import os
 import threading
-from typing import Any, Callable
+from typing import Any
 
 
 def _count(value: Any) -> bool:
@@ -31,10 +36,9 @@ def _count(value: Any) -> bool:
 
 
 class _Shard:
-    __slots__ = ("handle", "pieces", "nbytes")
+    __slots__ = ("pieces", "nbytes")
 
     def __init__(self) -> None:
-        self.handle: Any = None
         self.pieces: dict[Any, tuple[Any, int]] = {}  # insertion order = recency
         self.nbytes = 0
 
@@ -45,6 +49,7 @@ class ShardCache:
     def __init__(self, max_shards: int = 1, max_bytes: int | None = None):
         self._lock = threading.RLock()
         self._shards: dict[int, _Shard] = {}  # insertion order = recency
+        self._ahead: dict[tuple[int, Any], Any] = {}  # (shard, key) -> readahead ticket
         self._max_shards, self._max_bytes = 1, None
         self._reset_counters()
         self.resize(max_shards, max_bytes)
@@ -66,6 +71,7 @@ class ShardCache:
         """Drop every shard and reset the counters."""
         with self._lock:
             self._shards.clear()
+            self._drop_tickets()
             self._reset_counters()
 
     def info(self) -> dict[str, int | None]:
@@ -73,34 +79,48 @@ class ShardCache:
         with self._lock:
             return {"max_shards": self._max_shards, "max_bytes": self._max_bytes,
                     "shards": len(self._shards), "bytes": self._bytes, "peak_bytes": self._peak,
-                    "hits": self._hits, "misses": self._misses, "evictions": self._evictions}
+                    "hits": self._hits, "misses": self._misses, "evictions": self._evictions,
+                    "prefetched": self._prefetched}
 
     # -- use ----------------------------------------------------------------------------
 
-    def handle(self, shard: int, opener: Callable[[], Any]) -> Any:
-        """The shard's open handle, opened with ``opener()`` on first use; marks the shard used."""
-        with self._lock:
-            entry = self._touch(shard)
-            if entry.handle is None:
-                entry.handle = opener()
-            return entry.handle
-
     def get(self, shard: int, key: Any) -> Any:
-        """A cached piece or ``None``; counts a hit or a miss."""
+        """A cached piece (or one the readahead announced, waited for) or ``None``; counts a hit or a miss."""
         with self._lock:
             entry = self._touch(shard)
             found = entry.pieces.pop(key, None)
-            if found is None:
-                self._misses += 1
-                return None
-            entry.pieces[key] = found
-            self._hits += 1
-            return found[0]
+            if found is not None:
+                entry.pieces[key] = found
+                self._hits += 1
+                return found[0]
+            ticket = self._ahead.pop((shard, key), None)
+            self._misses += 1
+        if ticket is None or not ticket.claim():
+            return None
+        value, nbytes = ticket.result()  # raises the readahead's error, naming the shard
+        self.put(shard, key, value, nbytes)
+        with self._lock:
+            self._prefetched += 1
+        return value
+
+    def expect(self, shard: int, key: Any, ticket: Any) -> bool:
+        """Announce a piece the readahead will load; False (nothing announced) if it is cached or announced."""
+        with self._lock:
+            if self._pid != os.getpid():
+                self._touch(shard)
+            entry = self._shards.get(shard)
+            if (entry is not None and key in entry.pieces) or (shard, key) in self._ahead:
+                return False
+            self._ahead[(shard, key)] = ticket
+            return True
 
     def put(self, shard: int, key: Any, value: Any, nbytes: int) -> None:
         """Store a piece of ``nbytes`` bytes, then evict down to the bounds."""
         with self._lock:
             entry = self._touch(shard)
+            ticket = self._ahead.pop((shard, key), None)
+            if ticket is not None:
+                ticket.discard()  # read without it: never keep a second copy
             old = entry.pieces.pop(key, None)
             if old is not None:
                 entry.nbytes -= old[1]
@@ -121,11 +141,12 @@ class ShardCache:
 
     def _reset_counters(self) -> None:
         self._pid = os.getpid()
-        self._bytes = self._peak = self._hits = self._misses = self._evictions = 0
+        self._bytes = self._peak = self._hits = self._misses = self._evictions = self._prefetched = 0
 
     def _touch(self, shard: int) -> _Shard:
-        if self._pid != os.getpid():  # forked: never share handles or buffers with the parent
+        if self._pid != os.getpid():  # forked: never share buffers or readahead with the parent
             self._shards.clear()
+            self._ahead.clear()
             self._reset_counters()
         entry = self._shards.pop(shard, None)
         if entry is None:
@@ -148,6 +169,11 @@ class ShardCache:
             entry.nbytes -= nbytes
             self._bytes -= nbytes
             self._evictions += 1
+
+    def _drop_tickets(self) -> None:
+        for ticket in self._ahead.values():
+            ticket.discard()
+        self._ahead.clear()
 
     def _drop(self, shard: int) -> None:
         entry = self._shards.pop(shard)

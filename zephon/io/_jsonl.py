@@ -10,23 +10,29 @@ The **line index** of a file is an int64 array of ``rows + 1`` byte offsets into
 (decompressed) content: where each record starts, then the content's length. Record ``r`` is
 ``content[index[r]:index[r + 1]]`` (trailing blank lines included; JSON ignores them). It is
 built with numpy over blocks of :data:`BLOCK` bytes, never line by line in Python.
+
+**Pieces.** A local uncompressed file is memory-mapped and read in place (one piece). Elsewhere
+a piece is a span of whole lines of about :data:`PIECE_BYTES` bytes, read with one ranged
+request; a compressed file is one piece, decompressed whole.
 """
 from __future__ import annotations
 
 import hashlib
 import json
 import mmap
-import os
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.fs as pafs
 
-from zephon.io._cache import ShardCache
+from zephon.io._fs import Entry, Location
+from zephon.io._shards import Format, Scan, ShardReader, register
 
 SUFFIXES = {".jsonl": None, ".jsonl.gz": "gzip", ".jsonl.zst": "zstd"}  # suffix -> pyarrow codec
 BLOCK = 16 << 20  # bytes scanned per numpy pass
+PIECE_BYTES = 4 << 20  # bytes per ranged read of an uncompressed file that is not local
 _NOT_BLANK = np.ones(256, dtype=bool)
 _NOT_BLANK[[9, 10, 13, 32]] = False  # JSON whitespace
 
@@ -38,19 +44,9 @@ def codec_of(name: str) -> str | None:
     raise ValueError(f"{name!r} is not a JSONL file name (expected one of {', '.join(SUFFIXES)})")
 
 
-@dataclass(frozen=True, slots=True)
-class JsonlScan:
-    """What the catalog keeps of one JSONL file."""
-
-    index: np.ndarray  # int64, rows + 1 byte offsets (record starts, then the content length)
-    digest: str  # blake2b-64 of the decompressed content, hex
-    columns: tuple[str, ...] | None  # keys of the first record; None for a file without records
-
-
-def _open(path: str, codec: str | None) -> Any:
-    if codec is None:
-        return open(path, "rb")
-    return pa.CompressedInputStream(pa.OSFile(path), codec)
+def _open(location: Location, name: str, codec: str | None) -> Any:
+    stream = location.fs.open_input_stream(location.path(name), compression=None)
+    return stream if codec is None else pa.CompressedInputStream(stream, codec)
 
 
 def line_number(content: Any, start: int) -> int:
@@ -72,15 +68,18 @@ def _starts(region: np.ndarray, final: bool) -> np.ndarray:
     return starts[keep].astype(np.int64)
 
 
-def scan(path: str) -> JsonlScan:
-    """Index the records of one JSONL file and read its first record's keys (errors name the file)."""
-    codec = codec_of(path)
+def scan(location: Location, entry: Entry) -> Scan:
+    """Index the records of one JSONL file and read its first record's keys (errors name the file).
+
+    The scan's ``index`` is the line index (``rows + 1`` offsets)."""
+    codec = codec_of(entry.name)
+    uri = location.uri_of(entry.name)
     hasher = hashlib.blake2b(digest_size=8)
     parts: list[np.ndarray] = []
     first: tuple[bytes, int] | None = None  # (line bytes, line number)
     base, carry, newlines_before = 0, b"", 0
     try:
-        with _open(path, codec) as stream:
+        with _open(location, entry.name, codec) as stream:
             while True:
                 data = bytes(stream.read(BLOCK))
                 hasher.update(data)
@@ -101,13 +100,13 @@ def scan(path: str) -> JsonlScan:
                 carry = buffer[cut:]
                 if final:
                     break
-    except (OSError, pa.ArrowException) as error:
-        raise ValueError(f"{path}: cannot read this JSONL file ({error}); check that it is readable and not corrupted") from error
+    except pa.ArrowInvalid as error:
+        raise ValueError(f"{uri}: cannot read this JSONL file ({error}); check that it is not corrupted") from error
     index = np.concatenate(parts + [np.array([base], dtype=np.int64)]) if parts else np.array([base], dtype=np.int64)
     columns = None
     if first is not None:
-        columns = tuple(_decode(first[0], path, first[1]))
-    return JsonlScan(index, hasher.hexdigest(), columns)
+        columns = tuple((c, "json") for c in _decode(first[0], uri, first[1]))
+    return Scan(len(index) - 1, hasher.hexdigest(), columns, index)
 
 
 def _decode(line: bytes, path: str, number: int) -> dict[str, Any]:
@@ -120,81 +119,119 @@ def _decode(line: bytes, path: str, number: int) -> dict[str, Any]:
     return record
 
 
-class _Content:
-    """A file's content as a sliceable buffer: a read-only mmap, or the decompressed bytes."""
-
-    __slots__ = ("data", "file")
-
-    def __init__(self, path: str, codec: str | None, size: int):
-        self.file = None
-        try:
-            if codec is None:
-                self.file = open(path, "rb")
-                actual = os.fstat(self.file.fileno()).st_size
-                _check_size(path, actual, size)
-                self.data = mmap.mmap(self.file.fileno(), 0, access=mmap.ACCESS_READ) if size else b""
-            else:
-                _check_size(path, os.stat(path).st_size, size)
-                with _open(path, codec) as stream:
-                    self.data = bytes(stream.read())
-        except (OSError, pa.ArrowException) as error:
-            raise ValueError(f"{path}: cannot read this JSONL file ({error})") from error
+def _mapped(info: pafs.FileInfo) -> Any:
+    """A local file's content, memory-mapped (the file itself is closed at once)."""
+    if not info.size:
+        return b""
+    with open(info.path, "rb") as file:
+        return mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ)
 
 
-def _check_size(path: str, actual: int, expected: int) -> None:
-    if actual != expected:
-        raise ValueError(f"{path}: the file changed since its catalog was built ({expected:,} -> {actual:,} bytes); "
-                         "build the Dataset again")
+@dataclass(frozen=True, slots=True)
+class _Meta:
+    info: pafs.FileInfo
+    index: np.ndarray  # the line index
+    ends: np.ndarray  # records before the end of each piece
+    mapped: Any  # the content of a local uncompressed file, else None
 
 
-class JsonlReader:
-    """Reads records of a JSONL dataset through its line index and the fetch cache."""
+class JsonlReader(ShardReader):
+    """Reads records of a JSONL dataset through its line index and the fetch cache.
 
-    def __init__(self, directory: str, files: Sequence[str], sizes: np.ndarray, rows: np.ndarray,
-                 index: np.ndarray, cache: ShardCache):
-        self._directory, self._files, self._sizes = directory, list(files), sizes
-        self._index = index  # all files' indexes, concatenated
-        self._bases = np.concatenate(([0], np.cumsum(rows + 1)[:-1])).astype(np.int64)
-        self.cache = cache
+    A piece's value is ``(content, byte offset of content[0], first record)``."""
 
-    def path(self, k: int) -> str:
-        return os.path.join(self._directory, self._files[k])
+    columnar = False
+    piece_name = "span of lines"
 
-    def _content(self, k: int) -> Any:
-        path, codec = self.path(k), codec_of(self._files[k])
-        if codec is None:
-            return self.cache.handle(k, lambda: _Content(path, None, int(self._sizes[k]))).data
-        self.cache.handle(k, lambda: True)
-        content = self.cache.get(k, "content")
-        if content is None:
-            content = _Content(path, codec, int(self._sizes[k])).data
-            self.cache.put(k, "content", content, len(content))
-        return content
+    def _open(self, k: int, info: pafs.FileInfo) -> _Meta:
+        index = self.shards.index_of(k)
+        rows = len(index) - 1
+        codec = codec_of(self.shards.files[k])
+        local = self.shards.location.is_local and codec is None
+        if local or codec is not None or not rows:
+            ends = np.array([rows], dtype=np.int64)
+        else:
+            bucket = index[:-1] // PIECE_BYTES
+            ends = np.append(np.flatnonzero(np.diff(bucket)) + 1, rows).astype(np.int64)
+        return _Meta(info, index, ends, _mapped(info) if local else None)
 
-    def read(self, k: int, offsets: np.ndarray, columns: Sequence[str] | None) -> list[dict[str, Any]]:
-        content = self._content(k)
-        at = self._bases[k] + offsets
-        starts, ends = self._index[at].tolist(), self._index[at + 1].tolist()
+    def _ends(self, k: int, meta: _Meta) -> np.ndarray:
+        return meta.ends
+
+    def _span(self, meta: _Meta, piece: int) -> tuple[int, int, int]:
+        """``(first record, first byte, end byte)`` of a piece."""
+        first = int(meta.ends[piece - 1]) if piece else 0
+        return first, int(meta.index[first]), int(meta.index[int(meta.ends[piece])])
+
+    def _estimate(self, k: int, meta: _Meta, piece: int, columns: tuple[str, ...] | None) -> int:
+        if meta.mapped is not None:
+            return 0
+        if codec_of(self.shards.files[k]) is not None:
+            return int(meta.index[-1])
+        _, start, end = self._span(meta, piece)
+        return end - start
+
+    def key(self, piece: int, columns: tuple[str, ...] | None) -> tuple:
+        return piece, None  # a span of lines serves every projection
+
+    def _load(self, k: int, meta: _Meta, piece: int, columns: tuple[str, ...] | None) -> tuple[Any, int]:
+        if meta.mapped is not None:
+            return (meta.mapped, 0, 0), 0  # mapped pages are the kernel's to keep or drop
+        name = self.shards.files[k]
+        codec = codec_of(name)
+        if codec is not None:
+            try:
+                with _open(self.shards.location, name, codec) as stream:
+                    data = stream.read()
+            except pa.ArrowInvalid as error:
+                raise ValueError(f"{self.uri(k)}: cannot decompress this JSONL file ({error})") from error
+            if len(data) != int(meta.index[-1]):
+                raise ValueError(f"{self.uri(k)}: the file changed since its catalog was built "
+                                 f"({int(meta.index[-1]):,} -> {len(data):,} decompressed bytes)")
+            return (data, 0, 0), len(data)
+        first, start, end = self._span(meta, piece)
+        with self.shards.location.open(meta.info) as file:
+            data = file.read_at(end - start, start)
+        return (data, start, first), len(data)
+
+    def _take(self, k: int, value: Any, local: np.ndarray, columns: tuple[str, ...] | None) -> list[Any]:
+        content, base, first = value
+        index = self.meta(k).index
+        at = local + first
+        starts, ends = (index[at] - base).tolist(), (index[at + 1] - base).tolist()
         out = []
         for s, e in zip(starts, ends):
+            line = content[s:e]
             try:
-                record = json.loads(content[s:e])
+                record = json.loads(line)
             except (ValueError, UnicodeDecodeError):
-                record = _decode(content[s:e], self.path(k), line_number(content, s))  # raises with the line
+                record = _decode(line, self.uri(k), self._line(k, content, base, s))  # raises with the line
             if type(record) is not dict:
-                _decode(content[s:e], self.path(k), line_number(content, s))
+                _decode(line, self.uri(k), self._line(k, content, base, s))
             if columns is not None:
                 try:
                     record = {c: record[c] for c in columns}
                 except KeyError as missing:
-                    raise ValueError(f"{self.path(k)}, line {line_number(content, s)}: no column {missing.args[0]!r} "
-                                     f"(the record has {sorted(record)})") from None
+                    raise ValueError(f"{self.uri(k)}, line {self._line(k, content, base, s)}: no column "
+                                     f"{missing.args[0]!r} (the record has {sorted(record)})") from None
             out.append(record)
         return out
 
-    def read_table(self, k: int, offsets: np.ndarray, columns: Sequence[str] | None) -> pa.Table:
-        records = self.read(k, offsets, columns)
-        try:
-            return pa.Table.from_pylist(records)
-        except (pa.ArrowException, TypeError) as error:
-            raise ValueError(f"{self.path(k)}: these records do not form one Arrow table ({error})") from error
+    def _line(self, k: int, content: Any, base: int, start: int) -> int | str:
+        """The physical line at ``start`` (known exactly when the content starts at the file's start)."""
+        if base == 0:
+            return line_number(content, start)
+        return f"at byte {base + start}"
+
+
+class JsonlFormat(Format):
+    name, suffixes, label = "jsonl", tuple(SUFFIXES), "*.jsonl"
+
+    def scan(self, location: Location, entry: Entry) -> Scan:
+        return scan(location, entry)
+
+    def reader(self, shards: Any, cache: Any) -> JsonlReader:
+        return JsonlReader(shards, cache)
+
+
+JSONL = register(JsonlFormat())

@@ -1,65 +1,72 @@
-"""The shard catalog of a directory dataset: built once, cached on disk, checked on every load.
+"""The shard catalog of a dataset directory: built once, cached outside the data, checked on every load.
 
-One entry per shard, shard id = position in sorted file-name order:
+One entry per shard, shard id = position in sorted file-name order (or in the order given, for
+Hugging Face datasets):
 
 | field | meaning |
 |---|---|
 | ``files`` | file name inside the directory |
-| ``sizes`` | bytes on disk (``Dataset.raw_bytes()``) |
-| ``mtimes_ns`` | modification time; with ``sizes``, what decides whether an entry is still valid |
-| ``rows`` | records: Parquet footer ``num_rows``; JSONL non-blank lines |
-| ``digests`` | content hash: blake2b-64 of the Parquet footer, or of the whole decompressed JSONL |
+| ``sizes`` | bytes in storage (``Dataset.raw_bytes()``) |
+| ``mtimes_ns`` | modification time (object stores: when the object was written); with ``sizes``, the object's identity |
+| ``rows`` | records: Parquet footer ``num_rows``; Arrow record-batch rows; JSONL non-blank lines |
+| ``digests`` | content hash: blake2b-64 of the Parquet footer, of every Arrow message, of the decompressed JSONL |
 | ``schema_of`` | index into ``schemas`` (column ``(name, type)`` lists); -1 for a JSONL file without records |
+| ``index`` | per file, a format's int64 index: JSONL line offsets, Arrow record-batch extents (a sidecar) |
 
-**Where.** ``cache_dir=`` or ``$ZEPHON_CACHE_DIR`` if set: ``<cache>/catalog-<key>.json``
-(``key``: sha256 of the directory's real path). Otherwise next to the data,
-``<directory>/.zephon-catalog.json``, falling back to ``$XDG_CACHE_HOME/zephon`` (or
-``~/.cache/zephon``) when the directory is read-only. Every process on the node finds it.
+**Where.** A catalog is never written into the data. It is cached in ``catalog_dir=`` if
+given, else in ``$ZEPHON_CACHE_DIR``, else ``$XDG_CACHE_HOME/zephon``, else
+``~/.cache/zephon``, as ``catalog-<key>.json`` (``key``: sha256 of the dataset's URI; for a
+local directory its real path). A catalog *published* next to the data
+(``<directory>/.zephon-catalog.json``, written on purpose by :func:`build_catalog` or
+``zephon catalog build URI``) is read through the dataset's filesystem and used while it
+matches the files; it is never written implicitly. Everything works on read-only data.
 
-**Format.** JSON, ``{"kind": "zephon.catalog", "version": 1, ...}``, one list per field
-(columnar: 100,000 shards load in tens of milliseconds). JSONL line indexes live in one
-sidecar ``<catalog stem>.<listing key>.lines.npy``: every shard's index concatenated
-(``rows + 1`` int64 offsets each), memory-mapped on load.
+**Format.** JSON, ``{"kind": "zephon.catalog", "version": 2, ...}``, one list per field
+(columnar: 100,000 shards load in tens of milliseconds). The indexes live in one sidecar
+``<catalog stem>.<listing key>.index.npy``: every file's index concatenated (``index_sizes``
+entries each), memory-mapped on load from the cache.
 
 **Writes** go through :func:`zephon.io.atomic.write_atomically` (a temporary file in the same
 directory, fsync, ``os.replace``, fsync of the directory): readers see the old catalog or the
 new one, never half of one. Concurrent builders write identical content.
 
 **Validation on load.** Wrong kind, version, format or shape, or a missing sidecar, and the
-catalog is ignored and rebuilt. The directory is listed and every candidate file is stat-ed;
+catalog is ignored and rebuilt. The directory is listed (one request on object stores);
 entries whose name, size and mtime match are reused, the rest are scanned again and the
 catalog is rewritten. Nothing is re-read when nothing changed. As in git's "racy clean"
 rule, an entry whose mtime is within :data:`RACY_NS` of the build is not trusted (a same-size
 rewrite inside one timestamp tick would look unchanged): it is scanned again next time.
 
-**Fingerprint.** sha256 (16 hex digits) of the format, the schemas, the file names, row counts
-and content digests: stable when the files are copied (mtimes are not part of it), changed
-when a file is added, removed, renamed or edited.
+**Fingerprint.** sha256 (16 hex digits) of the format, the schemas, the file names, sizes, row
+counts and content digests: stable when the files are copied (mtimes are not part of it),
+changed when a file is added, removed, renamed or edited.
 """
 from __future__ import annotations
 
 import glob
 import hashlib
+import io
 import json
 import os
-import stat
 import time
 import warnings
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, Sequence
 
 import numpy as np
+import pyarrow as pa
 
-from zephon.io import _jsonl, _parquet
+from zephon.io import _parquet, _jsonl, _arrow  # noqa: F401, I001 - they register their formats, in this order
+from zephon.io._fs import Entry, Location, entries_of, listing, locate
+from zephon.io._shards import FORMATS, Scan, Shards
 from zephon.io.atomic import write_atomically
 from zephon.io.progress import Progress
+from zephon.io.retry import DEFAULT_POLICY, RetryPolicy, StorageError
 
-KIND, VERSION = "zephon.catalog", 1
+KIND, VERSION = "zephon.catalog", 2
 CATALOG_NAME = ".zephon-catalog.json"
 ENV_CACHE_DIR = "ZEPHON_CACHE_DIR"
-FORMATS = ("parquet", "jsonl")
 RACY_NS = 2 * 10**9  # files modified this close to a build are re-scanned on the next load
-_PATTERNS = {"parquet": (_parquet.SUFFIX,), "jsonl": tuple(_jsonl.SUFFIXES)}
 
 Schema = tuple[tuple[str, str], ...]  # (column name, type) per column; JSONL types are "json"
 
@@ -68,8 +75,8 @@ Schema = tuple[tuple[str, str], ...]  # (column name, type) per column; JSONL ty
 class Catalog:
     """The shard table of one directory dataset (see the module docstring for each field)."""
 
-    directory: str  # absolute path
-    fmt: str  # "parquet" or "jsonl"
+    directory: str  # the dataset's URI (a local directory: its absolute path)
+    fmt: str  # a registered format: "parquet", "jsonl", "arrow"
     files: tuple[str, ...]  # sorted; shard id = position
     sizes: np.ndarray  # int64 bytes on disk
     mtimes: np.ndarray  # int64 ns
@@ -77,11 +84,18 @@ class Catalog:
     digests: tuple[str, ...]  # content hash per shard
     schema_of: np.ndarray  # int64 index into schemas, -1 = no records to tell
     schemas: tuple[Schema, ...]
-    line_index: np.ndarray | None  # JSONL: concatenated per-shard indexes (rows + 1 each)
+    index: np.ndarray | None  # every file's format index, concatenated (None: the format has none)
+    index_sizes: np.ndarray | None  # int64 entries of each file's index
     fingerprint: str  # see the module docstring
     built_ns: int  # wall clock (ns) when the files were stat-ed for this build
     location: str | None = None  # the catalog file it was loaded from or saved to
     scanned: int = 0  # files scanned to build it (0: reused as is)
+    source: Location | None = field(default=None, repr=False)  # where the files are read
+
+    def shards(self, name: str, policy: RetryPolicy) -> Shards:
+        """What a reader of these files needs."""
+        starts = None if self.index_sizes is None else np.concatenate(([0], np.cumsum(self.index_sizes)))
+        return Shards(name, self.source, self.files, self.sizes, self.mtimes, self.rows, self.index, starts, policy)
 
     def schema(self) -> Schema | None:
         """The dataset's columns: those of the first shard that has a schema."""
@@ -126,81 +140,57 @@ def _difference(a: Schema, b: Schema) -> tuple[str, str, str] | None:
 # -- listing ---------------------------------------------------------------------------------
 
 
-def _listing(directory: str, fmt: str | None, name: str) -> tuple[str, list[str], np.ndarray, np.ndarray]:
-    """The format, the shard files (sorted) and their sizes and mtimes."""
+def _check_fmt(fmt: str | None, name: str) -> None:
     if fmt is not None and fmt not in FORMATS:
-        raise ValueError(f"Dataset {name!r}: fmt={fmt!r} must be one of {FORMATS} or None (auto-detect)")
-    if not os.path.exists(directory):
-        raise FileNotFoundError(f"Dataset {name!r}: {directory} does not exist; pass a directory of "
-                                "*.parquet or *.jsonl files")
-    if not os.path.isdir(directory):
-        raise ValueError(f"Dataset {name!r}: {directory} is not a directory; pass the directory that holds "
-                         "the *.parquet or *.jsonl files (one file = one shard)")
-    try:
-        entries = os.listdir(directory)
-    except OSError as error:
-        raise ValueError(f"Dataset {name!r}: cannot list {directory} ({error})") from error
-    found = {f: sorted(n for n in entries if n.endswith(_PATTERNS[f]) and not n.startswith(".")) for f in FORMATS}
-    if fmt is None and all(found.values()):  # subdirectories named like shards do not count
-        found = {f: _stat(directory, names, name)[0] for f, names in found.items()}
+        raise ValueError(f"Dataset {name!r}: fmt={fmt!r} must be one of {tuple(FORMATS)} or None (auto-detect)")
+
+
+def _listing(source: Location, fmt: str | None, name: str) -> tuple[str, list[Entry], bool]:
+    """The format, the shard files (sorted by name) and whether a published catalog sits next to them."""
+    _check_fmt(fmt, name)
+    entries = listing(source, name)
+    published = any(e.name == CATALOG_NAME for e in entries)
+    found = {f: [e for e in entries if FORMATS[f].matches(e.name)] for f in FORMATS}
+    labels = ", ".join(FORMATS[f].label for f in FORMATS)
     if fmt is None:
         present = [f for f in FORMATS if found[f]]
         if len(present) > 1:
-            raise ValueError(f"Dataset {name!r}: {directory} mixes formats ({found['parquet'][0]} and "
-                             f"{found['jsonl'][0]}); keep one format per directory or pass fmt=")
+            a, b = (found[f][0].name for f in present[:2])
+            raise ValueError(f"Dataset {name!r}: {source.uri} mixes formats ({a} and {b}); keep one format per "
+                             "directory or pass fmt=")
         if not present:
-            raise ValueError(f"Dataset {name!r}: {directory} holds no *.parquet, *.jsonl, *.jsonl.gz or "
-                             "*.jsonl.zst files; point it at a non-empty dataset directory")
+            raise ValueError(f"Dataset {name!r}: {source.uri} holds no {labels}, *.jsonl.gz or *.jsonl.zst "
+                             "files; point it at a non-empty dataset directory")
         fmt = present[0]
-    files, sizes, mtimes = _stat(directory, found[fmt], name)
-    if not files:
+    if not found[fmt]:
         other = [f for f in FORMATS if found[f] and f != fmt]
         hint = f" (it holds {other[0]} files: pass fmt={other[0]!r})" if other else ""
-        raise ValueError(f"Dataset {name!r}: {directory} holds no {fmt} files{hint}")
-    return fmt, files, sizes, mtimes
-
-
-def _stat(directory: str, names: list[str], name: str) -> tuple[list[str], np.ndarray, np.ndarray]:
-    """Sizes and mtimes of the regular files among ``names`` (others are skipped)."""
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        try:
-            infos = [os.stat(file, dir_fd=fd) for file in names]
-        except OSError:
-            for file in names:  # find the culprit
-                try:
-                    os.stat(file, dir_fd=fd)
-                except OSError as error:
-                    raise ValueError(f"Dataset {name!r}: cannot stat {os.path.join(directory, file)} "
-                                     f"({error})") from error
-            raise
-    finally:
-        os.close(fd)
-    regular = stat.S_ISREG
-    kept = [i for i, info in enumerate(infos) if regular(info.st_mode)]
-    if len(kept) < len(names):
-        names, infos = [names[i] for i in kept], [infos[i] for i in kept]
-    sizes = [info.st_size for info in infos]
-    mtimes = [info.st_mtime_ns for info in infos]
-    return names, np.array(sizes, dtype=np.int64), np.array(mtimes, dtype=np.int64)
+        raise ValueError(f"Dataset {name!r}: {source.uri} holds no {fmt} files{hint}")
+    return fmt, found[fmt], published
 
 
 # -- locations ---------------------------------------------------------------------------------
 
 
-def _user_cache() -> str:
+def cache_root(catalog_dir: Any = None) -> str:
+    """Where catalogs are cached: ``catalog_dir``, else ``$ZEPHON_CACHE_DIR``, ``$XDG_CACHE_HOME/zephon``,
+    ``~/.cache/zephon``."""
+    if catalog_dir is not None:
+        return os.fspath(catalog_dir)
+    if os.environ.get(ENV_CACHE_DIR):
+        return os.environ[ENV_CACHE_DIR]
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     return os.path.join(base, "zephon")
 
 
-def locations(directory: str, cache_dir: str | None = None) -> list[str]:
-    """Where the catalog of ``directory`` is looked for and written, in order."""
-    directory = os.path.realpath(directory)
-    key = hashlib.sha256(directory.encode()).hexdigest()[:16]
-    cache = cache_dir if cache_dir is not None else os.environ.get(ENV_CACHE_DIR) or None
-    if cache is not None:
-        return [os.path.join(os.fspath(cache), f"catalog-{key}.json")]
-    return [os.path.join(directory, CATALOG_NAME), os.path.join(_user_cache(), f"catalog-{key}.json")]
+def _key(source: Location) -> str:
+    uri = os.path.realpath(source.root) if source.is_local else source.uri
+    return hashlib.sha256(uri.encode()).hexdigest()[:16]
+
+
+def cached_location(source: Location, catalog_dir: Any = None) -> str:
+    """The cache file of ``source``'s catalog."""
+    return os.path.join(cache_root(catalog_dir), f"catalog-{_key(source)}.json")
 
 
 def _sidecar_stem(location: str) -> str:
@@ -217,63 +207,93 @@ def _listing_key(files: Sequence[str], sizes: np.ndarray, mtimes: np.ndarray) ->
 # -- load / save ---------------------------------------------------------------------------------
 
 
+def _parse(data: Any, fmt: str, index_of: Any) -> Catalog | None:
+    """A catalog from its JSON; ``index_of(name)`` loads the sidecar. None if malformed."""
+    if data.get("kind") != KIND or data.get("version") != VERSION or data.get("format") != fmt:
+        return None
+    files = tuple(data["files"])
+    n = len(files)
+    arrays = [np.array(data[key], dtype=np.int64) for key in ("sizes", "mtimes_ns", "rows", "schema_of")]
+    digests = tuple(data["digests"])
+    schemas = tuple(tuple((str(c), str(t)) for c, t in s) for s in data["schemas"])
+    if any(a.shape != (n,) for a in arrays) or len(digests) != n or not all(isinstance(f, str) for f in files):
+        return None
+    sizes, mtimes, rows, schema_of = arrays
+    if (rows < 0).any() or (schema_of >= len(schemas)).any() or (schema_of < -1).any():
+        return None
+    index = index_sizes = None
+    if data["index"] is not None:
+        index_sizes = np.array(data["index_sizes"], dtype=np.int64)
+        index = index_of(data["index"])
+        if index_sizes.shape != (n,) or index.dtype != np.int64 or index.shape != (int(index_sizes.sum()),):
+            return None
+    return Catalog(str(data["directory"]), fmt, files, sizes, mtimes, rows, digests, schema_of, schemas,
+                   index, index_sizes, str(data["fingerprint"]), int(data["built_ns"]))
+
+
 def _load(location: str, fmt: str) -> Catalog | None:
-    """The catalog stored at ``location``, or None if missing, unreadable or malformed."""
+    """The catalog cached at ``location``, or None if missing, unreadable or malformed."""
     try:
         with open(location, "rb") as file:
             data = json.load(file)
-        if data.get("kind") != KIND or data.get("version") != VERSION or data.get("format") != fmt:
-            return None
-        files = tuple(data["files"])
-        n = len(files)
-        arrays = [np.array(data[key], dtype=np.int64) for key in ("sizes", "mtimes_ns", "rows", "schema_of")]
-        digests = tuple(data["digests"])
-        schemas = tuple(tuple((str(c), str(t)) for c, t in s) for s in data["schemas"])
-        if any(a.shape != (n,) for a in arrays) or len(digests) != n or not all(isinstance(f, str) for f in files):
-            return None
-        sizes, mtimes, rows, schema_of = arrays
-        if (rows < 0).any() or (schema_of >= len(schemas)).any() or (schema_of < -1).any():
-            return None
-        index = None
-        if fmt == "jsonl":
-            index = np.load(os.path.join(os.path.dirname(location), data["line_index"]), mmap_mode="r")
-            if index.dtype != np.int64 or index.shape != (int((rows + 1).sum()),):
-                return None
-        return Catalog(str(data["directory"]), fmt, files, sizes, mtimes, rows, digests, schema_of, schemas,
-                       index, str(data["fingerprint"]), int(data["built_ns"]), location, 0)
+        found = _parse(data, fmt, lambda sidecar: np.load(os.path.join(os.path.dirname(location), sidecar),
+                                                             mmap_mode="r"))
+        return None if found is None else replace(found, location=location)
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None
 
 
-def _save(catalog: Catalog, candidates: list[str]) -> Catalog:
-    """Write the catalog to the first writable candidate; warn (and carry on) if none is."""
-    errors = []
+def _load_published(source: Location, fmt: str) -> Catalog | None:
+    """The catalog published next to the data (read through its filesystem), or None."""
+    try:
+        data = json.loads(source.read_bytes(CATALOG_NAME))
+        found = _parse(data, fmt, lambda sidecar: np.load(io.BytesIO(source.read_bytes(sidecar))))
+        return None if found is None else replace(found, location=source.uri_of(CATALOG_NAME))
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, pa.ArrowException):
+        return None
+
+
+def _document(catalog: Catalog, sidecar: str | None) -> bytes:
+    data = {"kind": KIND, "version": VERSION, "format": catalog.fmt, "directory": catalog.directory,
+            "fingerprint": catalog.fingerprint, "built_ns": catalog.built_ns, "files": list(catalog.files),
+            "sizes": catalog.sizes.tolist(), "mtimes_ns": catalog.mtimes.tolist(),
+            "rows": catalog.rows.tolist(), "digests": list(catalog.digests),
+            "schema_of": catalog.schema_of.tolist(), "schemas": [list(map(list, s)) for s in catalog.schemas],
+            "index": sidecar, "index_sizes": None if catalog.index_sizes is None else catalog.index_sizes.tolist()}
+    return json.dumps(data, separators=(",", ":")).encode()
+
+
+def _sidecar_name(catalog: Catalog, location: str) -> str | None:
+    if catalog.index is None:
+        return None
     key = _listing_key(catalog.files, catalog.sizes, catalog.mtimes)
-    for location in candidates:
-        try:
-            folder = os.path.dirname(location)
-            os.makedirs(folder, exist_ok=True)
-            data = {"kind": KIND, "version": VERSION, "format": catalog.fmt, "directory": catalog.directory,
-                    "fingerprint": catalog.fingerprint, "built_ns": catalog.built_ns, "files": list(catalog.files),
-                    "sizes": catalog.sizes.tolist(), "mtimes_ns": catalog.mtimes.tolist(),
-                    "rows": catalog.rows.tolist(), "digests": list(catalog.digests),
-                    "schema_of": catalog.schema_of.tolist(), "schemas": [list(map(list, s)) for s in catalog.schemas],
-                    "line_index": None}
-            stem, sidecar = _sidecar_stem(location), None
-            if catalog.line_index is not None:
-                sidecar = f"{stem}.{key}.lines.npy"
-                write_atomically(sidecar, lambda f: np.save(f, np.asarray(catalog.line_index, dtype=np.int64)))
-                data["line_index"] = os.path.basename(sidecar)
-            write_atomically(location, json.dumps(data, separators=(",", ":")).encode())
-            for stale in glob.glob(glob.escape(stem) + ".*.lines.npy"):
-                if stale != sidecar:
-                    _remove(stale)
-            return replace(catalog, location=location)
-        except OSError as error:
-            errors.append(f"{location}: {error}")
-    warnings.warn(f"zephon: could not cache the catalog of {catalog.directory} ({'; '.join(errors)}); it will be "
-                  f"rebuilt next time; set {ENV_CACHE_DIR} to a writable directory", RuntimeWarning, stacklevel=4)
-    return catalog
+    return os.path.basename(f"{_sidecar_stem(location)}.{key}.index.npy")
+
+
+def _npy(array: np.ndarray) -> bytes:
+    buffer = io.BytesIO()
+    np.save(buffer, np.asarray(array, dtype=np.int64))
+    return buffer.getvalue()
+
+
+def _save(catalog: Catalog, location: str) -> Catalog:
+    """Cache the catalog at ``location``; warn (and carry on) if it cannot be written."""
+    try:
+        folder = os.path.dirname(location)
+        os.makedirs(folder, exist_ok=True)
+        sidecar = _sidecar_name(catalog, location)
+        if sidecar is not None:
+            write_atomically(os.path.join(folder, sidecar), _npy(catalog.index))
+        write_atomically(location, _document(catalog, sidecar))
+        for stale in glob.glob(glob.escape(_sidecar_stem(location)) + ".*.index.npy"):
+            if os.path.basename(stale) != sidecar:
+                _remove(stale)
+        return replace(catalog, location=location)
+    except OSError as error:
+        warnings.warn(f"zephon: could not cache the catalog of {catalog.directory} ({location}: {error}); it will "
+                      f"be rebuilt next time; set {ENV_CACHE_DIR} or pass catalog_dir= to a writable directory",
+                      RuntimeWarning, stacklevel=4)
+        return catalog
 
 
 def _remove(path: str) -> None:
@@ -286,28 +306,44 @@ def _remove(path: str) -> None:
 # -- build ---------------------------------------------------------------------------------
 
 
-def _fingerprint(fmt: str, files: Sequence[str], rows: np.ndarray, digests: Sequence[str],
+def _fingerprint(fmt: str, files: Sequence[str], sizes: np.ndarray, rows: np.ndarray, digests: Sequence[str],
                  schema_of: np.ndarray, schemas: Sequence[Schema]) -> str:
     used = sorted({int(i) for i in np.unique(schema_of) if i >= 0})
-    payload = [VERSION, fmt, [schemas[i] for i in used], list(files), rows.tolist(), list(digests)]
+    payload = [VERSION, fmt, [schemas[i] for i in used], list(files), sizes.tolist(), rows.tolist(), list(digests)]
     return hashlib.sha256(json.dumps(payload, separators=(",", ":")).encode()).hexdigest()[:16]
 
 
-def _build(directory: str, fmt: str, files: list[str], sizes: np.ndarray, mtimes: np.ndarray,
-           old: Catalog | None, progress: bool | None, name: str, built_ns: int) -> Catalog:
+def _scan(source: Location, fmt: str, entry: Entry, k: int, name: str, policy: RetryPolicy) -> Scan:
+    """Scan one file under the retry policy; bad content raises ValueError naming the file."""
+    try:
+        return policy.call(lambda: FORMATS[fmt].scan(source, entry), what="scan", dataset=name, shard=k,
+                           uri=source.uri_of(entry.name))
+    except StorageError:
+        raise
+    except (ValueError, OSError, pa.ArrowException) as error:
+        message = str(error)
+        if source.uri_of(entry.name) in message:
+            raise ValueError(f"Dataset {name!r}: {message}") from error
+        raise ValueError(f"Dataset {name!r}: {source.uri_of(entry.name)}: cannot read this {fmt} file ({error}); "
+                         "check that it is readable and not corrupted") from error
+
+
+def _build(source: Location, fmt: str, entries: list[Entry], old: Catalog | None, progress: bool | None,
+           name: str, built_ns: int, policy: RetryPolicy) -> Catalog:
     """Scan the files that ``old`` does not describe (all of them without ``old``)."""
-    reusable: dict[str, int] = {}
-    if old is not None:
-        reusable = {f: i for i, f in enumerate(old.files)}
-    old_bases = None
-    if old is not None and old.line_index is not None:
-        old_bases = np.concatenate(([0], np.cumsum(old.rows + 1))).astype(np.int64)
+    files = [e.name for e in entries]
+    sizes = np.array([e.size for e in entries], dtype=np.int64)
+    mtimes = np.array([e.mtime_ns for e in entries], dtype=np.int64)
+    reusable = {} if old is None else {f: i for i, f in enumerate(old.files)}
+    old_starts = None
+    if old is not None and old.index_sizes is not None:
+        old_starts = np.concatenate(([0], np.cumsum(old.index_sizes))).astype(np.int64)
     n = len(files)
     rows = np.zeros(n, dtype=np.int64)
     schema_of = np.full(n, -1, dtype=np.int64)
     digests: list[str] = [""] * n
     schemas: dict[Schema, int] = {}
-    indexes: list[np.ndarray | None] = [None] * n if fmt == "jsonl" else []
+    indexes: list[np.ndarray | None] = [None] * n
     todo = []
     for k, file in enumerate(files):
         i = reusable.get(file)
@@ -315,32 +351,29 @@ def _build(directory: str, fmt: str, files: list[str], sizes: np.ndarray, mtimes
             rows[k], digests[k] = old.rows[i], old.digests[i]
             if old.schema_of[i] >= 0:
                 schema_of[k] = schemas.setdefault(old.schemas[int(old.schema_of[i])], len(schemas))
-            if indexes and old_bases is not None:
-                indexes[k] = np.asarray(old.line_index[old_bases[i]:old_bases[i + 1]])
+            if old_starts is not None:
+                indexes[k] = np.asarray(old.index[old_starts[i]:old_starts[i + 1]])
         else:
             todo.append(k)
     bar = Progress(len(todo), f"zephon: cataloging {name!r} ({len(todo):,} {fmt} files)", progress)
     try:
         for k in todo:
-            path = os.path.join(directory, files[k])
-            if fmt == "parquet":
-                scanned = _parquet.scan(path)
-                rows[k], columns = scanned.rows, scanned.columns
-            else:
-                scanned = _jsonl.scan(path)
-                rows[k], indexes[k] = len(scanned.index) - 1, scanned.index
-                columns = None if scanned.columns is None else tuple((c, "json") for c in scanned.columns)
-            digests[k] = scanned.digest
-            if columns is not None:
-                schema_of[k] = schemas.setdefault(columns, len(schemas))
+            scanned = _scan(source, fmt, entries[k], k, name, policy)
+            rows[k], digests[k], indexes[k] = scanned.rows, scanned.digest, scanned.index
+            if scanned.columns is not None:
+                schema_of[k] = schemas.setdefault(scanned.columns, len(schemas))
             bar.advance()
     finally:
         bar.close()
     ordered = tuple(sorted(schemas, key=schemas.get))
-    index = np.concatenate(indexes).astype(np.int64) if fmt == "jsonl" else None
-    fingerprint = _fingerprint(fmt, files, rows, digests, schema_of, ordered)
-    return Catalog(directory, fmt, tuple(files), sizes, mtimes, rows, tuple(digests), schema_of, ordered,
-                   index, fingerprint, built_ns, None, len(todo))
+    index = index_sizes = None
+    if any(i is not None for i in indexes):
+        parts = [np.zeros(0, dtype=np.int64) if i is None else np.asarray(i, dtype=np.int64) for i in indexes]
+        index_sizes = np.array([len(p) for p in parts], dtype=np.int64)
+        index = np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
+    fingerprint = _fingerprint(fmt, files, sizes, rows, digests, schema_of, ordered)
+    return Catalog(source.uri, fmt, tuple(files), sizes, mtimes, rows, tuple(digests), schema_of, ordered,
+                   index, index_sizes, fingerprint, built_ns, None, len(todo), source)
 
 
 def _settled(catalog: Catalog, mtime: Any) -> bool:
@@ -348,26 +381,74 @@ def _settled(catalog: Catalog, mtime: Any) -> bool:
     return mtime < catalog.built_ns - RACY_NS
 
 
-def _unchanged(catalog: Catalog, files: list[str], sizes: np.ndarray, mtimes: np.ndarray) -> bool:
-    return (len(catalog.files) == len(files) and np.array_equal(catalog.sizes, sizes)
-            and np.array_equal(catalog.mtimes, mtimes) and list(catalog.files) == files
-            and bool(_settled(catalog, mtimes.max())))
+def _unchanged(catalog: Catalog, entries: list[Entry]) -> bool:
+    return (len(catalog.files) == len(entries) and list(catalog.files) == [e.name for e in entries]
+            and catalog.sizes.tolist() == [e.size for e in entries]
+            and catalog.mtimes.tolist() == [e.mtime_ns for e in entries]
+            and bool(_settled(catalog, max((e.mtime_ns for e in entries), default=0))))
 
 
-def load_or_build(path: Any, fmt: str | None = None, *, name: str = "dataset", cache_dir: Any = None,
-                  progress: bool | None = None) -> Catalog:
-    """The catalog of the dataset directory ``path``: reused from disk if still valid, else (re)built and saved.
+def load_or_build(uri: Any, fmt: str | None = None, *, name: str = "dataset", catalog_dir: Any = None,
+                  progress: bool | None = None, filesystem: Any = None, files: Sequence[str] | None = None,
+                  policy: RetryPolicy = DEFAULT_POLICY) -> Catalog:
+    """The catalog of the dataset directory ``uri``: reused if still valid, else (re)built and cached.
 
-    Raises ``FileNotFoundError`` for a missing path and ``ValueError`` (naming the file) for
-    everything else: not a directory, no shard files, mixed formats, an unreadable file.
+    ``files`` names the shard files in shard order (default: every file of the format, sorted).
+    Raises ``FileNotFoundError`` for a missing directory, ``OSError`` when the storage cannot be
+    listed, and ``ValueError`` (naming the file) for everything else: not a directory, no shard
+    files, mixed formats, an unreadable file.
     """
-    directory = os.path.abspath(os.fspath(path))
+    source = locate(uri, filesystem, name=name)
     built_ns = time.time_ns()
-    fmt, files, sizes, mtimes = _listing(directory, fmt, name)
-    candidates = locations(directory, None if cache_dir is None else os.fspath(cache_dir))
-    stored = [c for c in (_load(location, fmt) for location in candidates) if c is not None]
+    if files is None:
+        fmt, entries, published = _listing(source, fmt, name)
+    else:
+        _check_fmt(fmt, name)
+        entries, published = entries_of(source, list(files), name), False
+    stored = []
+    if published:
+        stored.append(_load_published(source, fmt))
+    cache = cached_location(source, catalog_dir)
+    stored.append(_load(cache, fmt))
+    stored = [c for c in stored if c is not None]
     for catalog in stored:
-        if _unchanged(catalog, files, sizes, mtimes):
-            return replace(catalog, directory=directory)
-    built = _build(directory, fmt, files, sizes, mtimes, stored[0] if stored else None, progress, name, built_ns)
-    return _save(built, candidates)
+        if _unchanged(catalog, entries):
+            return replace(catalog, directory=source.uri, source=source)
+    built = _build(source, fmt, entries, stored[0] if stored else None, progress, name, built_ns, policy)
+    return _save(built, cache)
+
+
+def build_catalog(uri: Any, out: Any = None, filesystem: Any = None, *, fmt: str | None = None,
+                  progress: bool | None = None) -> str:
+    """Build the catalog of ``uri`` and publish it; returns where it was written.
+
+    ``out`` is a local path for the catalog file; by default it is published next to the
+    data, ``<uri>/.zephon-catalog.json``, through the dataset's filesystem (``filesystem``, or
+    the one ``uri`` names), so that every reader of the data finds it. Its index sidecar
+    (JSONL and Arrow) is written beside it.
+    """
+    source = locate(uri, filesystem, name="catalog")
+    catalog = load_or_build(uri, fmt, name=source.uri, progress=progress, filesystem=filesystem,
+                            catalog_dir=None)
+    if out is not None:
+        target = os.path.abspath(os.fspath(out))
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        sidecar = _sidecar_name(catalog, target)
+        if sidecar is not None:
+            write_atomically(os.path.join(os.path.dirname(target), sidecar), _npy(catalog.index))
+        write_atomically(target, _document(catalog, sidecar))
+        return target
+    sidecar = _sidecar_name(catalog, CATALOG_NAME)
+    if sidecar is not None:
+        _write_through(source, sidecar, _npy(catalog.index))
+    _write_through(source, CATALOG_NAME, _document(catalog, sidecar))
+    return source.uri_of(CATALOG_NAME)
+
+
+def _write_through(source: Location, file: str, content: bytes) -> None:
+    try:
+        with source.fs.open_output_stream(source.path(file)) as stream:
+            stream.write(content)
+    except (OSError, pa.ArrowException) as error:
+        raise OSError(f"cannot write {source.uri_of(file)} ({error}); pass --out PATH (out=) to write the catalog "
+                      "elsewhere and copy it next to the data") from error

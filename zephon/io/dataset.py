@@ -4,7 +4,8 @@
 |---|---|
 | ``Dataset.from_counts(name, counts, shard_ids=None, raw_bytes=None)`` | none: scheduling only |
 | ``Dataset.from_records(name, shards)`` | in-memory records, shard id = position |
-| ``Dataset.from_path(name, path, fmt=None)`` | a directory of Parquet or JSONL files, one file = one shard |
+| ``Dataset.from_path(name, uri, fmt=None)`` | a directory of Parquet, JSONL or Arrow files (local or in object storage), one file = one shard |
+| ``Dataset.from_hf(name, dataset_or_path)`` | a Hugging Face ``datasets`` dataset: one shard per Arrow file |
 
 The scheduler reads only ``name``, ``ids()`` and ``counts()``; ``read`` / ``read_table`` turn
 pointers back into records, and :func:`zephon.io.fetch` does it for many datasets at once.
@@ -20,8 +21,9 @@ import pyarrow as pa
 
 from zephon.io import catalog as _catalog
 from zephon.io._cache import ShardCache
-from zephon.io._jsonl import JsonlReader
-from zephon.io._parquet import ParquetReader
+from zephon.io._hf import hf_files
+from zephon.io._shards import FORMATS
+from zephon.io.retry import DEFAULT_POLICY, RetryPolicy
 from zephon.limits import MAX_SAMPLES, show
 
 
@@ -148,37 +150,94 @@ class Dataset:
                    raw_bytes=sizes)
 
     @classmethod
-    def from_path(cls, name: str, path: str | os.PathLike, fmt: str | None = None, *,
-                  cache_dir: str | os.PathLike | None = None, progress: bool | None = None,
-                  cache_shards: int = 1, cache_bytes: int | None = None, check_schema: bool = True) -> Dataset:
-        """A directory of ``*.parquet`` or ``*.jsonl`` (``.jsonl.gz``, ``.jsonl.zst``) files, one file per shard.
+    def from_path(cls, name: str, uri: str | os.PathLike, fmt: str | None = None, *, filesystem: Any = None,
+                  catalog_dir: str | os.PathLike | None = None, cache_dir: str | os.PathLike | None = None,
+                  progress: bool | None = None, cache_shards: int = 1, cache_bytes: int | None = None,
+                  check_schema: bool = True, retry: RetryPolicy | None = None) -> Dataset:
+        """A directory of shard files, one file per shard, local or in object storage.
 
-        Shard ``i`` is the ``i``-th file in sorted name order (hidden files and subdirectories
-        are ignored). ``fmt`` is ``"parquet"``, ``"jsonl"`` or ``None`` (detect; mixed formats
-        raise). Row counts come from the shard catalog (:mod:`zephon.io.catalog`): built once,
-        with a progress bar on stderr when it is slow and stderr is a terminal (``progress=True``
-        forces it, ``False`` silences it), cached next to the data or in ``cache_dir`` /
-        ``$ZEPHON_CACHE_DIR``, and reused while the files are unchanged.
+        Parameters
+        ----------
+        name : str
+            The dataset's name (in errors, checkpoints and mixtures).
+        uri : str or os.PathLike
+            A local directory, or a ``file://``, ``s3://``, ``gs://``, ``abfs://`` or ``hdfs://``
+            URI (credentials and endpoints are found the standard way, e.g. ``AWS_ENDPOINT_URL``).
+            Shard ``i`` is the ``i``-th file in sorted name order (hidden files and subdirectories
+            are ignored).
+        fmt : str or None, default None
+            ``"parquet"`` (``*.parquet``), ``"jsonl"`` (``*.jsonl``, ``.jsonl.gz``, ``.jsonl.zst``),
+            ``"arrow"`` (Arrow IPC ``*.arrow``, ``*.feather``), or ``None``: detect (mixed formats raise).
+        filesystem : pyarrow.fs.FileSystem, fsspec filesystem or None, default None
+            Read ``uri`` (then a path in it) through this filesystem instead of the one it names.
+        catalog_dir : str, os.PathLike or None, default None
+            Where the shard catalog is cached (default ``$ZEPHON_CACHE_DIR``, else
+            ``$XDG_CACHE_HOME/zephon``, else ``~/.cache/zephon``). Nothing is ever written into
+            the data; a catalog published there (``zephon catalog build``) is used while it matches.
+        cache_dir : str, os.PathLike or None, default None
+            The former name of ``catalog_dir``.
+        progress : bool or None, default None
+            The catalog build's progress bar on stderr: ``None`` shows it when the build is slow
+            and stderr is a terminal, ``True`` always, ``False`` never.
+        cache_shards, cache_bytes : int, int or None, default 1, None
+            Bounds of the fetch cache (see :meth:`configure_cache`).
+        check_schema : bool, default True
+            Check that every shard has the same columns (for JSONL, the first record's keys).
+        retry : RetryPolicy or None, default None
+            How failed reads are retried and timed out (``None``: ``RetryPolicy()``, see
+            :mod:`zephon.io.retry`).
 
-        ``cache_shards`` / ``cache_bytes`` bound the fetch cache (see :meth:`configure_cache`).
-        ``check_schema=False`` skips the check that every shard has the same columns (for
-        JSONL, the keys of each file's first record).
-
-        Raises ``FileNotFoundError`` if ``path`` does not exist and ``ValueError`` naming the
-        file for an empty directory, mixed formats, an unreadable or corrupted file, or shards
-        whose columns differ.
+        Raises ``FileNotFoundError`` if ``uri`` does not exist, ``OSError`` (naming the dataset and
+        the URI) when the storage cannot be listed or read, and ``ValueError`` naming the file for
+        an empty directory, mixed formats, an unreadable or corrupted file, or shards whose
+        columns differ.
         """
-        cls(name, [], [])  # check the name before touching the disk
+        return cls._from_catalog(name, uri, fmt, filesystem=filesystem,
+                                 catalog_dir=catalog_dir if catalog_dir is not None else cache_dir,
+                                 progress=progress, cache_shards=cache_shards, cache_bytes=cache_bytes,
+                                 check_schema=check_schema, retry=retry, files=None)
+
+    @classmethod
+    def from_hf(cls, name: str, dataset_or_path: Any, *, filesystem: Any = None,
+                catalog_dir: str | os.PathLike | None = None, progress: bool | None = None,
+                cache_shards: int = 1, cache_bytes: int | None = None, retry: RetryPolicy | None = None) -> Dataset:
+        """A Hugging Face ``datasets`` dataset, read from its Arrow files (no network, one shard per file).
+
+        Parameters
+        ----------
+        name : str
+            The dataset's name.
+        dataset_or_path : datasets.Dataset, str or os.PathLike
+            A loaded ``datasets.Dataset`` backed by Arrow files (not in memory, no pending
+            ``select``/``shuffle`` indices: call ``flatten_indices()`` first), or the directory
+            ``Dataset.save_to_disk`` wrote (local or a URI, as in :meth:`from_path`; for a
+            ``DatasetDict``, one split's directory).
+        filesystem, catalog_dir, progress, cache_shards, cache_bytes, retry
+            As in :meth:`from_path`.
+
+        Raises ``ValueError`` saying what was expected when ``dataset_or_path`` is neither.
+        """
+        cls(name, [], [])  # check the name first
+        uri, files, filesystem = hf_files(name, dataset_or_path, filesystem)
+        return cls._from_catalog(name, uri, "arrow", filesystem=filesystem, catalog_dir=catalog_dir,
+                                 progress=progress, cache_shards=cache_shards, cache_bytes=cache_bytes,
+                                 check_schema=True, retry=retry, files=files)
+
+    @classmethod
+    def _from_catalog(cls, name: str, uri: Any, fmt: str | None, *, filesystem: Any, catalog_dir: Any,
+                      progress: bool | None, cache_shards: int, cache_bytes: int | None, check_schema: bool,
+                      retry: RetryPolicy | None, files: list[str] | None) -> Dataset:
+        cls(name, [], [])  # check the name before touching the storage
+        if retry is not None and not isinstance(retry, RetryPolicy):
+            raise TypeError(f"Dataset {name!r}: retry={retry!r} must be a zephon.io.RetryPolicy or None")
+        policy = DEFAULT_POLICY if retry is None else retry
         cache = ShardCache(cache_shards, cache_bytes)
-        catalog = _catalog.load_or_build(path, fmt, name=name, cache_dir=cache_dir, progress=progress)
+        catalog = _catalog.load_or_build(uri, fmt, name=name, catalog_dir=catalog_dir, progress=progress,
+                                         filesystem=filesystem, files=files, policy=policy)
         if check_schema:
             catalog.check_schema(name)
         dataset = cls(name, np.arange(len(catalog.files), dtype=np.int64), catalog.rows, raw_bytes=catalog.sizes)
-        if catalog.fmt == "parquet":
-            dataset._reader = ParquetReader(catalog.directory, catalog.files, catalog.rows, cache)
-        else:
-            dataset._reader = JsonlReader(catalog.directory, catalog.files, catalog.sizes, catalog.rows,
-                                          catalog.line_index, cache)
+        dataset._reader = FORMATS[catalog.fmt].reader(catalog.shards(name, policy), cache)
         dataset._catalog = catalog
         return dataset
 
@@ -232,9 +291,14 @@ class Dataset:
         return None if schema is None else tuple(c for c, _ in schema)
 
     def path(self, shard_id: int) -> str | None:
-        """The file of shard ``shard_id`` (path datasets), else None."""
+        """The file (path or URI) of shard ``shard_id`` (path datasets), else None."""
         k = self._shard_index(shard_id)
-        return None if self._catalog is None else os.path.join(self._catalog.directory, self._catalog.files[k])
+        return None if self._reader is None else self._reader.uri(k)
+
+    @property
+    def reader(self) -> Any:
+        """The shard reader of a path dataset (None otherwise): what the readahead plans pieces with."""
+        return self._reader
 
     # -- reading --------------------------------------------------------------------------
 
@@ -287,7 +351,7 @@ class Dataset:
             raise IndexError(f"Dataset {self._name!r}, shard {shard_id}{where}: offset {int(rows[bad][0])} is out of "
                              f"range [0, {count})")
         columns = _columns_arg(self._name, columns)
-        if columns is not None and self._catalog is not None and self._catalog.fmt == "parquet":
+        if columns is not None and self._reader is not None and self._reader.columnar:
             known = self.columns() or ()
             for column in columns:
                 if column not in known:
@@ -322,7 +386,7 @@ class Dataset:
         return None if self._reader is None else self._reader.cache.info()
 
     def clear_cache(self) -> None:
-        """Drop everything the fetch cache holds (open files included) and reset its counters."""
+        """Drop everything the fetch cache holds and reset its counters."""
         if self._reader is not None:
             self._reader.cache.clear()
 

@@ -1,0 +1,160 @@
+"""Where a dataset lives: a filesystem, a root directory in it, and the URI that names it.
+
+``locate(uri, filesystem, name)`` accepts a local path, a ``file://`` URI, an object-store or
+cluster URI (``s3://``, ``gs://``/``gcs://``, ``abfs://``/``abfss://``, ``hdfs://``:
+:func:`pyarrow.fs.FileSystem.from_uri`, so credentials and endpoints are found the standard
+way, e.g. ``AWS_ENDPOINT_URL``), or a path together with an explicit ``pyarrow.fs.FileSystem``
+or fsspec filesystem. Every read of a dataset (catalog, fetch, calibration) goes through the
+:class:`Location` it returns.
+
+An object's identity is its size and modification time (for object stores, the time the
+object was last written): what the catalog compares to know whether a file changed.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.fs as pafs
+
+_SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*)://")
+SCHEMES = ("file", "s3", "gs", "gcs", "abfs", "abfss", "hdfs", "viewfs")
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    """One file of a listing: its name inside the root, size in bytes and mtime in ns (0 if unknown)."""
+
+    name: str
+    size: int
+    mtime_ns: int
+
+
+@dataclass(frozen=True, eq=False)
+class Location:
+    """A directory in a filesystem: ``fs`` (pyarrow), ``root`` (a path in ``fs``) and ``uri`` (for messages and keys)."""
+
+    fs: pafs.FileSystem
+    root: str
+    uri: str
+
+    @property
+    def is_local(self) -> bool:
+        return self.fs.type_name == "local"
+
+    def path(self, name: str) -> str:
+        return f"{self.root.rstrip('/')}/{name}" if self.root else name
+
+    def uri_of(self, name: str) -> str:
+        return f"{self.uri.rstrip('/')}/{name}"
+
+    def key(self) -> str:
+        """A stable key of this directory (for cache file names)."""
+        return hashlib.sha256(self.uri.encode()).hexdigest()[:16]
+
+    def info(self, name: str) -> pafs.FileInfo:
+        return self.fs.get_file_info(self.path(name))
+
+    def open(self, info: pafs.FileInfo) -> pa.NativeFile:
+        """A random-access file."""
+        return self.fs.open_input_file(info.path)
+
+    def read_bytes(self, name: str) -> bytes:
+        with self.fs.open_input_stream(self.path(name), compression=None) as stream:
+            return stream.read()
+
+
+def _from_fsspec(filesystem: Any) -> pafs.FileSystem:
+    return pafs.PyFileSystem(pafs.FSSpecHandler(filesystem))
+
+
+def _scheme(uri: str) -> str | None:
+    match = _SCHEME.match(uri)
+    return match.group(1).lower() if match else None
+
+
+def locate(uri: Any, filesystem: Any = None, *, name: str = "dataset") -> Location:
+    """The :class:`Location` of ``uri`` (see the module docstring); errors name the dataset and the URI."""
+    if isinstance(uri, os.PathLike):
+        uri = os.fspath(uri)
+    if not isinstance(uri, str) or not uri:
+        raise TypeError(f"Dataset {name!r}: uri={uri!r} must be a non-empty path or URI, e.g. 's3://bucket/web' "
+                        "or '/data/web'")
+    if filesystem is not None:
+        return _explicit(uri, filesystem, name)
+    scheme = _scheme(uri)
+    if scheme is None:
+        path = os.path.abspath(uri)
+        return Location(pafs.LocalFileSystem(), path, path)
+    if scheme not in SCHEMES:
+        raise ValueError(f"Dataset {name!r}: {uri} has an unsupported scheme {scheme + '://'!r}; supported: "
+                         f"{', '.join(s + '://' for s in SCHEMES)}, a local path, or pass filesystem= "
+                         "(a pyarrow.fs.FileSystem or an fsspec filesystem)")
+    try:
+        fs, path = pafs.FileSystem.from_uri(uri)
+    except (pa.ArrowException, OSError, ValueError) as error:
+        raise ValueError(f"Dataset {name!r}: cannot open the filesystem of {uri} ({error}); check the URI and "
+                         "the credentials, or pass filesystem=") from error
+    if scheme == "file":
+        return Location(fs, path, path)
+    return Location(fs, path.rstrip("/"), uri.rstrip("/"))
+
+
+def _explicit(uri: str, filesystem: Any, name: str) -> Location:
+    if isinstance(filesystem, pafs.FileSystem):
+        fs = filesystem
+    elif all(hasattr(filesystem, a) for a in ("ls", "info", "open")):
+        fs = _from_fsspec(filesystem)
+    else:
+        raise TypeError(f"Dataset {name!r}: filesystem={filesystem!r} must be a pyarrow.fs.FileSystem or an fsspec "
+                        "filesystem (or None to infer it from the URI)")
+    scheme = _scheme(uri)
+    path = uri.split("://", 1)[1] if scheme is not None else uri
+    if fs.type_name == "local":
+        path = os.path.abspath(path)
+        return Location(fs, path, path)
+    if scheme is None:
+        return Location(fs, path.rstrip("/") or "/", path.rstrip("/") or "/")
+    return Location(fs, path.rstrip("/"), f"{scheme}://{path.strip('/')}")
+
+
+def listing(location: Location, name: str) -> list[Entry]:
+    """The regular files directly in the root (sorted by name); errors name the dataset and the URI."""
+    try:
+        root = location.fs.get_file_info(location.root)
+        if root.type == pafs.FileType.NotFound:
+            raise FileNotFoundError(f"Dataset {name!r}: {location.uri} does not exist; pass a directory of "
+                                    "*.parquet, *.jsonl or *.arrow files")
+        if root.type != pafs.FileType.Directory:
+            raise ValueError(f"Dataset {name!r}: {location.uri} is not a directory; pass the directory that holds "
+                             "the shard files (one file = one shard)")
+        infos = location.fs.get_file_info(pafs.FileSelector(location.root, recursive=False))
+    except (FileNotFoundError, ValueError):
+        raise
+    except (OSError, pa.ArrowException) as error:
+        raise OSError(f"Dataset {name!r}: cannot list {location.uri} ({error}); check that the bucket or directory "
+                      "exists and that the credentials allow listing it") from error
+    if location.is_local:  # pyarrow leaves dangling links out of a listing: name them
+        listed = {info.base_name for info in infos}
+        broken = sorted(n for n in os.listdir(location.root) if n not in listed)
+        if broken:
+            raise ValueError(f"Dataset {name!r}: cannot read {location.uri_of(broken[0])} (a dangling link?); "
+                             "remove it or restore what it points to")
+    entries = [Entry(info.base_name, int(info.size), int(info.mtime_ns or 0))
+               for info in infos if info.type == pafs.FileType.File]
+    return sorted(entries, key=lambda e: e.name)
+
+
+def entries_of(location: Location, names: list[str], name: str) -> list[Entry]:
+    """Size and mtime of the named files (in that order); a missing one raises naming it."""
+    infos = location.fs.get_file_info([location.path(n) for n in names])
+    out = []
+    for file, info in zip(names, infos):
+        if info.type != pafs.FileType.File:
+            raise FileNotFoundError(f"Dataset {name!r}: {location.uri_of(file)} does not exist or is not a file")
+        out.append(Entry(file, int(info.size), int(info.mtime_ns or 0)))
+    return out

@@ -1,0 +1,265 @@
+"""The reader protocol: how a file format plugs into catalogs, reads and readahead.
+
+A format is a :class:`Format` registered with :func:`register`: its name, file suffixes, a
+``scan`` that the catalog runs once per file (rows, content digest, columns and an optional
+per-file int64 *index*, e.g. JSONL line offsets or Arrow record-batch extents), and a
+:class:`ShardReader` subclass.
+
+A shard is read in *pieces*: Parquet row groups, Arrow record batches, spans of JSONL lines.
+:class:`ShardReader` does everything around them, the same for every format: the shard's
+identity check when it is first opened (size and mtime against the catalog), the retry
+policy (:mod:`zephon.io.retry`), the fetch cache, and which pieces some offsets need
+(:meth:`ShardReader.plan`, what the readahead prefetches). A subclass says how to open a
+shard (``_open``), where its pieces end (``_ends``), how big one is (``_estimate``), how to
+load one (``_load``) and how to take rows from it (``_take``).
+"""
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any, Iterator, Sequence
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.fs as pafs
+
+from zephon.io._cache import ShardCache
+from zephon.io._fs import Entry, Location
+from zephon.io.retry import RetryPolicy, ShardChangedError, StorageError
+
+OPEN_SHARDS = 64  # shards whose metadata a reader keeps (LRU)
+
+
+@dataclass(frozen=True, slots=True)
+class Scan:
+    """What the catalog keeps of one file."""
+
+    rows: int
+    digest: str  # content hash, hex
+    columns: tuple[tuple[str, str], ...] | None  # (name, type) per column; None: no records to tell
+    index: np.ndarray | None = None  # int64, format-specific (see each format)
+
+
+@dataclass(frozen=True, eq=False)
+class Shards:
+    """What a reader needs of a dataset: its name, location, files and their catalog entries."""
+
+    name: str
+    location: Location
+    files: tuple[str, ...]
+    sizes: np.ndarray
+    mtimes: np.ndarray
+    rows: np.ndarray
+    index: np.ndarray | None  # every file's index, concatenated
+    index_starts: np.ndarray | None  # where each file's index starts in ``index`` (n + 1 entries)
+    policy: RetryPolicy
+
+    def index_of(self, k: int) -> np.ndarray:
+        return np.asarray(self.index[self.index_starts[k]:self.index_starts[k + 1]])
+
+
+class Format:
+    """A file format: ``name``, ``suffixes``, ``scan`` and the ``reader`` class."""
+
+    name = ""
+    suffixes: tuple[str, ...] = ()
+    label = ""  # e.g. "*.parquet", for messages
+
+    def scan(self, location: Location, entry: Entry) -> Scan:
+        raise NotImplementedError
+
+    def reader(self, shards: Shards, cache: ShardCache) -> ShardReader:
+        raise NotImplementedError
+
+    def matches(self, file: str) -> bool:
+        return file.endswith(self.suffixes) and not file.startswith(".")
+
+
+FORMATS: dict[str, Format] = {}
+
+
+def register(fmt: Format) -> Format:
+    """Make ``fmt`` known to catalogs and ``Dataset.from_path(fmt=...)``."""
+    FORMATS[fmt.name] = fmt
+    return fmt
+
+
+class ShardReader:
+    """Reads rows of a dataset's shards piece by piece (see the module docstring)."""
+
+    columnar = True  # pieces are Arrow tables (False: ``_take`` returns records)
+    piece_name = "piece"  # what a piece is called in messages
+
+    def __init__(self, shards: Shards, cache: ShardCache):
+        self.shards, self.cache = shards, cache
+        self._lock = threading.Lock()
+        self._metas: OrderedDict[int, Any] = OrderedDict()
+
+    def __getstate__(self) -> dict:
+        return {"shards": self.shards, "cache": self.cache}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__init__(state["shards"], state["cache"])
+
+    # -- naming -------------------------------------------------------------------------
+
+    @property
+    def policy(self) -> RetryPolicy:
+        return self.shards.policy
+
+    def uri(self, k: int) -> str:
+        return self.shards.location.uri_of(self.shards.files[k])
+
+    def path(self, k: int) -> str:
+        return self.shards.location.path(self.shards.files[k])
+
+    def call(self, k: int, what: str, fn: Any) -> Any:
+        return self.policy.call(fn, what=what, dataset=self.shards.name, shard=k, uri=self.uri(k))
+
+    # -- opening --------------------------------------------------------------------------
+
+    def meta(self, k: int) -> Any:
+        """The shard's open metadata (identity checked on first use; kept for :data:`OPEN_SHARDS` shards)."""
+        with self._lock:
+            found = self._metas.get(k)
+            if found is not None:
+                self._metas.move_to_end(k)
+                return found
+        info = self.call(k, "stat", lambda: self.shards.location.fs.get_file_info(self.path(k)))
+        self.check_identity(k, info)
+        meta = self.call(k, "open", lambda: self._open(k, info))
+        with self._lock:
+            self._metas[k] = meta
+            while len(self._metas) > OPEN_SHARDS:
+                self._metas.popitem(last=False)
+        return meta
+
+    def check_identity(self, k: int, info: pafs.FileInfo) -> None:
+        """Raise :class:`ShardChangedError` if shard ``k`` is gone or differs from its catalog entry."""
+        where = f"Dataset {self.shards.name!r}, shard {k} ({self.uri(k)})"
+        if info.type != pafs.FileType.File:
+            raise ShardChangedError(f"{where}: the file disappeared since the catalog was built; restore it or "
+                                    "build the Dataset again", dataset=self.shards.name, shard=k, uri=self.uri(k))
+        size, mtime = int(self.shards.sizes[k]), int(self.shards.mtimes[k])
+        now = int(info.mtime_ns or 0)
+        if info.size != size or (mtime and now and now != mtime):
+            raise ShardChangedError(
+                f"{where}: the file changed since its catalog was built ({size:,} -> {info.size:,} bytes, mtime "
+                f"{mtime} -> {now} ns); build the Dataset again", dataset=self.shards.name, shard=k, uri=self.uri(k))
+
+    def recheck(self, k: int, error: BaseException, what: str) -> None:
+        """After a decoding error: raise ShardChangedError if the shard changed meanwhile, else ValueError."""
+        info = self.call(k, "stat", lambda: self.shards.location.fs.get_file_info(self.path(k)))
+        self.check_identity(k, info)
+        raise ValueError(f"Dataset {self.shards.name!r}, shard {k} ({self.uri(k)}): cannot read {what} ({error}); "
+                         "the file is corrupted") from error
+
+    # -- format hooks -----------------------------------------------------------------------
+
+    def _open(self, k: int, info: pafs.FileInfo) -> Any:
+        raise NotImplementedError
+
+    def _ends(self, k: int, meta: Any) -> np.ndarray:
+        raise NotImplementedError
+
+    def _estimate(self, k: int, meta: Any, piece: int, columns: tuple[str, ...] | None) -> int:
+        raise NotImplementedError
+
+    def _load(self, k: int, meta: Any, piece: int, columns: tuple[str, ...] | None) -> tuple[Any, int]:
+        raise NotImplementedError
+
+    def _take(self, k: int, value: Any, local: np.ndarray, columns: tuple[str, ...] | None) -> Any:
+        raise NotImplementedError
+
+    # -- pieces ---------------------------------------------------------------------------------
+
+    def plan(self, k: int, offsets: np.ndarray) -> list[tuple[int, int]]:
+        """``(piece, position of its first use)`` for the pieces ``offsets`` need, in order of first use."""
+        pieces = np.searchsorted(self._ends(k, self.meta(k)), offsets, side="right")
+        unique, first = np.unique(pieces, return_index=True)
+        order = np.argsort(first, kind="stable")
+        return list(zip(unique[order].tolist(), first[order].tolist()))
+
+    def estimate(self, k: int, piece: int, columns: tuple[str, ...] | None) -> int:
+        """Roughly the bytes piece ``piece`` takes once loaded (what the readahead reserves)."""
+        return int(self._estimate(k, self.meta(k), piece, columns))
+
+    def load(self, k: int, piece: int, columns: tuple[str, ...] | None) -> tuple[Any, int]:
+        """Load one piece under the retry policy: ``(value, bytes)``."""
+        meta = self.meta(k)
+        try:
+            return self.call(k, f"read {self.piece_name} {piece}", lambda: self._load(k, meta, piece, columns))
+        except (pa.ArrowException, ValueError, OSError) as error:
+            if isinstance(error, StorageError):
+                raise
+            self.recheck(k, error, f"{self.piece_name} {piece}")
+            raise
+
+    def key(self, piece: int, columns: tuple[str, ...] | None) -> tuple:
+        return piece, columns
+
+    def piece(self, k: int, piece: int, columns: tuple[str, ...] | None) -> Any:
+        """A piece from the fetch cache (or the readahead), loaded on a miss."""
+        key = self.key(piece, columns)
+        value = self.cache.get(k, key)
+        if value is None:
+            value, nbytes = self.load(k, piece, columns)
+            self.cache.put(k, key, value, nbytes)
+        return value
+
+    def parts(self, k: int, offsets: np.ndarray, columns: tuple[str, ...] | None
+              ) -> tuple[np.ndarray | None, Iterator[tuple[np.ndarray, Any]]]:
+        """``(order, parts)``: per piece, the positions of ``offsets`` it holds and the rows taken from it.
+
+        ``order`` is None when the parts come in the order of ``offsets`` (else the parts follow
+        ``order``, a permutation of positions).
+        """
+        ends = self._ends(k, self.meta(k))
+        starts = np.concatenate(([0], ends[:-1])).astype(np.int64)
+        pieces = np.searchsorted(ends, offsets, side="right")
+        ascending = bool((pieces[1:] >= pieces[:-1]).all())
+        order = np.arange(len(pieces)) if ascending else np.argsort(pieces, kind="stable")
+        cuts = np.flatnonzero(np.diff(pieces[order])) + 1
+
+        def generate() -> Iterator[tuple[np.ndarray, Any]]:
+            for segment in np.split(order, cuts) if len(order) else []:
+                p = int(pieces[segment[0]])
+                value = self.piece(k, p, columns)
+                yield segment, self._take(k, value, offsets[segment] - starts[p], columns)
+        return (None if ascending else order), generate()
+
+    # -- reading --------------------------------------------------------------------------------
+
+    def empty(self, k: int, columns: tuple[str, ...] | None) -> pa.Table:
+        raise NotImplementedError
+
+    def read_table(self, k: int, offsets: np.ndarray, columns: Sequence[str] | None) -> pa.Table:
+        """Rows ``offsets`` of shard ``k`` (validated by the caller), in that order."""
+        columns = None if columns is None else tuple(columns)
+        if not self.columnar:
+            records = self.read(k, offsets, columns)
+            try:
+                return pa.Table.from_pylist(records)
+            except (pa.ArrowException, TypeError) as error:
+                raise ValueError(f"{self.uri(k)}: these records do not form one Arrow table ({error})") from error
+        if not len(offsets):
+            return self.empty(k, columns)
+        order, parts = self.parts(k, offsets, columns)
+        gathered = pa.concat_tables([table for _, table in parts])
+        if order is None:
+            return gathered
+        inverse = np.empty_like(order)
+        inverse[order] = np.arange(len(order))
+        return gathered.combine_chunks().take(pa.array(inverse))
+
+    def read(self, k: int, offsets: np.ndarray, columns: Sequence[str] | None) -> list[Any]:
+        columns = None if columns is None else tuple(columns)
+        if self.columnar:
+            return self.read_table(k, offsets, columns).to_pylist()
+        out: list[Any] = [None] * len(offsets)
+        _, parts = self.parts(k, offsets, columns)
+        for segment, records in parts:
+            for position, record in zip(segment.tolist(), records):
+                out[position] = record
+        return out

@@ -1,0 +1,160 @@
+"""Storage errors: transient failures retried with bounded backoff, the rest named and raised.
+
+Every read of a shard (opening it, a row group, a record batch, a span of lines) runs under a
+:class:`RetryPolicy`. An attempt that raises a *transient* error (an ``OSError`` other than
+"not found" or "permission denied": object-store 5xx, throttling, timeouts, connection resets)
+is retried after ``backoff_s``, doubling up to ``max_backoff_s``, at most ``attempts`` times in
+all. An attempt that runs longer than ``timeout_s`` is abandoned (its thread finishes in the
+background) and counts as a transient failure. When the attempts are spent, or the error is
+not transient, the read raises a :class:`StorageError` naming the dataset, the shard and the
+URI: a read never hangs and data is never skipped silently. Retries are logged on the
+``zephon`` logger.
+
+A shard that disappeared or changed (size or modification time) since its catalog was built
+raises :class:`ShardChangedError`, never retried: the run must be restarted on a new catalog.
+"""
+from __future__ import annotations
+
+import logging
+import numbers
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, TypeVar
+
+T = TypeVar("T")
+LOG = logging.getLogger("zephon")
+_CONTENT = ("deserialize", "magic", "corrupt", "Invalid", "invalid", "out of bounds", "Unexpected end",
+            "Parquet", "IPC", "flatbuffer", "inflate", "compress", "ZSTD", "zstd", "LZ4", "Snappy")  # what a damaged file, not the storage, makes pyarrow say
+_PERMANENT = ("NoSuchBucket", "NoSuchKey", "AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch",
+              "ACCESS_DENIED", "RESOURCE_NOT_FOUND", "NO_SUCH_BUCKET", "INVALID_ACCESS_KEY_ID")
+
+
+class StorageError(OSError):
+    """A read that failed for good; ``dataset``, ``shard`` and ``uri`` say which."""
+
+    def __init__(self, message: str, *, dataset: str, shard: int | None, uri: str):
+        super().__init__(message)
+        self.dataset, self.shard, self.uri = dataset, shard, uri
+
+
+class ShardChangedError(StorageError, ValueError):
+    """A shard disappeared or changed since its catalog was built (also a ``ValueError``: the data is not
+    what the catalog says)."""
+
+
+class StorageTimeoutError(StorageError, TimeoutError):
+    """Every attempt of a read ran longer than the policy's ``timeout_s``."""
+
+
+def _positive(parameter: str, value: Any, allow_none: bool = False) -> None:
+    if value is None and allow_none:
+        return
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not value > 0:
+        hint = " or None (no timeout)" if allow_none else ""
+        raise ValueError(f"RetryPolicy: {parameter}={value!r} must be a number > 0{hint}")
+
+
+def damaged(error: BaseException) -> bool:
+    """Whether pyarrow's error is about the file's content (never retried; readers report it as ``ValueError``)."""
+    return isinstance(error, OSError) and any(marker in str(error) for marker in _CONTENT)
+
+
+def transient(error: BaseException) -> bool:
+    """Whether a failed read is worth another attempt."""
+    if isinstance(error, (FileNotFoundError, PermissionError, IsADirectoryError, NotADirectoryError)):
+        return False
+    if isinstance(error, TimeoutError):
+        return True
+    return isinstance(error, OSError) and not any(marker in str(error) for marker in _PERMANENT)
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """How reads of a dataset's shards are retried and timed out.
+
+    Parameters
+    ----------
+    attempts : int, default 5
+        Attempts per read, the first included (``1``: never retry).
+    backoff_s : float, default 0.2
+        Wait before the second attempt; doubled before each further one.
+    max_backoff_s : float, default 5.0
+        The longest wait between two attempts.
+    timeout_s : float or None, default 120.0
+        The longest one attempt may take before it is abandoned and counted as a transient
+        failure (``None``: no limit, the attempt runs in the calling thread).
+    """
+
+    attempts: int = 5
+    backoff_s: float = 0.2
+    max_backoff_s: float = 5.0
+    timeout_s: float | None = 120.0
+
+    def __post_init__(self) -> None:
+        if isinstance(self.attempts, bool) or not isinstance(self.attempts, numbers.Integral) or self.attempts < 1:
+            raise ValueError(f"RetryPolicy: attempts={self.attempts!r} must be an int >= 1 (1: no retry)")
+        _positive("backoff_s", self.backoff_s)
+        _positive("max_backoff_s", self.max_backoff_s)
+        _positive("timeout_s", self.timeout_s, allow_none=True)
+
+    def delay(self, attempt: int) -> float:
+        """Seconds to wait after failed attempt number ``attempt`` (1-based)."""
+        return min(self.max_backoff_s, self.backoff_s * 2.0 ** (attempt - 1))
+
+    def call(self, fn: Callable[[], T], *, what: str, dataset: str, shard: int | None, uri: str) -> T:
+        """``fn()`` under this policy; a final failure raises :class:`StorageError` naming ``what`` and the shard."""
+        for attempt in range(1, self.attempts + 1):
+            try:
+                return self._attempt(fn)
+            except StorageError:
+                raise
+            except BaseException as error:  # noqa: BLE001 - classified right below
+                if not isinstance(error, (OSError, TimeoutError)) or damaged(error):
+                    raise
+                timed_out = isinstance(error, _Timeout)
+                if not transient(error) or attempt == self.attempts:
+                    where = f"Dataset {dataset!r}, shard {shard} ({uri})" if shard is not None else \
+                        f"Dataset {dataset!r} ({uri})"
+                    kind = StorageTimeoutError if timed_out else StorageError
+                    tries = f" after {attempt} attempts" if attempt > 1 else ""
+                    raise kind(f"{where}: {what} failed{tries}: {error}", dataset=dataset, shard=shard,
+                               uri=uri) from error
+                pause = self.delay(attempt)
+                LOG.warning("zephon: dataset %r, shard %s (%s): %s failed (%s); attempt %d of %d in %.2f s",
+                            dataset, shard, uri, what, error, attempt + 1, self.attempts, pause)
+                time.sleep(pause)
+        raise AssertionError("unreachable")
+
+    def _attempt(self, fn: Callable[[], T]) -> T:
+        if self.timeout_s is None:
+            return fn()
+        return _timed(fn, self.timeout_s)
+
+
+class _Timeout(TimeoutError):
+    pass
+
+
+def _timed(fn: Callable[[], T], timeout_s: float) -> T:
+    """``fn()`` in a daemon thread, abandoned after ``timeout_s`` (a stuck read never blocks exit)."""
+    done = threading.Event()
+    box: list[Any] = []
+
+    def run() -> None:
+        try:
+            box.append((True, fn()))
+        except BaseException as error:  # noqa: BLE001 - handed to the caller
+            box.append((False, error))
+        done.set()
+
+    threading.Thread(target=run, name="zephon-read", daemon=True).start()
+    if not done.wait(timeout_s):
+        raise _Timeout(f"no answer within timeout_s={timeout_s} s")
+    ok, value = box[0]
+    if ok:
+        return value
+    raise value
+
+
+DEFAULT_POLICY = RetryPolicy()
