@@ -17,25 +17,42 @@ shard. This module never imports torch.
 """
 from __future__ import annotations
 
+import numbers
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import numpy as np
 
 from zephon.io import fetch
+from zephon.io._readahead import Readahead
 from zephon.runtime._stream import ItemStream, component_table, initial_entries
 from zephon.work.source import WorkSource
 
 KEY_SAMPLE_ID, KEY_COMPONENT, KEY_RECORD = "_sample_id", "_component", "record"
+PREFETCH_BYTES = 256 << 20  # readahead bound per reader when data is not on a local disk
+PREFETCH_THREADS = 8
 
 
 class Pipeline:
     """Items of ``work_source``'s stream: records fetched from its datasets, then ``map`` steps.
 
-    ``work_source`` is the template source you built (each lane is cloned from it).
-    ``columns`` reads only those columns of path datasets (default: all).
+    Parameters
+    ----------
+    work_source : WorkSource
+        The template source you built (each lane is cloned from it).
+    columns : sequence of str or None, default None
+        Read only those columns of path datasets (``None``: all).
+    prefetch_bytes : int or None, default None
+        Readahead: every reader (the main process or each DataLoader worker) loads the pieces
+        (row groups, record batches, spans of JSONL lines) of its lanes' chunks in flight and
+        next chunks in the background, holding at most this many bytes not yet read. ``None``:
+        :data:`PREFETCH_BYTES` when a dataset is not on a local disk (object storage, a remote
+        or explicit filesystem), else off; ``0``: off.
+    prefetch_threads : int, default 8
+        Background threads of the readahead (one request each at a time).
     """
 
-    def __init__(self, work_source: WorkSource, *, columns: Sequence[str] | None = None):
+    def __init__(self, work_source: WorkSource, *, columns: Sequence[str] | None = None,
+                 prefetch_bytes: int | None = None, prefetch_threads: int = PREFETCH_THREADS):
         if not isinstance(work_source, WorkSource):
             raise TypeError(f"Pipeline needs a WorkSource (e.g. StaticMixtureWorkSource), got "
                             f"{type(work_source).__name__}")
@@ -44,6 +61,10 @@ class Pipeline:
                              "pass the source you built (zephon clones it per lane)")
         if columns is not None and (isinstance(columns, str) or not all(isinstance(c, str) for c in columns)):
             raise TypeError(f"columns={columns!r} must be a list of column names, e.g. ['text']")
+        for parameter, value, low in (("prefetch_bytes", prefetch_bytes, 0), ("prefetch_threads", prefetch_threads, 1)):
+            if value is not None and (isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < low):
+                raise ValueError(f"{parameter}={value!r} must be an int >= {low}"
+                                 + (" or None (automatic)" if parameter == "prefetch_bytes" else ""))
         self._source = work_source
         self._maps: tuple[Callable[[Any], Any], ...] = ()
         self._columns = None if columns is None else tuple(columns)
@@ -60,6 +81,11 @@ class Pipeline:
         self._readable = readable
         self._any_records = bool(readable.any())
         self._all_paths = bool(datasets) and all(getattr(d, "catalog", None) is not None for d in datasets.values())
+        if prefetch_bytes is None:
+            remote = any(getattr(d, "reader", None) is not None and not d.reader.shards.location.is_local
+                         for d in datasets.values())
+            prefetch_bytes = PREFETCH_BYTES if remote else 0
+        self._prefetch = (int(prefetch_bytes), int(prefetch_threads))
 
     # -- composition ------------------------------------------------------------------------
 
@@ -73,7 +99,7 @@ class Pipeline:
             raise TypeError(f"map(fn): fn must be callable, got {fn!r}")
         new = object.__new__(Pipeline)
         for slot in ("_source", "_columns", "_vocabulary", "_names", "_datasets", "_readable", "_any_records",
-                     "_all_paths"):
+                     "_all_paths", "_prefetch"):
             setattr(new, slot, getattr(self, slot))
         new._maps = self._maps + (fn,)
         return new
@@ -120,6 +146,18 @@ class Pipeline:
     def columnar(self) -> bool:
         """Every dataset is a path dataset and there are no map steps: batches can be read as columns."""
         return self._all_paths and not self._maps
+
+    @property
+    def prefetch_bytes(self) -> int:
+        """The readahead's bound in bytes (0: no readahead)."""
+        return self._prefetch[0]
+
+    def readahead(self) -> Readahead | None:
+        """A new readahead for one reader's stream (None when off or nothing is read from storage)."""
+        budget, threads = self._prefetch
+        if not budget or not self._any_records:
+            return None
+        return Readahead(self._datasets, budget, threads, self._columns)
 
     # -- items ------------------------------------------------------------------------------
 

@@ -43,6 +43,19 @@ class _Shard:
         self.nbytes = 0
 
 
+class _Reading:
+    """The announcement of a piece the caller is loading itself (see :meth:`ShardCache.get`)."""
+
+    def claim(self) -> bool:
+        return False
+
+    def discard(self) -> None:
+        pass
+
+
+READING = _Reading()
+
+
 class ShardCache:
     """LRU of decoded shard pieces; ``ShardCache(max_shards=1, max_bytes=None)``."""
 
@@ -85,7 +98,11 @@ class ShardCache:
     # -- use ----------------------------------------------------------------------------
 
     def get(self, shard: int, key: Any) -> Any:
-        """A cached piece (or one the readahead announced, waited for) or ``None``; counts a hit or a miss."""
+        """A cached piece (or one the readahead announced, waited for) or ``None``; counts a hit or a miss.
+
+        On ``None`` the caller loads the piece and :meth:`put` s it; until then an announcement
+        stays in place, so that the readahead does not load the piece a second time.
+        """
         with self._lock:
             entry = self._touch(shard)
             found = entry.pieces.pop(key, None)
@@ -93,14 +110,14 @@ class ShardCache:
                 entry.pieces[key] = found
                 self._hits += 1
                 return found[0]
-            ticket = self._ahead.pop((shard, key), None)
+            ticket = self._ahead.setdefault((shard, key), READING)  # a read in progress: not for the readahead
             self._misses += 1
-        if ticket is None or not ticket.claim():
+        if not ticket.claim():
             return None
         value, nbytes = ticket.result()  # raises the readahead's error, naming the shard
-        self.put(shard, key, value, nbytes)
         with self._lock:
             self._prefetched += 1
+            self.put(shard, key, value, nbytes)
         return value
 
     def expect(self, shard: int, key: Any, ticket: Any) -> bool:

@@ -58,12 +58,15 @@ class Event:
 
 
 class _Lane:
-    __slots__ = ("lane", "source", "pointers", "components")
+    __slots__ = ("lane", "source", "pointers", "components", "chunks", "ahead", "fed")
 
     def __init__(self, lane: int, source: Any):
         self.lane, self.source = lane, source
         self.pointers = np.zeros((0, 3), dtype=np.int64)
         self.components = np.zeros(0, dtype=np.int64)
+        self.chunks = 0  # chunks pulled (the readahead's priority)
+        self.ahead: tuple | None = None  # readahead: (state, chunk, source after it), the next chunk pulled early
+        self.fed = False  # the chunk in flight was fed to the readahead as the next chunk
 
 
 def component_table(vocabulary: Mapping[str, int]) -> dict[str, int]:
@@ -82,11 +85,15 @@ class LaneMux:
     entry ``(state, consumed, turn)``: the chunk is regenerated and ``consumed`` samples
     skipped; lanes flagged ``DELIVERED`` lead the rotation, which resumes right after them.
     Component names are mapped to ids with ``vocabulary`` (the source's ``component_ids()``).
+    ``readahead`` (a :class:`zephon.io._readahead.Readahead`, optional) is fed the pointers of
+    each lane's chunk in flight (from where the lane resumes) and of its next chunk, which is
+    pulled one chunk early from a clone of the lane's source (the stream is unchanged).
     """
 
     def __init__(self, template: Any, lanes: Sequence[int], canonical_replicas: int,
-                 entries: Mapping[int, Entry], vocabulary: Mapping[str, int]):
+                 entries: Mapping[int, Entry], vocabulary: Mapping[str, int], readahead: Any = None):
         self._vocabulary = vocabulary
+        self._template, self._replicas, self.readahead = template, canonical_replicas, readahead
         self._offsets: dict[int, int] = {}  # lane -> samples of its current chunk already generated
         self.position = 0  # samples handed out by take()
         self._frontier = 0  # samples generated
@@ -108,6 +115,7 @@ class LaneMux:
                 raise ValueError(f"lane {lane}: the checkpoint says {consumed} samples of its chunk were consumed, "
                                  f"but the chunk holds {len(slot.pointers)}; the checkpoint is corrupted")
             self._offsets[lane] = consumed
+            self._read_ahead(slot, consumed)
             active.append(slot)
             if flags & DELIVERED:
                 delivered.add(lane)
@@ -121,11 +129,34 @@ class LaneMux:
         self._segments.append(Segment(self._start, self._rotation))
         self._record_fresh(fresh)
 
+    def _pull(self, slot: _Lane) -> tuple[dict, Any]:
+        """The lane's next chunk and the state before it (taken from ``ahead`` if pulled early)."""
+        slot.fed = slot.ahead is not None
+        if slot.ahead is not None:
+            state, chunk, slot.source = slot.ahead
+            slot.ahead = None
+            return state, chunk
+        return slot.source.state_dict(), slot.source.next_chunk()
+
+    def _read_ahead(self, slot: _Lane, start: int) -> None:
+        """Feed the readahead the chunk in flight from ``start`` (unless fed as a next chunk) and the next one."""
+        if self.readahead is None:
+            return
+        if not slot.fed:
+            self.readahead.feed(slot.pointers[start:], slot.chunks - 1)
+        source = self._template.clone_for_lane(slot.lane, self._replicas)
+        state = slot.source.state_dict()
+        source.load_state_dict(state)
+        chunk = source.next_chunk()
+        slot.ahead = (state, chunk, source)
+        if chunk is not None and len(chunk):
+            self.readahead.feed(chunk.read_order()[0], slot.chunks)
+
     def _load_chunk(self, slot: _Lane) -> dict | None:
         """Pull the lane's next non-empty chunk; its chunk-start state, or None at the end."""
         while True:
-            state = slot.source.state_dict()
-            chunk = slot.source.next_chunk()
+            state, chunk = self._pull(slot)
+            slot.chunks += 1
             if chunk is None:
                 return None
             if len(chunk):
@@ -154,6 +185,7 @@ class LaneMux:
                 del self._offsets[slot.lane]
             else:
                 self._offsets[slot.lane] = 0
+                self._read_ahead(slot, 0)
                 survivors.append(slot)
                 fresh.append((slot.lane, state))
         self._active = survivors
@@ -193,6 +225,8 @@ class LaneMux:
                 self._segments.append(Segment(self._frontier, rotation))
             self._record_fresh(fresh)
             if not rotation:
+                if self.readahead is not None:
+                    self.readahead.close()
                 return
             m = len(rotation)
             rounds = min(min(len(s.pointers) - self._offsets[s.lane] for s in self._active), -(-(need - made) // m))
@@ -323,7 +357,8 @@ class ItemStream(Iterator):
     def __init__(self, pipeline: Any, lanes: Sequence[int], canonical_replicas: int,
                  entries: Mapping[int, Entry], block: int | None = None):
         self._pipeline = pipeline
-        self._mux = LaneMux(pipeline.source, lanes, canonical_replicas, entries, pipeline.vocabulary)
+        self._mux = LaneMux(pipeline.source, lanes, canonical_replicas, entries, pipeline.vocabulary,
+                            pipeline.readahead())
         self._tracker = Tracker({lane: entries[lane] for lane in lanes})
         self._block = block or (4096 if pipeline.pointer_only else 256)
         self._items: list[Any] = []

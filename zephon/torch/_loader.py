@@ -114,7 +114,7 @@ def _bundles(plan: _Plan, worker: int):
     if not lanes:
         return
     pipeline, size = plan.pipeline, plan.batch_size
-    mux = LaneMux(pipeline.source, lanes, plan.replicas, plan.entries, pipeline.vocabulary)
+    mux = LaneMux(pipeline.source, lanes, plan.replicas, plan.entries, pipeline.vocabulary, pipeline.readahead())
     unit = size or 1
     target = max(1, (POINTER_BUNDLE if plan.pointer_path else RECORD_BUNDLE) // unit) * unit
     while True:
