@@ -48,11 +48,12 @@ def scan(location: Location, entry: Entry) -> Scan:
     if not messages or messages[0][2].type != "schema":
         raise ValueError(f"{uri}: not an Arrow IPC file (no schema message at its start)")
     schema = pa.ipc.read_schema(messages[0][2])
+    encoded = [f.name for f in schema if pa.types.is_dictionary(f.type)]
+    if encoded:
+        raise ValueError(f"{uri}: dictionary-encoded Arrow columns ({', '.join(encoded)}) are not supported; cast "
+                         "them to their value type (e.g. table.cast(...)) and write the file again")
     triples, rows = [], 0
     for offset, length, message in messages:
-        if message.type == "dictionary batch":
-            raise ValueError(f"{uri}: dictionary-encoded Arrow columns are not supported; cast them to their "
-                             "value type (e.g. table.cast(...)) and write the file again")
         hasher.update(message.metadata)
         if message.body is not None:
             hasher.update(message.body)
@@ -100,7 +101,7 @@ class ArrowReader(ShardReader):
         table = pa.Table.from_batches([batch])
         if columns is not None:
             table = table.select(list(columns))
-        return table, data.size
+        return table, len(data)
 
     def _take(self, k: int, value: pa.Table, local: np.ndarray, columns: tuple[str, ...] | None) -> pa.Table:
         return value.take(pa.array(local))
