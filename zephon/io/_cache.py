@@ -49,6 +49,9 @@ class _Reading:
     def claim(self) -> bool:
         return False
 
+    def replaceable(self) -> bool:
+        return False
+
     def discard(self) -> None:
         pass
 
@@ -110,10 +113,11 @@ class ShardCache:
                 entry.pieces[key] = found
                 self._hits += 1
                 return found[0]
-            ticket = self._ahead.setdefault((shard, key), READING)  # a read in progress: not for the readahead
             self._misses += 1
-        if not ticket.claim():
-            return None
+            ticket = self._ahead.get((shard, key))
+            if ticket is None or not ticket.claim():
+                self._ahead[(shard, key)] = READING  # the caller reads it: not for the readahead
+                return None
         value, nbytes = ticket.result()  # raises the readahead's error, naming the shard
         with self._lock:
             self._prefetched += 1
@@ -126,10 +130,19 @@ class ShardCache:
             if self._pid != os.getpid():
                 self._touch(shard)
             entry = self._shards.get(shard)
-            if (entry is not None and key in entry.pieces) or (shard, key) in self._ahead:
+            if entry is not None and key in entry.pieces:
+                return False
+            found = self._ahead.get((shard, key))
+            if found is not None and not found.replaceable():
                 return False
             self._ahead[(shard, key)] = ticket
             return True
+
+    def withdraw(self, shard: int, key: Any, ticket: Any) -> None:
+        """The readahead takes back an announcement nobody claimed (its stream is closed)."""
+        with self._lock:
+            if self._ahead.get((shard, key)) is ticket and ticket.withdraw():
+                del self._ahead[(shard, key)]
 
     def put(self, shard: int, key: Any, value: Any, nbytes: int) -> None:
         """Store a piece of ``nbytes`` bytes, then evict down to the bounds."""

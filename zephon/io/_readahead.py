@@ -22,7 +22,7 @@ import itertools
 import logging
 import threading
 import weakref
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 import numpy as np
 
@@ -33,13 +33,16 @@ QUEUED, RUNNING, DONE, CANCELLED = range(4)
 class Ticket:
     """A piece the readahead promised: queued, loading, loaded or cancelled."""
 
-    __slots__ = ("pool", "state", "event", "value", "nbytes", "error", "reserved", "discarded")
+    __slots__ = ("pool", "state", "event", "value", "nbytes", "error", "reserved", "discarded", "where", "claimed",
+                 "stale", "first", "done", "__weakref__")
 
-    def __init__(self, pool: _Pool, reserved: int):
-        self.pool, self.state, self.reserved = pool, QUEUED, reserved
+    def __init__(self, pool: _Pool, reserved: int, where: tuple, first: int, done: Callable[[], int]):
+        self.pool, self.state, self.reserved, self.where = pool, QUEUED, reserved, where
+        self.first, self.done = first, done  # its chunk's first pointer that needs it; how many the stream took
+        self.stale = False  # dropped unstarted: the stream got there first
         self.event = threading.Event()
         self.value: Any = None
-        self.nbytes, self.error, self.discarded = 0, None, False
+        self.nbytes, self.error, self.discarded, self.claimed = 0, None, False, False
 
     def claim(self) -> bool:
         """A read wants the piece: True if it is (being) loaded, False if it was still queued (now cancelled)."""
@@ -47,7 +50,8 @@ class Ticket:
             if self.state == QUEUED:
                 self.state = CANCELLED
                 self.pool.counters["cancelled"] += 1
-            return self.state != CANCELLED
+            self.claimed = self.state != CANCELLED and not self.discarded
+            return self.claimed
 
     def result(self) -> tuple[Any, int]:
         """Wait for the piece, hand it over and free its bytes (raises the load's error)."""
@@ -59,6 +63,19 @@ class Ticket:
             raise self.error
         value, self.value = self.value, None
         return value, self.nbytes
+
+    def replaceable(self) -> bool:
+        """Whether a new announcement may take this one's place (it was dropped as stale)."""
+        with self.pool.cond:
+            return self.stale
+
+    def withdraw(self) -> bool:
+        """Take the piece back unless a read claimed it (the stream is closed); True if withdrawn."""
+        with self.pool.cond:
+            if self.claimed:
+                return False
+        self.discard()
+        return True
 
     def discard(self) -> None:
         """Nobody will take the piece (read without it, or its cache was cleared): free it."""
@@ -80,11 +97,12 @@ class _Pool:
         self.cond = threading.Condition()
         self.queue: list[tuple[float, int, Any]] = []
         self.sequence = itertools.count()
-        self.used = self.peak = 0
+        self.used = self.peak = self.running = 0
         self.scale = 1.0
-        self.counters = {"pieces": 0, "bytes": 0, "used": 0, "cancelled": 0, "too_large": 0, "errors": 0}
+        self.counters = {"pieces": 0, "bytes": 0, "used": 0, "cancelled": 0, "stale": 0, "too_large": 0, "errors": 0}
         self.workers: list[threading.Thread] = []
         self.closed = False
+        self.tickets: weakref.WeakSet[Ticket] = weakref.WeakSet()
 
     def release(self, ticket: Ticket) -> None:
         if ticket.reserved:
@@ -95,6 +113,8 @@ class _Pool:
     def push(self, priority: float, job: Any) -> None:
         with self.cond:
             if self.closed:
+                if isinstance(job, tuple):  # announced while closing: take it back
+                    job[0].state, job[0].stale = CANCELLED, True
                 return
             heapq.heappush(self.queue, (priority, next(self.sequence), job))
             if len(self.workers) < self.threads:
@@ -115,11 +135,17 @@ class _Pool:
                 job = self.queue[0][2]
                 if isinstance(job, tuple):
                     ticket = job[0]
+                    if ticket.done() > ticket.first:  # the stream is past it: it reads (or read) it itself
+                        ticket.state, ticket.stale = CANCELLED, True
+                        self.counters["stale"] += 1
+                        heapq.heappop(self.queue)
+                        continue
                     need = int(ticket.reserved * self.scale)
                     if self.used and self.used + need > self.budget:
                         self.cond.wait()
                         continue
                     ticket.state, ticket.reserved = RUNNING, need
+                    self.running += 1
                     self.used += need
                     self.peak = max(self.peak, self.used)
                 heapq.heappop(self.queue)
@@ -154,15 +180,24 @@ class _Pool:
             ticket.reserved = nbytes
             self.peak = max(self.peak, self.used)
             ticket.value, ticket.nbytes, ticket.state = value, nbytes, DONE
+            self.running -= 1
             if ticket.discarded:
                 self.release(ticket)
                 ticket.value = None
             ticket.event.set()
             self.cond.notify_all()
 
-    def plan(self, reader: Any, k: int, offsets: np.ndarray, priorities: np.ndarray) -> None:
-        """Announce and queue the pieces of one ``(dataset, shard)`` group (``priorities``: per offset)."""
-        for piece, first in reader.plan(k, offsets):
+    def plan(self, reader: Any, k: int, positions: np.ndarray, offsets: np.ndarray, priority: float,
+             done: Callable[[], int]) -> None:
+        """Announce and queue the pieces of one ``(dataset, shard)`` group of a chunk.
+
+        ``positions``: where in the chunk the group's ``offsets`` are; ``done()``: how many of the
+        chunk's pointers the stream took (pieces first needed before that are left to the stream).
+        """
+        keep = positions >= done()
+        positions, offsets = positions[keep], offsets[keep]
+        span = max(1, int(positions[-1]) + 1) if len(positions) else 1
+        for piece, first in reader.plan(k, offsets) if len(offsets) else ():
             estimate = reader.estimate(k, piece, self.columns)
             if not estimate:
                 continue  # nothing to load (a memory-mapped file)
@@ -170,18 +205,27 @@ class _Pool:
                 with self.cond:
                     self.counters["too_large"] += 1
                 continue
-            ticket = Ticket(self, estimate)
-            if reader.cache.expect(k, reader.key(piece, self.columns), ticket):
-                self.push(float(priorities[first]), (ticket, reader, k, piece, estimate))
+            key = reader.key(piece, self.columns)
+            ticket = Ticket(self, estimate, (reader.cache, k, key), int(positions[first]), done)
+            if reader.cache.expect(k, key, ticket):
+                with self.cond:
+                    self.tickets.add(ticket)
+                self.push(priority + int(positions[first]) / span, (ticket, reader, k, piece, estimate))
 
-    def close(self) -> None:
+    def close(self, wait: bool = False) -> None:
+        """Stop; withdraw the pieces nobody took (loaded ones free their bytes, queued ones are cancelled).
+
+        ``wait``: first let the loads in progress finish (each is bounded by its retry policy)."""
         with self.cond:
             self.closed = True
-            for _, _, job in self.queue:
-                if isinstance(job, tuple):
-                    job[0].state = CANCELLED
             self.queue.clear()
             self.cond.notify_all()
+            while wait and self.running:
+                self.cond.wait()
+            tickets = list(self.tickets)
+        for ticket in tickets:
+            cache, shard, key = ticket.where
+            cache.withdraw(shard, key, ticket)
 
 
 class Readahead:
@@ -205,23 +249,26 @@ class Readahead:
         self._pool = _Pool(int(prefetch_bytes), int(threads), columns)
         self._finalizer = weakref.finalize(self, _Pool.close, self._pool)
 
-    def feed(self, pointers: np.ndarray, priority: float) -> None:
-        """Read ahead the pieces of ``pointers`` (a lane's chunk, in read order); lower ``priority`` goes first."""
+    def feed(self, pointers: np.ndarray, priority: float, done: Callable[[], int]) -> None:
+        """Read ahead the pieces of one lane's chunk (``pointers``, in read order).
+
+        Lower ``priority`` goes first (a lane's chunk number); ``done()`` says how many of these
+        pointers the stream has taken so far (0 until the chunk starts).
+        """
         if not len(pointers):
             return
         keys = pointers[:, 0] * (1 << 40) + pointers[:, 1]
         _, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
+        pool, span = self._pool, len(pointers)
         for group in np.argsort(first, kind="stable").tolist():
-            dataset_id, shard = int(pointers[first[group], 0]), int(pointers[first[group], 1])
-            reader = self._readers.get(dataset_id)
+            reader = self._readers.get(int(pointers[first[group], 0]))
             if reader is None:
                 continue
             positions = np.flatnonzero(inverse == group)
-            pool, span = self._pool, len(pointers)
 
-            def plan(reader: Any = reader, k: int = shard, positions: np.ndarray = positions) -> None:
+            def plan(reader: Any = reader, k: int = int(pointers[first[group], 1]), at: np.ndarray = positions) -> None:
                 try:
-                    pool.plan(reader, k, pointers[positions, 2], priority + positions / span)
+                    pool.plan(reader, k, at, pointers[at, 2], priority, done)
                 except Exception as error:  # noqa: BLE001 - the read itself meets (and raises) it
                     LOG.debug("zephon: readahead could not plan shard %s: %s", k, error)
             pool.push(priority + positions[0] / span - 1e-9, plan)
@@ -240,4 +287,5 @@ class Readahead:
             LOG.info("zephon: readahead: %d pieces (%d bytes) loaded ahead, %d read from there, %d read first; "
                      "peak %d of %d bytes", stats["pieces"], stats["bytes"], stats["used"], stats["cancelled"],
                      stats["peak_bytes"], stats["prefetch_bytes"], extra={"readahead": stats})
-            self._finalizer()
+            self._finalizer.detach()
+            self._pool.close(wait=True)

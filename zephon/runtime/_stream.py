@@ -143,14 +143,25 @@ class LaneMux:
         if self.readahead is None:
             return
         if not slot.fed:
-            self.readahead.feed(slot.pointers[start:], slot.chunks - 1)
+            self.readahead.feed(slot.pointers[start:], slot.chunks - 1, self._taken(slot, slot.chunks - 1, start))
         source = self._template.clone_for_lane(slot.lane, self._replicas)
         state = slot.source.state_dict()
         source.load_state_dict(state)
         chunk = source.next_chunk()
         slot.ahead = (state, chunk, source)
         if chunk is not None and len(chunk):
-            self.readahead.feed(chunk.read_order()[0], slot.chunks)
+            self.readahead.feed(chunk.read_order()[0], slot.chunks, self._taken(slot, slot.chunks, 0))
+
+    def _taken(self, slot: _Lane, chunk: int, start: int) -> Any:
+        """How many pointers of the lane's chunk number ``chunk`` (fed from ``start``) the stream took."""
+        def taken() -> int:
+            current = slot.chunks - 1
+            if current < chunk:
+                return 0
+            if current > chunk or slot.lane not in self._offsets:
+                return len(slot.pointers) + 1 << 40
+            return self._offsets[slot.lane] - start
+        return taken
 
     def _load_chunk(self, slot: _Lane) -> dict | None:
         """Pull the lane's next non-empty chunk; its chunk-start state, or None at the end."""
@@ -225,8 +236,6 @@ class LaneMux:
                 self._segments.append(Segment(self._frontier, rotation))
             self._record_fresh(fresh)
             if not rotation:
-                if self.readahead is not None:
-                    self.readahead.close()
                 return
             m = len(rotation)
             rounds = min(min(len(s.pointers) - self._offsets[s.lane] for s in self._active), -(-(need - made) // m))
@@ -264,6 +273,8 @@ class LaneMux:
             self._carry = [(pointers[n:], components[n:])] if len(pointers) > n else []
             pointers, components = pointers[:n], components[:n]
         self.position += len(pointers)
+        if not len(pointers) and self.readahead is not None:  # the end (else closed when collected)
+            self.readahead.close()
         return np.ascontiguousarray(pointers), np.ascontiguousarray(components)
 
     def drain(self) -> tuple[list[Segment], list[Event]]:

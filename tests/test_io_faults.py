@@ -1,0 +1,134 @@
+"""Storage faults: transient errors retried, stalls timed out, lost or changed shards named — never a hang."""
+import gc
+import json
+import logging
+import os
+import warnings
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.fs as pafs
+import pyarrow.parquet as pq
+import pytest
+
+from zephon import Pipeline, StaticMixtureWorkSource
+from zephon.io import Dataset, RetryPolicy, ShardChangedError, StorageError, StorageTimeoutError
+from zephon.io.faults import faulty_filesystem
+
+QUICK = RetryPolicy(attempts=3, backoff_s=0.01, max_backoff_s=0.02, timeout_s=5.0)
+
+
+@pytest.fixture(autouse=True)
+def _cache(monkeypatch, tmp_path):
+    monkeypatch.setenv("ZEPHON_CACHE_DIR", str(tmp_path / "cache"))
+
+
+def shards(directory, counts=(20, 20, 20)):
+    os.makedirs(directory, exist_ok=True)
+    start = 0
+    for i, count in enumerate(counts):
+        ids = np.arange(start, start + count)
+        pq.write_table(pa.table({"id": ids}), os.path.join(directory, f"part-{i}.parquet"), row_group_size=5)
+        start += count
+    return str(directory)
+
+
+class Failing:
+    """A rule: the first ``times`` reads of files whose name contains ``match`` fail with ``error``."""
+
+    def __init__(self, match, times=0, error=lambda: ConnectionResetError(104, "Connection reset by peer"), op="read"):
+        self.match, self.left, self.error, self.op = match, times, error, op
+
+    def __call__(self, operation, path):
+        if operation == self.op and self.match in path and self.left:
+            self.left -= 1
+            return self.error()
+        return None
+
+
+def test_transient_errors_are_retried_with_a_log_line(tmp_path, caplog):
+    directory = shards(tmp_path / "d")
+    rule = Failing("part-1")
+    fs, handler = faulty_filesystem(pafs.LocalFileSystem(), rule=rule)
+    d = Dataset.from_path("web", directory, filesystem=fs, retry=QUICK)
+    rule.left = 2
+    with caplog.at_level(logging.WARNING, logger="zephon"):
+        assert [r["id"] for r in d.read(1, [7, 0])] == [27, 20]
+    assert rule.left == 0
+    retried = [r.getMessage() for r in caplog.records if "attempt" in r.getMessage()]
+    assert len(retried) == 2 and "'web', shard 1" in retried[0] and "part-1.parquet" in retried[0]
+
+
+def test_a_read_that_keeps_failing_names_the_dataset_shard_and_uri(tmp_path):
+    directory = shards(tmp_path / "d")
+    d = Dataset.from_path("web", directory, retry=QUICK)
+    rule = Failing("part-2")
+    fs, handler = faulty_filesystem(pafs.LocalFileSystem(), rule=rule)
+    broken = Dataset.from_path("web", directory, filesystem=fs, retry=QUICK, cache_shards=3)
+    rule.left = 10**6
+    assert broken.read(0, [1]) == d.read(0, [1])
+    with pytest.raises(StorageError, match=r"'web', shard 2 \(.*part-2.parquet\): .* failed after 3 attempts") as caught:
+        broken.read(2, [0])
+    assert caught.value.dataset == "web" and caught.value.shard == 2 and caught.value.uri.endswith("part-2.parquet")
+
+
+def test_a_stalled_read_times_out_instead_of_hanging(tmp_path):
+    directory = shards(tmp_path / "d")
+    stall = RetryPolicy(attempts=2, backoff_s=0.01, timeout_s=0.2)
+    stalled = {"on": False}
+    fs, _ = faulty_filesystem(pafs.LocalFileSystem(), rule=lambda op, path: 30.0 if stalled["on"] and op == "read"
+                              else None)
+    d = Dataset.from_path("web", directory, filesystem=fs, retry=stall)
+    stalled["on"] = True
+    with pytest.raises(StorageTimeoutError, match=r"'web', shard 0 .*part-0.parquet.*timeout_s=0.2"):
+        d.read(0, [3])
+
+
+def test_a_shard_that_disappears_or_changes_during_the_run_is_named(tmp_path):
+    directory = shards(tmp_path / "d")
+    d = Dataset.from_path("web", directory, cache_shards=3)
+    assert d.read(0, [0]) == [{"id": 0}]
+    os.remove(os.path.join(directory, "part-1.parquet"))
+    with pytest.raises(ShardChangedError, match=r"'web', shard 1 \(.*part-1.parquet\): the file disappeared"):
+        d.read(1, [0])
+    pq.write_table(pa.table({"id": np.arange(30)}), os.path.join(directory, "part-2.parquet"))
+    with pytest.raises(ShardChangedError, match=r"'web', shard 2 \(.*part-2.parquet\): the file changed"):
+        d.read(2, [0])
+
+
+def test_an_error_met_by_the_readahead_reaches_the_stream_instead_of_skipping_data(tmp_path):
+    directory = shards(tmp_path / "d", counts=(40, 40))
+    rule = Failing("part-1")
+    fs, _ = faulty_filesystem(pafs.LocalFileSystem(), rule=rule)
+    d = Dataset.from_path("web", directory, filesystem=fs, retry=QUICK)
+    rule.left = 10**6
+    source = StaticMixtureWorkSource([d], {"web": 1}, chunk_size=10, seed=4, shuffle_within_shard=True)
+    pipeline = Pipeline(source, prefetch_bytes=1 << 20)
+    seen = []
+    with pytest.raises(StorageError, match=r"'web', shard 1 .*part-1.parquet"):
+        for item in pipeline:
+            seen.append(item["_sample_id"])
+    assert all(shard == 0 for _, shard, _ in seen)  # nothing of shard 1 was skipped or invented
+
+
+def test_the_retry_policy_checks_its_settings():
+    assert RetryPolicy().delay(1) == 0.2 and RetryPolicy().delay(10) == 5.0
+    for bad in ({"attempts": 0}, {"attempts": 1.5}, {"backoff_s": 0}, {"max_backoff_s": -1}, {"timeout_s": 0}):
+        with pytest.raises(ValueError, match=next(iter(bad))):
+            RetryPolicy(**bad)
+    with pytest.raises(TypeError, match="retry=.*RetryPolicy"):
+        Dataset.from_path("web", "/nowhere", retry=3)
+
+
+def test_reading_jsonl_shards_in_turn_leaves_no_file_open(tmp_path):
+    os.makedirs(tmp_path / "j")
+    for i in range(3):
+        (tmp_path / "j" / f"{i}.jsonl").write_text("".join(json.dumps({"i": i, "k": k}) + "\n" for k in range(4)))
+    d = Dataset.from_path("j", tmp_path / "j")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for shard in range(3):
+            assert d.read(shard, [3]) == [{"i": shard, "k": 3}]
+        d.clear_cache()
+        gc.collect()
+    assert [w for w in caught if issubclass(w.category, ResourceWarning)] == []
