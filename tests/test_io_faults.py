@@ -76,7 +76,7 @@ def test_a_stalled_read_times_out_instead_of_hanging(tmp_path):
     directory = shards(tmp_path / "d")
     stall = RetryPolicy(attempts=2, backoff_s=0.01, timeout_s=0.2)
     stalled = {"on": False}
-    fs, _ = faulty_filesystem(pafs.LocalFileSystem(), rule=lambda op, path: 30.0 if stalled["on"] and op == "read"
+    fs, _ = faulty_filesystem(pafs.LocalFileSystem(), rule=lambda op, path: 1.5 if stalled["on"] and op == "read"
                               else None)
     d = Dataset.from_path("web", directory, filesystem=fs, retry=stall)
     stalled["on"] = True
