@@ -51,7 +51,7 @@ def test_the_catalog_is_cached_outside_the_data_and_reused(tmp_path, write):
     first = Dataset.from_path("d", tmp_path / "d")
     assert first.catalog.scanned == 3 and first.catalog.location.startswith(str(tmp_path / "xdg" / "zephon"))
     assert sorted(os.listdir(tmp_path / "d")) == before  # nothing is written into the data
-    stored = json.loads(open(first.catalog.location).read())
+    stored = json.loads(Path(first.catalog.location).read_text())
     assert stored["kind"] == "zephon.catalog" and stored["version"] == 2 and stored["rows"] == [1, 2, 3]
     again = Dataset.from_path("d", tmp_path / "d")
     assert again.catalog.scanned == 0
@@ -229,3 +229,28 @@ def test_a_reused_or_updated_catalog_equals_a_fresh_build(counts, fmt, edits):
         for shard in range(reused.shard_count()):
             offsets = list(range(int(reused.counts()[shard])))
             assert reused.read(shard, offsets) == built.read(shard, offsets)
+
+
+def test_a_published_catalog_is_used_on_read_only_data_and_never_written_implicitly(tmp_path, capsys):
+    from zephon.cli import main
+
+    jsonl(tmp_path / "d", "a.jsonl", [1, 2, 3])
+    jsonl(tmp_path / "d", "b.jsonl", [4])
+    assert main(["catalog", "build", str(tmp_path / "d"), "--out", str(tmp_path / "out" / "c.json")]) == 0
+    assert "c.json" in capsys.readouterr().out and catalog.CATALOG_NAME not in os.listdir(tmp_path / "d")
+    assert main(["catalog", "build", str(tmp_path / "d")]) == 0
+    assert catalog.CATALOG_NAME in os.listdir(tmp_path / "d")
+    os.chmod(tmp_path / "d", 0o555)
+    try:
+        d = Dataset.from_path("d", tmp_path / "d", catalog_dir=tmp_path / "fresh")
+        assert d.catalog.location == str(tmp_path / "d" / catalog.CATALOG_NAME) and d.catalog.scanned == 0
+        assert d.read(1, [0]) == [{"id": 4}] and not os.path.exists(tmp_path / "fresh")
+    finally:
+        os.chmod(tmp_path / "d", 0o755)
+    jsonl(tmp_path / "d", "b.jsonl", [4, 5])  # the published catalog is stale: rebuilt into the cache, not there
+    published = (tmp_path / "d" / catalog.CATALOG_NAME).read_bytes()
+    e = Dataset.from_path("d", tmp_path / "d", catalog_dir=tmp_path / "fresh")
+    assert e.counts().tolist() == [3, 2] and e.catalog.location.startswith(str(tmp_path / "fresh"))
+    assert (tmp_path / "d" / catalog.CATALOG_NAME).read_bytes() == published
+    assert main(["catalog", "build", "ftp://host/data"]) == 2
+    assert "unsupported scheme 'ftp://'; supported: file://, s3://" in capsys.readouterr().err

@@ -427,9 +427,9 @@ def build_catalog(uri: Any, out: Any = None, filesystem: Any = None, *, fmt: str
     the one ``uri`` names), so that every reader of the data finds it. Its index sidecar
     (JSONL and Arrow) is written beside it.
     """
-    source = locate(uri, filesystem, name="catalog")
-    catalog = load_or_build(uri, fmt, name=source.uri, progress=progress, filesystem=filesystem,
-                            catalog_dir=None)
+    name = os.fspath(uri) if isinstance(uri, (str, os.PathLike)) else repr(uri)
+    source = locate(uri, filesystem, name=name)
+    catalog = load_or_build(uri, fmt, name=name, progress=progress, filesystem=filesystem, catalog_dir=None)
     if out is not None:
         target = os.path.abspath(os.fspath(out))
         os.makedirs(os.path.dirname(target), exist_ok=True)
@@ -446,6 +446,9 @@ def build_catalog(uri: Any, out: Any = None, filesystem: Any = None, *, fmt: str
 
 
 def _write_through(source: Location, file: str, content: bytes) -> None:
+    if source.is_local:
+        _atomic_write(source.path(file), content)
+        return
     try:
         with source.fs.open_output_stream(source.path(file)) as stream:
             stream.write(content)
