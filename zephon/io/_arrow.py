@@ -18,7 +18,7 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 
 from zephon.io._fs import Entry, Location
-from zephon.io._shards import Format, Scan, ShardReader, register
+from zephon.io._shards import Format, Handles, Scan, ShardReader, register
 
 SUFFIXES = (".arrow", ".feather")
 FILE_MAGIC = b"ARROW1"
@@ -69,6 +69,7 @@ def scan(location: Location, entry: Entry) -> Scan:
 @dataclass(frozen=True, slots=True)
 class _Meta:
     info: pafs.FileInfo
+    files: Handles
     schema: pa.Schema
     batches: np.ndarray  # (batches, 3): offset, length, rows
     ends: np.ndarray
@@ -82,10 +83,11 @@ class ArrowReader(ShardReader):
     def _open(self, k: int, info: pafs.FileInfo) -> _Meta:
         triples = self.shards.index_of(k).reshape(-1, 3)
         offset, length, _ = triples[0].tolist()
-        with self.shards.location.open(info) as file:
+        files = Handles(self.shards.location, info)
+        with files.use() as file:
             schema = pa.ipc.read_schema(pa.ipc.read_message(file.read_at(length, offset)))
         batches = triples[1:]
-        return _Meta(info, schema, batches, np.cumsum(batches[:, 2], dtype=np.int64))
+        return _Meta(info, files, schema, batches, np.cumsum(batches[:, 2], dtype=np.int64))
 
     def _ends(self, k: int, meta: _Meta) -> np.ndarray:
         return meta.ends
@@ -95,7 +97,7 @@ class ArrowReader(ShardReader):
 
     def _load(self, k: int, meta: _Meta, piece: int, columns: tuple[str, ...] | None) -> tuple[pa.Table, int]:
         offset, length, _ = meta.batches[piece].tolist()
-        with self.shards.location.open(meta.info) as file:
+        with meta.files.use() as file:
             data = file.read_at(length, offset)
         batch = pa.ipc.read_record_batch(pa.ipc.read_message(data), meta.schema)
         table = pa.Table.from_batches([batch])

@@ -28,7 +28,7 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 
 from zephon.io._fs import Entry, Location
-from zephon.io._shards import Format, Scan, ShardReader, register
+from zephon.io._shards import Format, Handles, Scan, ShardReader, register
 
 SUFFIXES = {".jsonl": None, ".jsonl.gz": "gzip", ".jsonl.zst": "zstd"}  # suffix -> pyarrow codec
 BLOCK = 16 << 20  # bytes scanned per numpy pass
@@ -130,6 +130,7 @@ def _mapped(info: pafs.FileInfo) -> Any:
 @dataclass(frozen=True, slots=True)
 class _Meta:
     info: pafs.FileInfo
+    files: Handles  # an uncompressed file that is not local: handles for ranged reads
     index: np.ndarray  # the line index
     ends: np.ndarray  # records before the end of each piece
     mapped: Any  # the content of a local uncompressed file, else None
@@ -153,7 +154,7 @@ class JsonlReader(ShardReader):
         else:
             bucket = index[:-1] // PIECE_BYTES
             ends = np.append(np.flatnonzero(np.diff(bucket)) + 1, rows).astype(np.int64)
-        return _Meta(info, index, ends, _mapped(info) if local else None)
+        return _Meta(info, Handles(self.shards.location, info), index, ends, _mapped(info) if local else None)
 
     def _ends(self, k: int, meta: _Meta) -> np.ndarray:
         return meta.ends
@@ -190,7 +191,7 @@ class JsonlReader(ShardReader):
                                  f"({int(meta.index[-1]):,} -> {len(data):,} decompressed bytes)")
             return (data, 0, 0), len(data)
         first, start, end = self._span(meta, piece)
-        with self.shards.location.open(meta.info) as file:
+        with meta.files.use() as file:
             data = file.read_at(end - start, start)
         return (data, start, first), len(data)
 

@@ -2,9 +2,10 @@
 
 Row counts and schemas come from the footer (no data pages read). A piece is a row group: a
 read of some rows decodes only the row groups those rows fall in, keeps each decoded row group
-in the :class:`~zephon.io._cache.ShardCache` and gathers the rows with Arrow ``take``. Every
-row-group read opens the file anew with the footer already parsed (``pre_buffer``: one
-coalesced request per row group on object stores), so reads of one shard run in parallel.
+in the :class:`~zephon.io._cache.ShardCache` and gathers the rows with Arrow ``take``. A
+shard's file stays open (a handle per concurrent read) with its footer parsed; row groups are
+read with positioned reads (``pre_buffer``: one coalesced request per row group on object stores), so reads of one
+shard run in parallel.
 """
 from __future__ import annotations
 
@@ -18,28 +19,33 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from zephon.io._fs import Entry, Location
-from zephon.io._shards import Format, Scan, ShardReader, register
+from zephon.io._shards import Format, Handles, Scan, ShardReader, register
 
 SUFFIX = ".parquet"
+TAIL_BYTES = 64 << 10  # read at once from a file's end: the footer of most files
 
 
 def _footer(file: pa.NativeFile, size: int) -> tuple[bytes, pq.FileMetaData]:
-    """The raw footer (for the digest) and the parsed metadata, in two reads."""
+    """The raw footer (for the digest) and the parsed metadata: one read of the file's last
+    :data:`TAIL_BYTES` (a second one only for a longer footer)."""
     if size < 12:
         raise ValueError(f"{size} bytes is too short for Parquet")
-    tail = file.read_at(8, size - 8)
+    span = min(size, TAIL_BYTES)
+    data = file.read_at(span, size - span)
+    tail = data[-8:]
     if tail[4:] != b"PAR1":
         raise ValueError("no Parquet magic bytes at the end")
     length = int.from_bytes(tail[:4], "little")
     if length > size - 12:
         raise ValueError(f"footer length {length} exceeds the file")
-    footer = file.read_at(length, size - 8 - length)
+    footer = data[-8 - length:-8] if length + 8 <= span else file.read_at(length, size - 8 - length)
     return footer, pq.read_metadata(pa.BufferReader(b"PAR1" + footer + tail))
 
 
 @dataclass(frozen=True, slots=True)
 class _Meta:
     info: pafs.FileInfo
+    files: Handles
     metadata: pq.FileMetaData
     ends: np.ndarray  # rows before the end of each row group
 
@@ -50,13 +56,14 @@ class ParquetReader(ShardReader):
     piece_name = "row group"
 
     def _open(self, k: int, info: pafs.FileInfo) -> _Meta:
-        with self.shards.location.open(info) as file:
+        files = Handles(self.shards.location, info)
+        with files.use() as file:
             _, metadata = _footer(file, info.size)
         counts = [metadata.row_group(i).num_rows for i in range(metadata.num_row_groups)]
         if metadata.num_rows != int(self.shards.rows[k]):
             raise ValueError(f"{self.uri(k)}: the file changed since its catalog was built "
                              f"({int(self.shards.rows[k]):,} -> {metadata.num_rows:,} rows); build the Dataset again")
-        return _Meta(info, metadata, np.cumsum(counts, dtype=np.int64))
+        return _Meta(info, files, metadata, np.cumsum(counts, dtype=np.int64))
 
     def _ends(self, k: int, meta: _Meta) -> np.ndarray:
         return meta.ends
@@ -70,7 +77,7 @@ class ParquetReader(ShardReader):
         return sum(group.column(i).total_uncompressed_size for i in wanted)
 
     def _load(self, k: int, meta: _Meta, piece: int, columns: tuple[str, ...] | None) -> tuple[pa.Table, int]:
-        with self.shards.location.open(meta.info) as file:
+        with meta.files.use() as file:
             reader = pq.ParquetFile(file, metadata=meta.metadata, pre_buffer=True)
             table = reader.read_row_group(piece, columns=None if columns is None else list(columns))
         return table, table.get_total_buffer_size()

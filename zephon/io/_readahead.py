@@ -212,6 +212,10 @@ class _Pool:
                     self.tickets.add(ticket)
                 self.push(priority + int(positions[first]) / span, (ticket, reader, k, piece, estimate))
 
+    def stats(self) -> dict[str, int]:
+        with self.cond:
+            return {"prefetch_bytes": self.budget, "peak_bytes": self.peak, "bytes_held": self.used, **self.counters}
+
     def close(self, wait: bool = False) -> None:
         """Stop; withdraw the pieces nobody took (loaded ones free their bytes, queued ones are cancelled).
 
@@ -247,7 +251,7 @@ class Readahead:
                  columns: tuple[str, ...] | None):
         self._readers = {i: d.reader for i, d in datasets_by_id.items() if getattr(d, "reader", None) is not None}
         self._pool = _Pool(int(prefetch_bytes), int(threads), columns)
-        self._finalizer = weakref.finalize(self, _Pool.close, self._pool)
+        self._finalizer = weakref.finalize(self, _finish, self._pool, False)
 
     def feed(self, pointers: np.ndarray, priority: float, done: Callable[[], int]) -> None:
         """Read ahead the pieces of one lane's chunk (``pointers``, in read order).
@@ -274,18 +278,19 @@ class Readahead:
             pool.push(priority + positions[0] / span - 1e-9, plan)
 
     def stats(self) -> dict[str, int]:
-        """Bound, peak and current bytes, pieces loaded, read, cancelled (read first), too large, failed."""
-        pool = self._pool
-        with pool.cond:
-            return {"prefetch_bytes": pool.budget, "peak_bytes": pool.peak, "bytes_held": pool.used,
-                    **pool.counters}
+        """Bound, peak and current bytes, pieces loaded, read, cancelled (read first), stale, too large, failed."""
+        return self._pool.stats()
 
     def close(self) -> None:
-        """Stop the threads and log what was read ahead (on the ``zephon`` logger)."""
-        if self._finalizer.alive:
-            stats = self.stats()
-            LOG.info("zephon: readahead: %d pieces (%d bytes) loaded ahead, %d read from there, %d read first; "
-                     "peak %d of %d bytes", stats["pieces"], stats["bytes"], stats["used"], stats["cancelled"],
-                     stats["peak_bytes"], stats["prefetch_bytes"], extra={"readahead": stats})
-            self._finalizer.detach()
-            self._pool.close(wait=True)
+        """Stop the threads (after the loads in progress) and log what was read ahead."""
+        if self._finalizer.detach() is not None:
+            _finish(self._pool, True)
+
+
+def _finish(pool: _Pool, wait: bool) -> None:
+    """Close the pool and log its figures on the ``zephon`` logger (``extra={"readahead": stats}``)."""
+    pool.close(wait)
+    stats = pool.stats()
+    LOG.info("zephon: readahead: %d pieces (%d bytes) loaded ahead, %d read from there, %d read first, %d left as "
+             "stale; peak %d of %d bytes", stats["pieces"], stats["bytes"], stats["used"], stats["cancelled"],
+             stats["stale"], stats["peak_bytes"], stats["prefetch_bytes"], extra={"readahead": stats})

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Iterator, Sequence
 
@@ -29,6 +30,27 @@ from zephon.io._fs import Entry, Location
 from zephon.io.retry import RetryPolicy, ShardChangedError, StorageError
 
 OPEN_SHARDS = 64  # shards whose metadata a reader keeps (LRU)
+
+
+class Handles:
+    """Open handles of one file, one per concurrent reader, reused (positioned reads on a shared handle
+    are not thread-safe on every filesystem)."""
+
+    def __init__(self, location: Location, info: pafs.FileInfo):
+        self._location, self._info = location, info
+        self._idle: list[pa.NativeFile] = []
+        self._lock = threading.Lock()
+
+    @contextmanager
+    def use(self) -> Iterator[pa.NativeFile]:
+        """A handle for the duration of one read (a handle whose read failed is dropped)."""
+        with self._lock:
+            file = self._idle.pop() if self._idle else None
+        if file is None:
+            file = self._location.open(self._info)
+        yield file
+        with self._lock:
+            self._idle.append(file)
 
 
 @dataclass(frozen=True, slots=True)

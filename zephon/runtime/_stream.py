@@ -28,6 +28,7 @@ still give a deterministic order; per-lane streams are exact either way.
 """
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass
 from typing import Any, Iterator, Mapping, Sequence
 
@@ -153,14 +154,15 @@ class LaneMux:
             self.readahead.feed(chunk.read_order()[0], slot.chunks, self._taken(slot, slot.chunks, 0))
 
     def _taken(self, slot: _Lane, chunk: int, start: int) -> Any:
-        """How many pointers of the lane's chunk number ``chunk`` (fed from ``start``) the stream took."""
+        """How many pointers of the lane's chunk number ``chunk`` (fed from ``start``) the stream handed out."""
+        mux = weakref.ref(self)  # the readahead's threads must not keep the stream (and so themselves) alive
+
         def taken() -> int:
             current = slot.chunks - 1
             if current < chunk:
                 return 0
-            if current > chunk or slot.lane not in self._offsets:
-                return len(slot.pointers) + 1 << 40
-            return self._offsets[slot.lane] - start
+            offset = getattr(mux(), "_offsets", {}).get(slot.lane)
+            return offset - start if current == chunk and offset is not None else 1 << 62
         return taken
 
     def _load_chunk(self, slot: _Lane) -> dict | None:
