@@ -35,8 +35,8 @@ from zephon.io.faults import faulty_filesystem  # noqa: E402
 
 LATENCY_S = 0.020  # added to every request: stat, list, open, each read
 DATA = {"rows": 8192, "row_group": 512}  # per file: id int64 + 100-300 bytes of text per row
-CHUNK_SIZE, BATCH, SEED = 32768, 1024, 11  # a chunk spans 4 shards
-PREFETCH_BYTES, THREADS = 64 << 20, 16
+CHUNK_SIZE, BATCH, SEED = 65536, 1024, 11  # a chunk spans 8 shards
+PREFETCH_BYTES, THREADS = 64 << 20, 32
 
 
 @dataclass(frozen=True)
@@ -46,7 +46,7 @@ class Settings:
 
 
 FULL = Settings(repeats=5, files=32)
-QUICK = Settings(repeats=3, files=8)
+QUICK = Settings(repeats=3, files=16)
 
 
 def make_data(root: Path, files: int) -> Path:

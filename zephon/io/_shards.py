@@ -30,27 +30,63 @@ from zephon.io._fs import Entry, Location
 from zephon.io.retry import RetryPolicy, ShardChangedError, StorageError
 
 OPEN_SHARDS = 64  # shards whose metadata a reader keeps (LRU)
+HANDLES_PER_FILE = 8  # open handles per file on filesystems that need one per concurrent read
 
 
 class Handles:
-    """Open handles of one file, one per concurrent reader, reused (positioned reads on a shared handle
-    are not thread-safe on every filesystem)."""
+    """Open handles of one file. pyarrow's own filesystems (local, S3, GCS, Azure, HDFS) serve
+    positioned reads of one handle from many threads; a Python-implemented one (fsspec, a
+    ``PyFileSystem``) does not, so it gets a handle per concurrent read, at most
+    :data:`HANDLES_PER_FILE`, reused."""
 
     def __init__(self, location: Location, info: pafs.FileInfo):
         self._location, self._info = location, info
+        self._shared = not location.fs.type_name.startswith("py")
+        self._handle: pa.NativeFile | None = None  # the shared one
         self._idle: list[pa.NativeFile] = []
-        self._lock = threading.Lock()
+        self._opened = 0
+        self._free = threading.Condition()
 
     @contextmanager
     def use(self) -> Iterator[pa.NativeFile]:
         """A handle for the duration of one read (a handle whose read failed is dropped)."""
-        with self._lock:
-            file = self._idle.pop() if self._idle else None
-        if file is None:
-            file = self._location.open(self._info)
-        yield file
-        with self._lock:
-            self._idle.append(file)
+        if self._shared:
+            yield self._shared_handle()
+            return
+        file = self._acquire()
+        try:
+            yield file
+        except BaseException:
+            self._release(None)
+            raise
+        self._release(file)
+
+    def _shared_handle(self) -> pa.NativeFile:
+        with self._free:  # the first users wait for one open
+            if self._handle is None:
+                self._handle = self._location.open(self._info)
+            return self._handle
+
+    def _acquire(self) -> pa.NativeFile:
+        with self._free:
+            while not self._idle and self._opened >= HANDLES_PER_FILE:
+                self._free.wait()
+            if self._idle:
+                return self._idle.pop()
+            self._opened += 1
+        try:
+            return self._location.open(self._info)
+        except BaseException:
+            self._release(None)
+            raise
+
+    def _release(self, file: pa.NativeFile | None) -> None:
+        with self._free:
+            if file is None:
+                self._opened -= 1
+            else:
+                self._idle.append(file)
+            self._free.notify()
 
 
 @dataclass(frozen=True, slots=True)

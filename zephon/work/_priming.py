@@ -9,7 +9,8 @@ b_j``. Size-proportional draws put the reading where the bytes (and tokens) are.
 from ``calibration_shards_min`` toward ``calibration_shards_max`` with the coefficient of
 variation of bytes per row between shards: more shards when they differ more.
 
-Results are cached per node in ``$ZEPHON_CACHE_DIR`` (default ``~/.cache/zephon``), keyed by
+Results are cached per node in ``$ZEPHON_CACHE_DIR`` (else ``$XDG_CACHE_HOME/zephon``, else
+``~/.cache/zephon``), keyed by
 everything that affects them: seed, settings, tokenizer identity and the dataset's content
 fingerprint; datasets without a fingerprint (in memory, count-only) are not cached.
 """
@@ -19,7 +20,6 @@ import hashlib
 import json
 import marshal
 import math
-import os
 import warnings
 from pathlib import Path
 
@@ -29,6 +29,7 @@ from zephon.core.keys import derive, purpose_key
 from zephon.core.perm import perm_range
 from zephon.io import Dataset
 from zephon.io.atomic import write_atomically
+from zephon.io.catalog import cache_root
 from zephon.io.progress import Progress
 from zephon.work.tokens import TokenEstimation
 
@@ -135,8 +136,7 @@ def _cache_path(dataset: Dataset, estimation: TokenEstimation, seed: int) -> Pat
         "fallback": estimation.fallback_tokens_per_byte,
     }
     digest = hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:24]
-    root = Path(os.environ.get("ZEPHON_CACHE_DIR", Path.home() / ".cache" / "zephon"))
-    return root / "token-ratios" / f"{digest}.json"
+    return Path(cache_root()) / "token-ratios" / f"{digest}.json"
 
 
 def cached_ratio(dataset: Dataset, dataset_id: int, estimation: TokenEstimation, seed: int,
