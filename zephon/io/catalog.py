@@ -447,7 +447,7 @@ def build_catalog(uri: Any, out: Any = None, filesystem: Any = None, *, fmt: str
 
 def _write_through(source: Location, file: str, content: bytes) -> None:
     if source.is_local:
-        _atomic_write(source.path(file), content)
+        write_atomically(source.path(file), content)
         return
     try:
         with source.fs.open_output_stream(source.path(file)) as stream:
