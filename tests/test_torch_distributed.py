@@ -17,6 +17,7 @@ import sys
 import textwrap
 import time
 import traceback
+from pathlib import Path
 
 import pytest
 import torch.distributed as dist
@@ -80,10 +81,10 @@ def finish(procs, outs):
     deadline = time.monotonic() + TIMEOUT
     for p in procs:
         wait(p, deadline)
-    errors = [open(o + ".err").read() for o in outs if os.path.exists(o + ".err")]
+    errors = [Path(o + ".err").read_text() for o in outs if os.path.exists(o + ".err")]
     assert not errors, "\n".join(errors)
     assert [p.exitcode for p in procs] == [0] * len(procs)
-    return [json.load(open(o)) for o in outs]
+    return [json.loads(Path(o).read_text()) for o in outs]
 
 
 def run_ranks(target, world, tmp_path, *args, tag="run"):
@@ -193,7 +194,7 @@ def test_a_rank_killed_during_save_leaves_the_previous_checkpoint_loadable(tmp_p
     assert procs[0].exitcode == -signal.SIGKILL
     wait(procs[1], deadline)
     assert procs[1].exitcode == 0
-    result = json.load(open(outs[1]))
+    result = json.loads(Path(outs[1]).read_text())
     leftovers = [name for name in os.listdir(tmp_path) if name.startswith("checkpoint.")]
     assert leftovers, "the interrupted save left its temporary file behind"
     state = zt.load_checkpoint(path)
@@ -235,7 +236,7 @@ def test_torchrun_launch_detects_the_topology_and_checkpoints(tmp_path):
                            str(tmp_path / "seen"), os.path.dirname(__file__)],
                           capture_output=True, text=True, timeout=120, env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert done.returncode == 0, done.stderr[-3000:]
-    runs = [json.load(open(tmp_path / f"seen{rank}")) for rank in range(2)]
+    runs = [json.loads((tmp_path / f"seen{rank}").read_text()) for rank in range(2)]
     assert [(r["rank"], r["local_rank"]) for r in runs] == [(0, 0), (1, 1)]
     seen = [tuple(p) for r in runs for p in r["seen"]]
     loader = zt.DataLoader(Pipeline(make_source()), batch_size=7, num_workers=2)
