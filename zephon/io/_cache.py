@@ -28,6 +28,7 @@ from __future__ import annotations
 import numbers
 import os
 import threading
+import weakref
 from typing import Any
 
 
@@ -57,6 +58,19 @@ class _Reading:
 
 
 READING = _Reading()
+_CACHES: weakref.WeakSet[ShardCache] = weakref.WeakSet()
+
+
+def _reset_after_fork() -> None:
+    """A forked child starts every cache empty, with a fresh lock (some parent thread may have held it)."""
+    for cache in list(_CACHES):
+        cache._lock = threading.RLock()
+        cache._shards.clear()
+        cache._ahead.clear()
+        cache._reset_counters()
+
+
+os.register_at_fork(after_in_child=_reset_after_fork)
 
 
 class ShardCache:
@@ -64,6 +78,7 @@ class ShardCache:
 
     def __init__(self, max_shards: int = 1, max_bytes: int | None = None):
         self._lock = threading.RLock()
+        _CACHES.add(self)
         self._shards: dict[int, _Shard] = {}  # insertion order = recency
         self._ahead: dict[tuple[int, Any], Any] = {}  # (shard, key) -> readahead ticket
         self._max_shards, self._max_bytes = 1, None

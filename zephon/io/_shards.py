@@ -15,7 +15,9 @@ load one (``_load``) and how to take rows from it (``_take``).
 """
 from __future__ import annotations
 
+import os
 import threading
+import weakref
 from collections import OrderedDict
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -135,6 +137,15 @@ class Format:
 
 
 FORMATS: dict[str, Format] = {}
+_READERS: weakref.WeakSet[ShardReader] = weakref.WeakSet()
+
+
+def _reset_after_fork() -> None:
+    for reader in list(_READERS):
+        reader._after_fork()
+
+
+os.register_at_fork(after_in_child=_reset_after_fork)
 
 
 def register(fmt: Format) -> Format:
@@ -151,6 +162,11 @@ class ShardReader:
 
     def __init__(self, shards: Shards, cache: ShardCache):
         self.shards, self.cache = shards, cache
+        self._after_fork()
+        _READERS.add(self)
+
+    def _after_fork(self) -> None:
+        """Fresh lock and no open files (a forked child must not share a lock some thread held)."""
         self._lock = threading.Lock()
         self._metas: OrderedDict[int, Any] = OrderedDict()
 
