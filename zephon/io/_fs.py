@@ -12,7 +12,6 @@ object was last written): what the catalog compares to know whether a file chang
 """
 from __future__ import annotations
 
-import hashlib
 import os
 import re
 from dataclasses import dataclass
@@ -51,10 +50,6 @@ class Location:
 
     def uri_of(self, name: str) -> str:
         return f"{self.uri.rstrip('/')}/{name}"
-
-    def key(self) -> str:
-        """A stable key of this directory (for cache file names)."""
-        return hashlib.sha256(self.uri.encode()).hexdigest()[:16]
 
     def info(self, name: str) -> pafs.FileInfo:
         return self.fs.get_file_info(self.path(name))
