@@ -200,7 +200,8 @@ def test_state_size_depends_only_on_lanes():
         if k % 100 == 99:
             sizes.append(len(json.dumps(loader.state_dict())))
     # no chunk contents, no history: only the digits of a few numbers per lane vary (and its digest)
-    assert max(sizes) - min(sizes) < 8 * 80 and max(sizes) < 8 * 450
+    # (per dataset: epoch, position and tails)
+    assert max(sizes) - min(sizes) < 8 * 80 and max(sizes) < 8 * 490
 
 
 def test_load_state_dict_refuses_mismatches_before_changing_anything():

@@ -19,7 +19,8 @@ a new shape or fetch a pass layout:
    quota vector (a *shape*). Shapes are few per stream; they stay cached on the Lookup, first
    in first out beyond ``max_shapes`` shapes or ``shape_budget`` bytes (8 per sample of a
    chunk; the current shape is kept even if it alone is larger). The pass position is the
-   chunk's start in that dataset plus the rank.
+   chunk's start in that dataset plus the rank; a "carry" dataset's is then moved back by its
+   tails at that chunk and into its pass (``schedule._carry_back``), once per target.
 3. **Pointers** — targets are grouped by dataset, stably, so each dataset's passes come in
    runs (the walk goes forward chunk by chunk; targets sharing a guessed chunk next to a short
    one may alternate passes, which only makes more runs); every run goes through the cursor kernel
@@ -42,7 +43,7 @@ from libc.stdlib cimport free, malloc, realloc
 from libc.string cimport memcpy
 from zephon._ext.cursor cimport PassLayout, _take_at
 from zephon._ext.readorder cimport SCRATCH, START, round_robin
-from zephon._ext.schedule cimport PLANNED, Schedule, Scheduler, _walk
+from zephon._ext.schedule cimport PLANNED, Schedule, Scheduler, _carry_back, _walk
 
 cdef enum:
     DIGIT_BITS = 11  # widest radix digit: 2048 counters
@@ -88,7 +89,7 @@ cdef class Lookup:
     """One lane's random access: ``samples_at(targets, out)`` (see the module docstring).
 
     Built once per stream index from the config's ``Scheduler``, the snapshot arrays
-    (``ints`` rows ``[g, samples before, epochs..., positions...]``, ``acc`` accumulators),
+    (``ints`` rows ``[g, samples before, epochs..., positions..., tails...]``, ``acc`` accumulators),
     the snapshot spacing ``every``, the stream ``length``, ``chunk_size``, ``reshuffle``
     (per dataset, 1 if its passes have their own keys) and ``layout_of(dataset, key_epoch)``,
     which returns the cursor ``PassLayout`` of that pass.
@@ -108,8 +109,8 @@ cdef class Lookup:
     cdef list layouts  # the current PassLayout of each dataset, or None
     cdef int64_t* layout_epochs  # its key epoch, -1: none
     cdef double* state_acc  # n accumulators, then n active weights
-    cdef int64_t* state  # n epochs, n positions
-    cdef int64_t* plans  # every chunks of n quotas, n start epochs, n start positions
+    cdef int64_t* state  # n epochs, n positions, n tails
+    cdef int64_t* plans  # every chunks of n quotas, n start epochs, n start positions (the schedule's), n tails
     cdef int64_t* starts  # every + 1 chunk starts (samples before)
     cdef int64_t* run_of  # per dataset: its current run, -1: none
     cdef Schedule sched  # the scheduling kernel's scratch, opened once
@@ -126,7 +127,7 @@ cdef class Lookup:
         cdef Py_ssize_t c, n = reshuffle.shape[0]
         if self.opened:
             raise TypeError("Lookup: already initialised; build a new one")
-        if not (ints.shape[0] >= 1 and ints.shape[1] == 2 + 2 * n and acc.shape[0] == ints.shape[0]
+        if not (ints.shape[0] >= 1 and ints.shape[1] == 2 + 3 * n and acc.shape[0] == ints.shape[0]
                 and acc.shape[1] == n and scheduler.totals.shape[0] == n and every >= 1 and max_shapes >= 1):
             raise ValueError(f"Lookup: snapshots ({ints.shape[0]}, {ints.shape[1]}) and ({acc.shape[0]}, "
                              f"{acc.shape[1]}) for {n} datasets and a {scheduler.totals.shape[0]}-dataset "
@@ -141,14 +142,14 @@ cdef class Lookup:
         self.lane, self.replicas, self.permute = scheduler.lane, scheduler.replicas, scheduler.permute
         self.lane_key = scheduler.lane_key
         self.lock, self.layouts = threading.Lock(), [None] * n
-        self.layout_epochs = <int64_t*>malloc((4 * n + 1) * sizeof(int64_t))  # and state, run_of
+        self.layout_epochs = <int64_t*>malloc((5 * n + 1) * sizeof(int64_t))  # and state, run_of
         self.state_acc = <double*>malloc((2 * n + 1) * sizeof(double))
-        self.plans = <int64_t*>malloc((3 * n * every + every + 1) * sizeof(int64_t))  # and starts
+        self.plans = <int64_t*>malloc((4 * n * every + every + 1) * sizeof(int64_t))  # and starts
         self.shapes = <Shape*>malloc(max_shapes * sizeof(Shape))
         if self.layout_epochs == NULL or self.state_acc == NULL or self.plans == NULL or self.shapes == NULL:
             raise MemoryError("Lookup: no memory for the walk's state")
-        self.state, self.run_of = self.layout_epochs + n, self.layout_epochs + 3 * n
-        self.starts = self.plans + 3 * n * every
+        self.state, self.run_of = self.layout_epochs + n, self.layout_epochs + 4 * n
+        self.starts = self.plans + 4 * n * every
         for c in range(n):
             self.layout_epochs[c] = -1
         self.full_chunks = self._full_chunks()
@@ -317,12 +318,13 @@ cdef class Lookup:
         """The targets from walk position at[0] in one snapshot interval, chunk by chunk from
         its snapshot; moves at[0] past them. Returns 0, or ENDED."""
         cdef Py_ssize_t j = at[0], c, k, chunk = -1, chunks = 0, n = self.n, s = w.keys[j] // self.every
-        cdef int64_t g = self.ints[s, 0], end = (s + 1) * self.every, target, epoch, guess
+        cdef int64_t g = self.ints[s, 0], end = (s + 1) * self.every, target, epoch, position, guess
         cdef int64_t* plan
         cdef const Draw* draws = NULL
         cdef Draw draw
         for c in range(n):
             self.state[c], self.state[n + c] = self.ints[s, 2 + c], self.ints[s, 2 + n + c]
+            self.state[2 * n + c] = self.ints[s, 2 + 2 * n + c]
             self.state_acc[c] = self.acc[s, c]
         self.starts[0] = self.ints[s, 1]
         while j < w.m and w.keys[j] < end:
@@ -334,15 +336,17 @@ cdef class Lookup:
                 chunks += 1
             while self.starts[k + 1] <= target:
                 k += 1
-            plan = self.plans + 3 * n * k
+            plan = self.plans + 4 * n * k
             if k != chunk:
                 draws, chunk = self._draws(plan), k
             draw = draws[target - self.starts[k]]
             c = draw.dataset
-            epoch = plan[n + c] if self.reshuffle[c] else 0
-            w.positions[j] = plan[2 * n + c] + draw.rank
+            epoch, position = plan[n + c], plan[2 * n + c] + draw.rank
+            if sched.carry[c]:  # where its draws stand: its tails back, maybe in the next pass
+                _carry_back(sched, c, plan[3 * n + c], &epoch, &position)
+            w.positions[j] = position
             w.items[j] = (w.items[j] & ~LOW) | <uint64_t>c
-            self._count(c, epoch)
+            self._count(c, epoch if self.reshuffle[c] else 0)
             j += 1
         at[0] = j
         return 0
@@ -350,11 +354,12 @@ cdef class Lookup:
     cdef bint _next_chunk(self, Schedule* sched, int64_t* g, Py_ssize_t chunk) noexcept nogil:
         """Plan the lane's next chunk from global chunk g[0] into plans[chunk]; False at the end."""
         cdef Py_ssize_t c, n = self.n
-        cdef int64_t* plan = self.plans + 3 * n * chunk
+        cdef int64_t* plan = self.plans + 4 * n * chunk
         cdef int64_t total = 0
         if _walk(sched, self.lane, self.replicas, self.permute, self.lane_key, g, self.state_acc, self.state,
-                 self.state + n, plan, plan + n, plan + 2 * n) != PLANNED:
+                 self.state + n, self.state + 2 * n, plan, plan + n, plan + 2 * n) != PLANNED:
             return False
+        memcpy(plan + 3 * n, self.state + 2 * n, n * sizeof(int64_t))  # the tails at the chunk
         g[0] += 1
         for c in range(n):
             total += plan[c]

@@ -24,6 +24,7 @@ cdef struct Schedule:
     const int64_t* totals
     const int64_t* policies
     const int64_t* max_repeats
+    const int64_t* carry  # 1: pass_tail "carry" (draws run on into the next pass), 0: "drop"
     const int64_t* sum_order  # dataset indices in the mixture's insertion order (weights are summed so)
     double* weights  # active weights, recomputed only when a dataset retires
     Py_ssize_t retired  # drained redistributing datasets the weights were computed for; -1: none yet
@@ -32,16 +33,44 @@ cdef struct Schedule:
     double* saved  # scratch: accumulators at chunk start
     double* keys  # scratch: sort keys
     Py_ssize_t* order  # scratch: ranked dataset indices
+    int64_t* lags  # per dataset: tails, then them as whole passes and a rest (_carry_back's cache)
 
 
 cdef Py_ssize_t _walk(Schedule* s, int64_t lane, int64_t replicas, bint permute, uint64_t lane_key,
-                      int64_t* g, double* acc, int64_t* epochs, int64_t* positions,
+                      int64_t* g, double* acc, int64_t* epochs, int64_t* positions, int64_t* tails,
                       int64_t* quotas, int64_t* start_epochs, int64_t* start_positions) noexcept nogil
+
+
+cdef inline void _carry_back(Schedule* s, Py_ssize_t c, int64_t tails, int64_t* epoch,
+                             int64_t* position) noexcept nogil:
+    """Where "carry" dataset c's draws stand: ``tails`` samples behind pass ``epoch[0]``, position
+    ``position[0]`` (in ``[0, 2·total)``), in the concatenation of its passes; in place, the
+    position brought into its pass. Defined here so that the kernels inline it.
+
+    ``s.lags`` keeps the tails as whole passes and a rest, so the division runs only when they
+    change (at a pass start), not per call.
+    """
+    cdef int64_t* lag = s.lags + 3 * c
+    if tails:
+        if lag[0] != tails:
+            lag[0], lag[1], lag[2] = tails, tails // s.totals[c], tails % s.totals[c]
+        epoch[0] -= lag[1]
+        position[0] -= lag[2]
+    if position[0] < 0:
+        epoch[0] -= 1
+        position[0] += s.totals[c]
+    elif position[0] >= s.totals[c]:
+        epoch[0] += 1
+        position[0] -= s.totals[c]
+
+
+cdef void _draw_starts(Schedule* s, const int64_t* tails, int64_t* start_epochs,
+                       int64_t* start_positions) noexcept nogil
 
 
 cdef class Scheduler:
     cdef const double[::1] raw_weights
-    cdef const int64_t[::1] totals, policies, max_repeats, sum_order
+    cdef const int64_t[::1] totals, policies, max_repeats, carry, sum_order
     cdef int allocator
     cdef int64_t stop_after, chunk_size, lane, replicas
     cdef bint permute
@@ -49,5 +78,5 @@ cdef class Scheduler:
 
     cdef int _open(self, Schedule* s, double* weights) except -1
     cdef void _close(self, Schedule* s) noexcept
-    cdef Py_ssize_t _step(self, Schedule* s, int64_t* g, double[::1] acc, int64_t[::1] epochs,
-                          int64_t[::1] positions, int64_t[:, ::1] out) noexcept nogil
+    cdef Py_ssize_t _step(self, Schedule* s, int64_t* g, double* acc, int64_t* epochs, int64_t* positions,
+                          int64_t* tails, int64_t* out) noexcept nogil

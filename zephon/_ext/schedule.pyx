@@ -155,7 +155,7 @@ cdef bint _update_weights(Schedule* s, int64_t* positions) noexcept nogil:
     return True
 
 
-cdef Py_ssize_t _plan_chunk(Schedule* s, double* acc, int64_t* epochs, int64_t* positions,
+cdef Py_ssize_t _plan_chunk(Schedule* s, double* acc, int64_t* epochs, int64_t* positions, int64_t* tails,
                             int64_t* quotas) noexcept nogil:
     """plan_chunk_reference in place: PLANNED (positions not yet advanced) or the ending dataset."""
     cdef Py_ssize_t c
@@ -185,6 +185,7 @@ cdef Py_ssize_t _plan_chunk(Schedule* s, double* acc, int64_t* epochs, int64_t* 
                 return c
             if s.stop_after > 0 and _passes_done(s, epochs, positions, c):
                 return c
+            tails[c] += s.totals[c] - positions[c]
             epochs[c] += 1
             positions[c] = 0
             restart = True
@@ -244,22 +245,34 @@ cdef enum:
     PAUSED = -3  # _walk_some passed its budget of chunks before the lane's own one
 
 
+cdef void _draw_starts(Schedule* s, const int64_t* tails, int64_t* start_epochs,
+                       int64_t* start_positions) noexcept nogil:
+    """draw_start in place for every dataset: the schedule's cursors become where the draws begin."""
+    cdef Py_ssize_t c
+    for c in range(s.n):
+        if s.carry[c] and tails[c]:
+            _carry_back(s, c, tails[c], &start_epochs[c], &start_positions[c])
+
+
 cdef Py_ssize_t _walk(Schedule* s, int64_t lane, int64_t replicas, bint permute, uint64_t lane_key,
-                      int64_t* g, double* acc, int64_t* epochs, int64_t* positions,
+                      int64_t* g, double* acc, int64_t* epochs, int64_t* positions, int64_t* tails,
                       int64_t* quotas, int64_t* start_epochs, int64_t* start_positions) noexcept nogil:
     """Plan chunks from g[0] until the lane's own one; other lanes' chunks only move numbers."""
-    return _walk_some(s, lane, replicas, permute, lane_key, g, acc, epochs, positions, quotas, start_epochs,
-                      start_positions, INT64_MAX)
+    return _walk_some(s, lane, replicas, permute, lane_key, g, acc, epochs, positions, tails, quotas,
+                      start_epochs, start_positions, INT64_MAX)
 
 
 cdef Py_ssize_t _walk_some(Schedule* s, int64_t lane, int64_t replicas, bint permute, uint64_t lane_key,
-                           int64_t* g, double* acc, int64_t* epochs, int64_t* positions, int64_t* quotas,
-                           int64_t* start_epochs, int64_t* start_positions, int64_t budget) noexcept nogil:
+                           int64_t* g, double* acc, int64_t* epochs, int64_t* positions, int64_t* tails,
+                           int64_t* quotas, int64_t* start_epochs, int64_t* start_positions,
+                           int64_t budget) noexcept nogil:
     """``_walk``, or ``PAUSED`` at a chunk boundary (the state arrays at global chunk g[0]) once
     ``budget`` chunks of other lanes are behind, so that a caller can answer Ctrl-C.
 
     Quiet chunks (no dataset reaches the end of its pass) take the allocator-only path, the
-    lane's own chunk included; the others take SPEC §4's full checks.
+    lane's own chunk included; the others take SPEC §4's full checks. The starts written are
+    the schedule's cursors; ``_draw_starts`` turns them into where the draws begin (the index
+    walk, which only counts samples, skips that).
     """
     cdef Py_ssize_t c, status
     cdef int64_t own = _next_own(g[0], lane, replicas, permute, lane_key)
@@ -277,7 +290,7 @@ cdef Py_ssize_t _walk_some(Schedule* s, int64_t lane, int64_t replicas, bint per
                 start_positions[c] = positions[c]
             if _skip_quiet(s, acc, epochs, positions, quotas, 1) == 1:
                 return PLANNED
-        status = _plan_chunk(s, acc, epochs, positions, quotas)
+        status = _plan_chunk(s, acc, epochs, positions, tails, quotas)
         if status != PLANNED:
             return status
         for c in range(s.n):
@@ -292,57 +305,66 @@ cdef Py_ssize_t _walk_some(Schedule* s, int64_t lane, int64_t replicas, bint per
 cdef class Scheduler:
     """One config's scheduling tables and lane binding; its methods walk a state in place.
 
-    The state lives in the caller's arrays: ``acc`` (float64), ``epochs`` and ``positions``
-    (int64), one entry per dataset. Scratch memory is per call, so one Scheduler may serve
-    several threads walking different states. Its fields are declared in schedule.pxd.
+    The state lives in the caller's arrays: ``acc`` (float64), ``epochs``, ``positions`` and
+    ``tails`` (int64, the pass tails the schedule skipped so far), one entry per dataset.
+    Scratch memory is per call, so one Scheduler may serve several threads walking different
+    states. Its fields are declared in schedule.pxd.
     """
 
     def __init__(self, int allocator, const double[::1] raw_weights, const int64_t[::1] totals,
-                 const int64_t[::1] policies, const int64_t[::1] max_repeats, const int64_t[::1] sum_order,
-                 int64_t stop_after, int64_t chunk_size, int64_t lane, int64_t replicas, bint permute,
-                 uint64_t lane_key):
+                 const int64_t[::1] policies, const int64_t[::1] max_repeats, const int64_t[::1] carry,
+                 const int64_t[::1] sum_order, int64_t stop_after, int64_t chunk_size, int64_t lane,
+                 int64_t replicas, bint permute, uint64_t lane_key):
         self.allocator, self.raw_weights, self.totals, self.sum_order = allocator, raw_weights, totals, sum_order
-        self.policies, self.max_repeats, self.stop_after = policies, max_repeats, stop_after
+        self.policies, self.max_repeats, self.carry, self.stop_after = policies, max_repeats, carry, stop_after
         self.chunk_size, self.lane, self.replicas = chunk_size, lane, replicas
         self.permute, self.lane_key = permute, lane_key
 
     def __reduce__(self):
         """Pickle by the constructor's arguments (for spawned DataLoader workers)."""
         return Scheduler, (self.allocator, np.asarray(self.raw_weights), np.asarray(self.totals),
-                           np.asarray(self.policies), np.asarray(self.max_repeats), np.asarray(self.sum_order),
+                           np.asarray(self.policies), np.asarray(self.max_repeats), np.asarray(self.carry),
+                           np.asarray(self.sum_order),
                            self.stop_after,
                            self.chunk_size, self.lane, self.replicas, self.permute, self.lane_key)
 
     cdef int _open(self, Schedule* s, double* weights) except -1:
-        cdef Py_ssize_t n = self.totals.shape[0]
+        cdef Py_ssize_t c, n = self.totals.shape[0]
         s.n, s.allocator, s.stop_after, s.chunk_size = n, self.allocator, self.stop_after, self.chunk_size
         s.raw_weights, s.totals = &self.raw_weights[0], &self.totals[0]
         s.policies, s.max_repeats, s.sum_order = &self.policies[0], &self.max_repeats[0], &self.sum_order[0]
+        s.carry = &self.carry[0]
         s.saved = <double*>malloc(3 * n * sizeof(double))
         s.order = <Py_ssize_t*>malloc(n * sizeof(Py_ssize_t))
         s.fixed = <int64_t*>malloc(n * sizeof(int64_t))
-        if s.saved == NULL or s.order == NULL or s.fixed == NULL:
+        s.lags = <int64_t*>malloc(3 * n * sizeof(int64_t))
+        if s.saved == NULL or s.order == NULL or s.fixed == NULL or s.lags == NULL:
             self._close(s)
             raise MemoryError()
         s.shares, s.keys, s.weights, s.retired = s.saved + n, s.saved + 2 * n, weights, -1
+        for c in range(n):
+            s.lags[3 * c] = -1  # no tails cached yet
         return 0
 
     cdef void _close(self, Schedule* s) noexcept:
         free(s.saved)
         free(s.order)
         free(s.fixed)
+        free(s.lags)
 
-    cdef Py_ssize_t _step(self, Schedule* s, int64_t* g, double[::1] acc, int64_t[::1] epochs,
-                          int64_t[::1] positions, int64_t[:, ::1] out) noexcept nogil:
-        return _walk(s, self.lane, self.replicas, self.permute, self.lane_key, g, &acc[0], &epochs[0],
-                     &positions[0], &out[0, 0], &out[1, 0], &out[2, 0])
+    cdef Py_ssize_t _step(self, Schedule* s, int64_t* g, double* acc, int64_t* epochs, int64_t* positions,
+                          int64_t* tails, int64_t* out) noexcept nogil:
+        """``_walk`` for this lane; ``out`` holds three rows of n (pointers, not memoryviews: this
+        runs once per chunk of an index walk)."""
+        return _walk(s, self.lane, self.replicas, self.permute, self.lane_key, g, acc, epochs, positions, tails,
+                     out, out + s.n, out + 2 * s.n)
 
     def plan_next(self, int64_t chunk_index, double[::1] acc, int64_t[::1] epochs, int64_t[::1] positions,
-                  int64_t[:, ::1] out, double[::1] weights, int64_t budget=INT64_MAX):
+                  int64_t[::1] tails, int64_t[:, ::1] out, double[::1] weights, int64_t budget=INT64_MAX):
         """Plan the lane's next chunk from global chunk ``chunk_index``.
 
-        The state arrays move to the state after that chunk; ``out`` rows receive quotas,
-        start epochs and start positions; ``weights`` the active weights. Returns
+        The state arrays move to the state after that chunk; ``out`` rows receive quotas, and
+        the pass and position where each dataset's draw starts; ``weights`` the active weights. Returns
         ``(ended, g, dataset)``: the chunk's global index, or where the stream ends and which
         dataset ended it (-1: every dataset done / none active); after an end the state
         arrays hold no meaningful state. Other lanes' chunks are skipped ``budget`` at a time
@@ -356,7 +378,10 @@ cdef class Scheduler:
             while True:
                 with nogil:
                     status = _walk_some(&s, self.lane, self.replicas, self.permute, self.lane_key, &g, &acc[0],
-                                        &epochs[0], &positions[0], &out[0, 0], &out[1, 0], &out[2, 0], budget)
+                                        &epochs[0], &positions[0], &tails[0], &out[0, 0], &out[1, 0], &out[2, 0],
+                                        budget)
+                    if status == PLANNED:
+                        _draw_starts(&s, &tails[0], &out[1, 0], &out[2, 0])
                 if status != PAUSED:
                     break
                 PyErr_CheckSignals()
@@ -367,12 +392,12 @@ cdef class Scheduler:
         return True, g, status
 
     def index(self, int64_t chunk_index, double[::1] acc, int64_t[::1] epochs, int64_t[::1] positions,
-              int64_t own, int64_t samples, int64_t every, int64_t[:, ::1] snap_ints, double[:, ::1] snap_acc,
-              int64_t budget):
+              int64_t[::1] tails, int64_t own, int64_t samples, int64_t every, int64_t[:, ::1] snap_ints,
+              double[:, ::1] snap_acc, int64_t budget):
         """Walk the lane's chunks to the end, recording the state before every ``every``-th one.
 
         ``own`` chunks of ``samples`` samples precede the given state. A snapshot row holds
-        ``[g, samples_before, epochs..., positions...]`` and the accumulators. Stops when the
+        ``[g, samples_before, epochs..., positions..., tails...]`` and the accumulators. Stops when the
         snapshot arrays are full or after ``budget`` chunks of the lane (so that the caller
         can answer Ctrl-C between calls). Returns ``(filled, g, own, samples, ended)``; at an
         end, ``g`` is the global chunk that could not be produced.
@@ -391,9 +416,10 @@ cdef class Scheduler:
                     snap_ints[filled, 0], snap_ints[filled, 1] = g, samples
                     for c in range(n):
                         snap_ints[filled, 2 + c], snap_ints[filled, 2 + n + c] = epochs[c], positions[c]
+                        snap_ints[filled, 2 + 2 * n + c] = tails[c]
                         snap_acc[filled, c] = acc[c]
                     filled += 1
-                status = self._step(&s, &g, acc, epochs, positions, out)
+                status = self._step(&s, &g, &acc[0], &epochs[0], &positions[0], &tails[0], &out[0, 0])
                 if status == PLANNED:
                     g += 1
                     own += 1

@@ -26,10 +26,12 @@ from zephon.limits import MAX_CHUNK_INDEX, MAX_STATE_NODES, STATE_NODES_PER_DATA
 KIND = "zephon.StaticMixtureWorkSource"
 # 2: token deficits are exact ints (token streams changed); sample-mode state as in 1
 # 3: an integrity digest; fingerprints compare normalised weights; two-stage renormalisation
-VERSION = 3
+# 4: pass_tail (the default "carry" changed repeating streams) and each cursor's tails
+VERSION = 4
 KEY_KIND, KEY_VERSION, KEY_LANE, KEY_REPLICAS = "kind", "version", "lane", "canonical_replicas"
 KEY_FINGERPRINT, KEY_STATE, KEY_DIGEST = "fingerprint", "state", "digest"
 KEY_CHUNK, KEY_ALLOC, KEY_CURSORS, KEY_EPOCH, KEY_POSITION = "chunk_index", "alloc", "cursors", "epoch", "position"
+KEY_TAILS = "tails"
 KEY_RATIOS, KEY_RATIO, KEY_ORIGIN = "token_ratios", "ratio", "origin"
 ORIGINS = ("measured", "pinned", "fallback")
 
@@ -47,7 +49,8 @@ def state_to_json(state: SourceState, config: SourceConfig) -> dict[str, Any]:
             KEY_CHUNK: state.chunk_index,
             KEY_ALLOC: list(alloc) if isinstance(alloc, tuple) else alloc,
             KEY_CURSORS: {
-                d.name: {KEY_EPOCH: c.epoch, KEY_POSITION: c.position} for d, c in zip(config.datasets, state.cursors)
+                d.name: {KEY_EPOCH: c.epoch, KEY_POSITION: c.position, KEY_TAILS: c.tails}
+                for d, c in zip(config.datasets, state.cursors)
             },
         },
     }
@@ -193,11 +196,14 @@ def _cursors_from_json(value: Any, config: SourceConfig) -> tuple[CursorState, .
     cursors = []
     for d in config.datasets:
         entry = value[d.name]
-        if not isinstance(entry, dict) or set(entry) != {KEY_EPOCH, KEY_POSITION}:
-            raise ValueError(f"checkpoint cursor of {d.name!r} must be {{'epoch': int, 'position': int}}, got {show(entry)}")
+        if not isinstance(entry, dict) or set(entry) != {KEY_EPOCH, KEY_POSITION, KEY_TAILS}:
+            raise ValueError(f"checkpoint cursor of {d.name!r} must be {{'epoch': int, 'position': int, "
+                             f"'tails': int}}, got {show(entry)}")
         epoch = _count(f"cursor {d.name!r} epoch", entry[KEY_EPOCH], _last_epoch(d))
         position = _count(f"cursor {d.name!r} position", entry[KEY_POSITION], d.total)
-        cursors.append(CursorState(epoch=epoch, position=position))
+        # every pass start skips a tail of at most total - 1 samples (a pass that gave none ends the stream)
+        tails = _count(f"cursor {d.name!r} tails", entry[KEY_TAILS], min(epoch * max(d.total - 1, 0), MAX_CHUNK_INDEX))
+        cursors.append(CursorState(epoch=epoch, position=position, tails=tails))
     return tuple(cursors)
 
 

@@ -35,6 +35,8 @@ def shard_costs(shard_counts: np.ndarray, shard_bytes: np.ndarray, ratio: float)
 _DIGEST = "shard digest"  # key of a plan's memo (``DatasetPlan.layouts``)
 STOP, REPEAT, REDISTRIBUTE = "stop", "repeat", "redistribute"
 POLICIES = (STOP, REPEAT, REDISTRIBUTE)
+CARRY, DROP = "carry", "drop"
+PASS_TAILS = (CARRY, DROP)  # what a repeating dataset does with a pass's tail shorter than its quota
 MODULO, PERMUTE = "modulo", "permute"
 KERNEL_ALLOCATORS = ("accumulator", "fixed")  # the scheduling kernel's allocator codes
 
@@ -63,6 +65,7 @@ class DatasetPlan:
     max_repeats: int | None  # extra passes allowed after the first; None = unbounded
     reshuffle_on_repeat: bool  # False: every pass repeats pass 0's order
     block_size: int  # resolved mosaic block size; <= 1 means no block shuffle
+    pass_tail: str = CARRY  # CARRY: a draw runs on into the next pass; DROP: skips the tail
     data_fingerprint: str | None = None  # the dataset's content fingerprint (files), if any
     shard_bytes: np.ndarray | None = None  # int64 raw bytes per shard (token mode's cost model)
     token_ratio: float | None = None  # tokens per raw byte, once primed (token mode)
@@ -140,6 +143,7 @@ class SourceConfig:
             _read_only([d.total for d in self.datasets]),
             _read_only([POLICIES.index(d.policy) for d in self.datasets]),
             _read_only([-1 if d.max_repeats is None else d.max_repeats for d in self.datasets]),
+            _read_only([d.pass_tail == CARRY for d in self.datasets]),
             _read_only(self.summing_order), self.stop_after_passes or 0, self.chunk_size, lane, replicas,
             self.lane_assignment != MODULO, self.lane_key,
         )
@@ -185,6 +189,7 @@ class SourceConfig:
             "policies": [d.policy for d in self.datasets],
             "max_repeats": [d.max_repeats for d in self.datasets],
             "reshuffle_on_repeat": [d.reshuffle_on_repeat for d in self.datasets],
+            "pass_tail": [d.pass_tail for d in self.datasets],
             "stop_after_passes": self.stop_after_passes,
             "lane_assignment": self.lane_assignment,
             "allocation": self.allocator.name,

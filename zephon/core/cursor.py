@@ -6,10 +6,12 @@ For pass ``e`` (keys use ``e``, or 0 without ``reshuffle_on_repeat``)::
     q ──shard lookup──► (k, r): k-th non-empty shard in this pass's shard order, row r
     r ──within shard──► offset = perm_shard(r)                          (if within-shard)
 
-``pointer_reference`` is the readable definition. ``take`` (a range of positions) and
-``take_at`` (any positions) write pointers, and ``shard_runs`` lists only the shards of a
-range (token mode prices draws by shard), with the cursor kernel from a pass layout
-(``epoch_layout``), cached per dataset, never O(#samples):
+``pointer_reference`` is the readable definition. A dataset's stream is its passes back to
+back: a position past the end of pass ``e`` continues in pass ``e + 1`` (``in_pass``), which
+is how a ``pass_tail="carry"`` draw runs on across a pass boundary. ``take`` (a range of
+positions, across passes) and ``take_at`` (any positions of one pass) write pointers, and
+``shard_runs`` lists only the shards of a range (token mode prices draws by shard), with the
+cursor kernel from a pass layout (``epoch_layout``), cached per dataset, never O(#samples):
 
 * **uniform shards** — every shard has the same count ``u > 0`` except at most one, the odd
   shard, of any count (0 included): the layout is O(1). Order position ``k`` holds shard
@@ -44,9 +46,22 @@ def _level_key(config: SourceConfig, dataset_id: int, domain: int, epoch: int) -
     return purpose_key(config.seed, domain, dataset_id, epoch if plan.reshuffle_on_repeat else 0)
 
 
+def in_pass(plan: DatasetPlan, epoch: int, position: int) -> tuple[int, int]:
+    """``(epoch', position')`` naming the same sample with ``position'`` inside its pass: a
+    position past the end of a pass continues in the next ones."""
+    if position < plan.total:
+        return epoch, position
+    passes, position = divmod(position, plan.total)
+    return epoch + passes, position
+
+
 def pointer_reference(config: SourceConfig, dataset_id: int, epoch: int, p: int) -> tuple[int, int, int]:
-    """The pointer at position ``p`` of pass ``epoch`` of a dataset (pure; slow; the definition)."""
+    """The pointer at position ``p`` of pass ``epoch`` of a dataset (pure; slow; the definition).
+
+    ``p`` may lie past the end of the pass: it continues in the next passes (``in_pass``).
+    """
     plan = config.datasets[dataset_id]
+    epoch, p = in_pass(plan, epoch, p)
     shards = len(plan.shard_ids)
     order_key = _level_key(config, dataset_id, DOMAIN_SHARD_ORDER, epoch)
     order = [perm_reference(order_key, shards, k) if config.shuffle_shards else k for k in range(shards)]
@@ -122,7 +137,14 @@ def epoch_layout(config: SourceConfig, dataset_id: int, epoch: int) -> _kernel.P
 
 
 def take(out: np.ndarray, row: int, config: SourceConfig, dataset_id: int, epoch: int, position: int, count: int) -> None:
-    """Write the pointers at positions ``[position, position + count)`` of a pass into ``out[row:]``."""
+    """Write the pointers at positions ``[position, position + count)`` of pass ``epoch`` into
+    ``out[row:]``; positions past the end of the pass continue in the next ones (``in_pass``).
+    The caller keeps ``position`` inside the pass or at its end."""
+    head = config.datasets[dataset_id].total - position
+    if count > head:  # a "carry" draw: the rest of this pass, then on from the next one's start
+        take(out, row, config, dataset_id, epoch, position, head)
+        take(out, row + head, config, dataset_id, epoch + 1, 0, count - head)
+        return
     _kernel.take(out, row, dataset_id, epoch_layout(config, dataset_id, epoch), position, count)
 
 
@@ -151,10 +173,21 @@ def take_at(config: SourceConfig, dataset_id: int, epoch: int, positions: np.nda
 
 def shard_runs(config: SourceConfig, dataset_id: int, epoch: int, position: int, count: int
                ) -> tuple[np.ndarray, np.ndarray]:
-    """``(ends, ids)``: the shard ids of positions ``[position, position + count)`` of a pass as runs.
+    """``(ends, ids)``: the shard ids of positions ``[position, position + count)`` of pass
+    ``epoch`` as runs; positions past the end of the pass continue in the next ones.
 
     Run ``r`` covers offsets ``[ends[r-1], ends[r])`` from ``position`` (``ends[-1]`` = 0) and
     reads shard ``ids[r]``: the run-length encoding of ``pointer_reference(...)[1]`` over the
-    range. The caller keeps the range inside the pass.
+    range, except that a pass boundary always starts a new run (adjacent runs may then share an id).
     """
-    return _kernel.shard_runs(epoch_layout(config, dataset_id, epoch), position, count)
+    plan, done = config.datasets[dataset_id], 0
+    epoch, position = in_pass(plan, epoch, position)
+    if position + count <= plan.total:
+        return _kernel.shard_runs(epoch_layout(config, dataset_id, epoch), position, count)
+    parts = []
+    while done < count:
+        part = min(count - done, plan.total - position)
+        ends, ids = _kernel.shard_runs(epoch_layout(config, dataset_id, epoch), position, part)
+        parts.append((ends + done, ids))
+        done, epoch, position = done + part, epoch + 1, 0
+    return np.concatenate([e for e, _ in parts]), np.concatenate([i for _, i in parts])

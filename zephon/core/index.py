@@ -6,8 +6,8 @@ bijection, so the i-th sample of the mixed, shuffled, multi-pass stream is arith
 
 1. **Index** — one walk of the lane's schedule (numbers only, in the scheduling kernel)
    records the state before every ``every``-th chunk of the lane and the samples before it:
-   ``16 + 24·datasets`` bytes per snapshot, about 11 bytes per chunk for three datasets at
-   the default ``every=8``; nothing per sample.
+   ``16 + 32·datasets`` bytes per snapshot, 14 bytes per chunk for three datasets at the
+   default ``every=8``; nothing per sample.
 2. **Lookup** — one kernel (``zephon/_ext/lookup.pyx``, built on first use and kept on the
    index; a pickled index drops it) answers any batch of indices in one call:
 
@@ -52,7 +52,7 @@ import numpy as np
 from zephon._ext.cursor import PassLayout
 from zephon._ext.lookup import Lookup
 from zephon.core.config import REDISTRIBUTE, REPEAT, STOP, SourceConfig
-from zephon.core.cursor import epoch_layout, pointer_reference, take_at
+from zephon.core.cursor import epoch_layout, in_pass, pointer_reference, take_at
 from zephon.core.readorder import read_order, round_robin_reference
 from zephon.core.schedule import WALK_STEPS, Ended, SourceState, initial_state, plan_next_reference, state_arrays
 from zephon.core.step import step
@@ -117,7 +117,7 @@ class StreamIndex:
     """Snapshots of a lane's stream; see the module docstring for the trade-off."""
 
     every: int  # lane chunks between snapshots
-    ints: np.ndarray  # (m, 2 + 2n) int64: global chunk, samples before, epochs, positions
+    ints: np.ndarray  # (m, 2 + 3n) int64: global chunk, samples before, epochs, positions, tails
     acc: np.ndarray  # (m, n) float64: accumulators
     length: int  # samples in the whole stream
     chunks: int  # chunks of the lane in the whole stream
@@ -154,13 +154,13 @@ def _walk(config: SourceConfig, state: SourceState, every: int, capacity: int):
     The kernel walks ``WALK_STEPS`` dataset-chunks per call, so Ctrl-C is answered between calls.
     """
     n = len(config.datasets)
-    acc, epochs, positions = state_arrays(state, n)
-    ints, accs = np.empty((capacity, 2 + 2 * n), dtype=np.int64), np.empty((capacity, n), dtype=np.float64)
+    acc, epochs, positions, tails = state_arrays(state, n)
+    ints, accs = np.empty((capacity, 2 + 3 * n), dtype=np.int64), np.empty((capacity, n), dtype=np.float64)
     g, own, samples, filled = state.chunk_index, 0, 0, 0
     budget = max(1, WALK_STEPS // n)
     while True:
         got, g, own, samples, ended = config.scheduler.index(
-            g, acc, epochs, positions, own, samples, every, ints[filled:], accs[filled:], budget)
+            g, acc, epochs, positions, tails, own, samples, every, ints[filled:], accs[filled:], budget)
         filled += got
         if ended:
             return ints[:filled], accs[:filled], own, samples
@@ -274,6 +274,7 @@ def _draw(quotas: tuple[int, ...], offset: int) -> tuple[int, int]:
 
 def _pointer(config: SourceConfig, c: int, epoch: int, position: int) -> tuple[int, int, int]:
     """``pointer_reference`` by the cursor kernel."""
+    epoch, position = in_pass(config.datasets[c], epoch, position)
     return tuple(take_at(config, c, epoch, np.array([position], dtype=np.int64))[0].tolist())
 
 

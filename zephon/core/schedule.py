@@ -1,6 +1,8 @@
 """The global chunk schedule on numbers only: quotas, passes, exhaustion, lane routing.
 
-``plan_chunk_reference`` is SPEC §4 for one global chunk, written to be read;
+``plan_chunk_reference`` is SPEC §4 for one global chunk, written to be read. Its decisions
+read the cursors' ``(epoch, position)`` alone, so ``pass_tail`` changes none of them: only
+where each dataset's draw begins (``draw_start``).
 ``plan_next`` walks the schedule from a state to the next chunk owned by the lane, with the
 scheduling kernel for the built-in allocators (the kernel is tested against this module)
 and in Python for an allocator a fork brings. No pointer is generated here: a chunk that
@@ -13,7 +15,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from zephon.core.config import MODULO, REDISTRIBUTE, STOP, SourceConfig
+from zephon.core.config import CARRY, MODULO, REDISTRIBUTE, STOP, DatasetPlan, SourceConfig
 from zephon.core.keys import derive
 from zephon.core.perm import perm_reference
 
@@ -23,10 +25,16 @@ WALK_STEPS = 1 << 21  # chunks x datasets a kernel walk plans between checks for
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class CursorState:
-    """Where one dataset's cursor stands."""
+    """Where one dataset's cursor stands in the schedule (SPEC §4 decides on these numbers).
+
+    ``tails`` counts the samples of the pass tails the schedule skipped when it started the
+    next pass: "drop" never reads them; "carry" reads them first, so its draws stand ``tails``
+    samples behind the cursor in the concatenation of the passes (``draw_start``).
+    """
 
     epoch: int  # the pass being read, >= 0 (pass ``epoch`` is the dataset's epoch-th repeat)
     position: int  # samples taken from this pass, 0..total; == total means drained
+    tails: int = 0  # samples left in the passes before ``epoch`` when each next one started
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -54,7 +62,7 @@ class Planned:
 
     chunk_index: int  # its global index
     quotas: tuple[int, ...]  # pointers per dataset (0 = omitted)
-    starts: tuple[CursorState, ...]  # where each dataset's draw begins
+    starts: tuple[CursorState, ...]  # where each dataset's draw begins (``draw_start``), maybe running on
     weights: tuple[float, ...]  # active weights, normalised; 0.0 = inactive
     state: SourceState  # the state after this chunk
 
@@ -111,7 +119,7 @@ def start_next_pass(config: SourceConfig, now: list[CursorState], c: int) -> End
         return Ended(-1, c)
     if config.stop_after_passes is not None and passes_done(config, now, counting=c):
         return Ended(-1, c)
-    now[c] = CursorState(epoch=now[c].epoch + 1, position=0)
+    now[c] = CursorState(epoch=now[c].epoch + 1, position=0, tails=now[c].tails + d.total - now[c].position)
     return None
 
 
@@ -145,8 +153,25 @@ def plan_chunk_reference(config: SourceConfig, alloc: Any, cursors: tuple[Cursor
             break
     if config.stop_after_passes is not None and passes_done(config, now):
         return Ended(-1, None)
-    after = tuple(CursorState(epoch=cur.epoch, position=cur.position + q) for cur, q in zip(now, quotas))
-    return tuple(quotas), tuple(now), weights, new_alloc, after
+    return tuple(quotas), tuple(now), weights, new_alloc, advance(now, quotas)
+
+
+def advance(cursors: list[CursorState], quotas: tuple[int, ...] | list[int]) -> tuple[CursorState, ...]:
+    """The cursors after drawing ``quotas`` (the schedule's positions move by the quotas)."""
+    return tuple(CursorState(epoch=cur.epoch, position=cur.position + q, tails=cur.tails)
+                 for cur, q in zip(cursors, quotas))
+
+
+def draw_start(plan: DatasetPlan, cursor: CursorState) -> CursorState:
+    """Where a dataset's draw at ``cursor`` begins: the cursor itself under "drop"; under "carry"
+    ``cursor.tails`` samples earlier in the plain concatenation of the dataset's passes. A start
+    counts no tails."""
+    if not cursor.tails:
+        return cursor
+    if plan.pass_tail != CARRY:
+        return CursorState(epoch=cursor.epoch, position=cursor.position)
+    epoch, position = divmod(cursor.epoch * plan.total + cursor.position - cursor.tails, plan.total)
+    return CursorState(epoch=epoch, position=position)
 
 
 def walk_to_lane(state: SourceState, config: SourceConfig, plan_chunk: Callable) -> Planned | Ended:
@@ -159,6 +184,7 @@ def walk_to_lane(state: SourceState, config: SourceConfig, plan_chunk: Callable)
             return Ended(g, planned.dataset)
         quotas, starts, weights, alloc, cursors = planned
         if lane_of(config, g) == lane:
+            starts = tuple(draw_start(d, cur) for d, cur in zip(config.datasets, starts))
             return Planned(g, quotas, starts, weights, SourceState(chunk_index=g + 1, alloc=alloc, cursors=cursors))
         g += 1
 
@@ -168,20 +194,23 @@ def plan_next_reference(state: SourceState, config: SourceConfig) -> Planned | E
     return walk_to_lane(state, config, plan_chunk_reference)
 
 
-def state_arrays(state: SourceState, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The state as the kernel's in-place arrays: accumulators, epochs, positions."""
+def state_arrays(state: SourceState, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The state as the kernel's in-place arrays: accumulators, epochs, positions, tails."""
     acc = np.array(state.alloc if state.alloc else (0.0,) * n, dtype=np.float64)
     epochs = np.array([c.epoch for c in state.cursors], dtype=np.int64)
     positions = np.array([c.position for c in state.cursors], dtype=np.int64)
-    return acc, epochs, positions
+    tails = np.array([c.tails for c in state.cursors], dtype=np.int64)
+    return acc, epochs, positions, tails
 
 
-def state_from_arrays(g: int, alloc_like: Any, acc: np.ndarray, epochs: np.ndarray, positions: np.ndarray) -> SourceState:
+def state_from_arrays(g: int, alloc_like: Any, acc: np.ndarray, epochs: np.ndarray, positions: np.ndarray,
+                      tails: np.ndarray) -> SourceState:
     """The kernel's arrays back as a state (``alloc_like`` tells whether the allocator keeps any)."""
     return SourceState(
         chunk_index=g,
         alloc=tuple(acc.tolist()) if alloc_like else alloc_like,
-        cursors=tuple(CursorState(epoch=e, position=p) for e, p in zip(epochs.tolist(), positions.tolist())),
+        cursors=tuple(CursorState(epoch=e, position=p, tails=t)
+                      for e, p, t in zip(epochs.tolist(), positions.tolist(), tails.tolist())),
     )
 
 
@@ -199,10 +228,11 @@ def plan_next(state: SourceState, config: SourceConfig) -> Planned | Ended:
     if config.scheduler is None:
         return plan_next_reference(state, config)
     n = len(config.datasets)
-    acc, epochs, positions = state_arrays(state, n)
+    acc, epochs, positions, tails = state_arrays(state, n)
     out, weights = np.empty((3, n), dtype=np.int64), np.empty(n, dtype=np.float64)
     budget = max(1, WALK_STEPS // n)
-    ended, g, dataset = config.scheduler.plan_next(state.chunk_index, acc, epochs, positions, out, weights, budget)
+    ended, g, dataset = config.scheduler.plan_next(state.chunk_index, acc, epochs, positions, tails, out, weights,
+                                                   budget)
     if ended:
         return Ended(g, None if dataset < 0 else dataset)
-    return planned_from_kernel(g, out, weights, state_from_arrays(g + 1, state.alloc, acc, epochs, positions))
+    return planned_from_kernel(g, out, weights, state_from_arrays(g + 1, state.alloc, acc, epochs, positions, tails))

@@ -12,9 +12,11 @@ The arithmetic is exact: costs are integer units of 1/16 token (``COST_UNITS``, 
 remainder, every active dataset at least one unit), so deficits are int64 that sum to 0 and
 stay within ``deficit_bound``; they never depend on floating-point rounding. Passes,
 caps, ``stop_after_passes`` and END follow SPEC §4 as in sample mode: a dataset that runs out
-of its pass during a chunk starts its next pass (dropping the unread tail) and the chunk is
-drawn again from the deficits saved at its start; a redistributing dataset that runs dry ends
-the chunk short.
+of its pass during a chunk starts its next pass and the chunk is drawn again from the
+deficits saved at its start (under ``pass_tail="drop"`` the unread tail is skipped; under
+``"carry"`` the draws read it first, each priced by the sample it takes, so a chunk's quotas
+at a pass boundary follow the costs of the samples actually drawn); a redistributing dataset
+that runs dry ends the chunk short.
 
 A draw's cost depends only on its shard, so planning prices each dataset's candidate samples
 by runs of equal shard from the cursor (``cursor.shard_runs``) and computes no pointers: O(shards
@@ -40,6 +42,8 @@ from zephon.core.schedule import (
     Planned,
     SourceState,
     active_weights,
+    advance,
+    draw_start,
     passes_done,
     start_next_pass,
     walk_to_lane,
@@ -139,8 +143,10 @@ def _cost_of_shard_id(plan: DatasetPlan) -> Callable[[np.ndarray], np.ndarray]:
 class _Runs:
     """Cost runs of the draws one chunk may take from each dataset, extended on demand.
 
-    Dataset c's candidates are the next samples of its pass; a run is a stretch of them in one
-    shard, so it has one cost (``cursor.shard_runs``: no pointers). ``ends[c]`` and
+    Dataset c's candidates are the samples its draw would take next (``draw_start``: under
+    "carry" they run on into the next pass, priced as what is drawn), as many as its pass has
+    left in the schedule; a run is a stretch of them in one shard, so it has one cost
+    (``cursor.shard_runs``: no pointers). ``ends[c]`` and
     ``costs[c]`` list the runs' cumulative ends (in draws) and costs.
     """
 
@@ -160,8 +166,8 @@ class _Runs:
         """Append the runs of dataset ``c``'s next ``count`` candidates."""
         if count <= 0:
             return
-        cursor, have = self.cursors[c], self.available[c]
-        ends, ids = shard_runs(self.config, c, cursor.epoch, cursor.position + have, count)
+        start, have = draw_start(self.config.datasets[c], self.cursors[c]), self.available[c]
+        ends, ids = shard_runs(self.config, c, start.epoch, start.position + have, count)
         costs = _cost_of_shard_id(self.config.datasets[c])(ids)
         self.ends[c] = np.concatenate([self.ends[c], ends + have]) if have else ends
         self.costs[c] = np.concatenate([self.costs[c], costs]) if have else costs
@@ -204,8 +210,7 @@ def plan_token_chunk(config: SourceConfig, deficits: tuple[int, ...], cursors: t
     if isinstance(outcome, Ended):
         return outcome
     quotas, new_deficits = outcome
-    after = tuple(CursorState(epoch=cur.epoch, position=cur.position + q) for cur, q in zip(now, quotas))
-    return quotas, tuple(now), weights, new_deficits, after
+    return quotas, tuple(now), weights, new_deficits, advance(now, quotas)
 
 
 def _draw_chunk(config: SourceConfig, saved: list[int], weights: Sequence[float], now: list[CursorState]):

@@ -10,7 +10,19 @@ import warnings
 from typing import Any, Mapping, Sequence
 
 from zephon.core.alloc import BUILT_IN, Allocator
-from zephon.core.config import MODULO, PERMUTE, POLICIES, REDISTRIBUTE, REPEAT, STOP, DatasetPlan, SourceConfig
+from zephon.core.config import (
+    CARRY,
+    MODULO,
+    PASS_TAILS,
+    PERMUTE,
+    POLICIES,
+    REDISTRIBUTE,
+    REPEAT,
+    STOP,
+    DatasetPlan,
+    SourceConfig,
+)
+from zephon.core.index import is_finite
 from zephon.core.tokens import MAX_DATASETS as MAX_TOKEN_DATASETS
 from zephon.core.tokens import token_shares
 from zephon.io import Dataset
@@ -32,6 +44,7 @@ class _Unset:
 
 
 UNSET: Any = _Unset()
+UNREAD_WARNING = 0.01  # the share of a dataset's last pass the end of a stream may leave unread silently
 
 
 def _int(parameter: str, value: Any, minimum: int, example: str, maximum: int | None = None) -> int:
@@ -65,6 +78,13 @@ def _per_dataset(parameter: str, value: Any, names: Sequence[str], default: Any,
 def _policy(parameter: str, value: Any) -> str:
     if not isinstance(value, str) or value not in POLICIES:
         raise ValueError(f"{parameter} must be one of {list(POLICIES)}, got {show(value)}")
+    return value
+
+
+def _pass_tail(parameter: str, value: Any) -> str:
+    if not isinstance(value, str) or value not in PASS_TAILS:
+        raise ValueError(f"{parameter} must be one of {list(PASS_TAILS)}, got {show(value)}; pass 'carry' to read "
+                         f"every pass completely or 'drop' for zephon 0.2.0's streams")
     return value
 
 
@@ -186,6 +206,9 @@ def _warn_no_effect(plans: list[DatasetPlan], shuffles: bool) -> None:
             warnings.warn(f"max_repeats={d.max_repeats} has no effect on {d.name!r}: its policy is {d.policy!r}",
                           RuntimeWarning, stacklevel=4)
         never_repeats = d.policy != REPEAT or d.max_repeats == 0
+        if d.pass_tail != CARRY and never_repeats:
+            warnings.warn(f"pass_tail={d.pass_tail!r} has no effect on {d.name!r}: it never repeats", RuntimeWarning,
+                          stacklevel=4)
         if not d.reshuffle_on_repeat and (never_repeats or not shuffles):
             why = "it never repeats" if never_repeats else "no shuffle is enabled"
             warnings.warn(f"reshuffle_on_repeat=False has no effect on {d.name!r}: {why}", RuntimeWarning,
@@ -229,7 +252,7 @@ def check_liveness(plans: Sequence[DatasetPlan], chunk_size: int, allocation: st
 def resolve(
     datasets: Any, mixture: Any, *, chunk_size: Any, seed: Any, shuffle_shards: Any, shuffle_within_shard: Any,
     shuffle_block_size: Any, exhausted_policy: Any, reshuffle_on_repeat: Any, max_repeats: Any,
-    stop_after_passes: Any, lane_assignment: Any, allocation: Any, token_estimation: Any,
+    stop_after_passes: Any, lane_assignment: Any, allocation: Any, token_estimation: Any, pass_tail: Any = CARRY,
 ) -> SourceConfig:
     """Validate every argument and build the template's SourceConfig."""
     datasets = _datasets(datasets)
@@ -249,6 +272,7 @@ def resolve(
     repeats = _per_dataset("max_repeats", max_repeats, names, None, _max_repeats)
     reshuffle = _per_dataset("reshuffle_on_repeat", True if reshuffle_on_repeat is UNSET else reshuffle_on_repeat,
                              names, True, _bool)
+    tails = _per_dataset("pass_tail", pass_tail, names, CARRY, _pass_tail)
     _check_stopping(passes, policies, repeats, names)
     blocks = _block_sizes(shuffle_block_size, datasets)
     pinned = _pinned_ratios(token_estimation, allocation, names)
@@ -256,18 +280,42 @@ def resolve(
         DatasetPlan(name=d.name, shard_ids=d.ids(), shard_counts=d.counts(), weight=w, policy=p,
                     max_repeats=r, reshuffle_on_repeat=s, block_size=b, data_fingerprint=d.fingerprint(),
                     shard_bytes=d.raw_bytes(), token_ratio=pinned.get(d.name),
-                    ratio_origin="pinned" if d.name in pinned else None)
-        for d, w, p, r, s, b in zip(datasets, weights, policies, repeats, reshuffle, blocks)
+                    ratio_origin="pinned" if d.name in pinned else None, pass_tail=t)
+        for d, w, p, r, s, b, t in zip(datasets, weights, policies, repeats, reshuffle, blocks, tails)
     ]
     if token_estimation is None or len(pinned) == len(plans):
         check_liveness(plans, chunk_size, allocator.name, token_shares(plans) if token_estimation else None)
     _warn_no_effect(plans, shuffle_shards or shuffle_within_shard or any(d.block_size > 1 for d in plans))
-    return SourceConfig(
+    config = SourceConfig(
         datasets=tuple(plans), chunk_size=chunk_size, seed=int(seed), shuffle_shards=shuffle_shards,
         shuffle_within_shard=shuffle_within_shard, stop_after_passes=passes,
         lane_assignment=lane_assignment, allocator=allocator, token_mode=token_estimation is not None,
         weight_order=weight_order,
     )
+    if is_finite(config):
+        warn_unread_end(plans, chunk_size)
+    return config
+
+
+def warn_unread_end(plans: Sequence[DatasetPlan], chunk_size: int) -> None:
+    """Warn when the end of a finite stream can leave more than ``UNREAD_WARNING`` of a dataset's
+    last pass unread: when one chunk's quota of it exceeds that share of its size.
+
+    A redistributing dataset reads its last pass to the end, so it is never named.
+    """
+    weight_sum = sum(d.weight for d in plans)
+    for d in plans:
+        share = d.weight / weight_sum
+        quota = math.ceil(share * chunk_size)
+        if d.policy == REDISTRIBUTE or quota <= UNREAD_WARNING * d.total:
+            continue
+        smaller = math.floor(math.floor(UNREAD_WARNING * d.total) / share)  # ceil(share × it) stays under
+        fix = f"pass a smaller chunk_size ({smaller} or less)" if smaller >= 1 else \
+            "pass a smaller chunk_size (even 1 draws more than that here) or give it more samples"
+        warnings.warn(
+            f"dataset {d.name!r}: one chunk's quota of it is {quota} samples, {quota / max(d.total, 1):.1%} of "
+            f"its {d.total}, so the end of the stream can leave more than {UNREAD_WARNING:.0%} of its last "
+            f"pass unread; {fix}", RuntimeWarning, stacklevel=4)
 
 
 def _pinned_ratios(estimation: Any, allocation: Any, names: list[str]) -> dict[str, float]:

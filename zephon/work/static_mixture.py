@@ -10,7 +10,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from zephon.core import checkpoint, index
+from zephon.core import checkpoint, coverage, index
 from zephon.core.chunk import SampleId, WorkChunk
 from zephon.core.config import SourceConfig
 from zephon.core.schedule import SourceState, initial_state
@@ -28,6 +28,18 @@ class StaticMixtureWorkSource(WorkSource):
 
     See SPEC §1 for every argument. Build the template once, then ``clone_for_lane(l, R)`` per
     lane; each clone's stream is a pure function of the arguments and the lane.
+
+    Parameters
+    ----------
+    pass_tail : {"carry", "drop"} or mapping name -> str, default "carry"
+        What a repeating dataset does when its pass has fewer samples left than its quota of a
+        chunk. ``"carry"``: the chunk takes them all, then the rest of its quota from the start
+        of the next pass, so its stream is its passes back to back and every pass the stream
+        moves past is read completely, exactly once. ``"drop"``: the tail is skipped and the
+        next pass begins (zephon 0.2.0's streams). Quotas, the number of chunks,
+        ``target_mixture``, ``source_exhausted`` and the end of the stream are the same in both.
+        A mapping sets it per dataset (omitted datasets take ``"carry"``). ``coverage()``
+        reports what each dataset has read and skipped.
     """
 
     def __init__(
@@ -46,6 +58,7 @@ class StaticMixtureWorkSource(WorkSource):
         lane_assignment: str = "permute",
         allocation: Any = "accumulator",
         token_estimation: Any = None,
+        pass_tail: str | Mapping[str, str] = "carry",
     ):
         self._config = resolve(
             datasets, mixture, chunk_size=chunk_size, seed=seed, shuffle_shards=shuffle_shards,
@@ -53,6 +66,7 @@ class StaticMixtureWorkSource(WorkSource):
             exhausted_policy=exhausted_policy, reshuffle_on_repeat=reshuffle_on_repeat,
             max_repeats=max_repeats, stop_after_passes=stop_after_passes,
             lane_assignment=lane_assignment, allocation=allocation, token_estimation=token_estimation,
+            pass_tail=pass_tail,
         )
         self._estimation = token_estimation
         self._datasets = tuple(datasets)
@@ -178,6 +192,13 @@ class StaticMixtureWorkSource(WorkSource):
         if not 0 <= i < length:
             raise IndexError(f"sample index {show(i)} is out of range [0, {length})")
         return int(i)
+
+    def coverage(self) -> dict[str, dict[str, int]]:
+        """Per dataset name, from the state alone in O(datasets): ``passes_completed``,
+        ``position`` in the current pass, ``pass_length`` and ``never_read``, the samples of
+        its passes so far that were skipped (0 under ``pass_tail="carry"``, the dropped tails
+        under ``"drop"``). A lane's figures count every lane's chunks before its position."""
+        return coverage.coverage(self._state, self._config)
 
     def continues_after_exhaustion(self) -> tuple[str, ...]:
         """The datasets that may drain while the others go on (``exhausted_policy='redistribute'``)."""
