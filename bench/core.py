@@ -62,12 +62,12 @@ QUICK = Settings(repeats=5, chunks=200, iter_chunks=10, round_trips=100, billion
 # -- sources and baselines ---------------------------------------------------------------
 
 
-def make_lane(replicas: int, shuffles: str) -> StaticMixtureWorkSource:
+def make_lane(replicas: int, shuffles: str, pass_tail: str = "carry") -> StaticMixtureWorkSource:
     """Lane 0 of ``replicas`` over the three benchmark datasets, streaming forever."""
     datasets = [Dataset.from_counts(name, np.full(shards, rows, dtype=np.int64))
                 for name, (shards, rows) in SHARDS.items()]
     source = StaticMixtureWorkSource(datasets, WEIGHTS, chunk_size=CHUNK_SIZE, seed=SEED,
-                                     **SHUFFLES[shuffles], **INFINITE)
+                                     **SHUFFLES[shuffles], **INFINITE, pass_tail=pass_tail)
     return source.clone_for_lane(0, replicas)
 
 
@@ -180,6 +180,22 @@ def throughput_rows(cfg: Settings) -> list[Row]:
         rate_row("lane 0 of R=64 (default)", got["R=64"], got["default"], ">=50% R=1", 0.5),
         rate_row("lane 0 of R=1024 (default)", got["R=1024"], got["default"], ">=50% R=1", 0.5),
     ]
+
+
+def pass_tail_rows(cfg: Settings) -> list[Row]:
+    """pass_tail="carry" (the default) against "drop", per shuffle setting: the two lanes run
+    back to back, the first of them alternating between repeats (no side gets the same slot)."""
+    rows = []
+    for shuffles, figure in (("default", "default shuffles"), ("auto", "within-shard + 'auto'")):
+        lanes = {tail: make_lane(1, shuffles, tail) for tail in ("carry", "drop")}
+        for lane in lanes.values():
+            lane_rate(lane, cfg.chunks)  # warm-up
+        got: dict[str, list[float]] = {"carry": [], "drop": []}
+        for repeat in range(cfg.repeats):
+            for tail in ("carry", "drop") if repeat % 2 else ("drop", "carry"):
+                got[tail].append(lane_rate(lanes[tail], cfg.chunks))
+        rows.append(rate_row(f"{figure}, pass_tail carry / drop", got["carry"], got["drop"], ">=95% drop", 0.95))
+    return rows
 
 
 def chunk_read_rows(cfg: Settings) -> list[Row]:
@@ -380,7 +396,7 @@ def main() -> None:
         return
     cfg = QUICK if args.quick else FULL
     print(header(cfg, args.quick), flush=True)
-    rows = throughput_rows(cfg) + chunk_read_rows(cfg) + checkpoint_rows(cfg)
+    rows = throughput_rows(cfg) + pass_tail_rows(cfg) + chunk_read_rows(cfg) + checkpoint_rows(cfg)
     rows.append(Row("peak RSS, main benchmark (rows above)", peak_rss_mb(), "MB"))
     rows += billion_rows(cfg) + construction_rows(cfg) + many_datasets_rows(cfg)
     print(table(rows))
