@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from test_tokens import pinned_source
 
 from zephon import Dataset, StaticMixtureWorkSource
+from zephon.core.checkpoint import sealed
 from zephon.core.cursor import pointer_reference, take
 from zephon.core.schedule import initial_state, plan_next, plan_next_reference
 from zephon.testing import assert_replay_equivalent, collect, source_configs
@@ -167,17 +168,17 @@ def test_checkpoints_carry_tails_and_refuse_other_versions_and_modes():
     lane = one_dataset("carry")
     collect(lane, 4)
     state = json.loads(json.dumps(lane.state_dict()))
-    assert state["version"] == 3 and state["state"]["cursors"]["a"] == {"epoch": 1, "position": 30, "tails": 10}
+    assert state["version"] == 4 and state["state"]["cursors"]["a"] == {"epoch": 1, "position": 30, "tails": 10}
     with pytest.raises(ValueError, match="pass_tail"):
         one_dataset("drop").load_state_dict(state)
     for bad in (-1, 100, 2.0, True):  # a pass start skips at most 99
         broken = json.loads(json.dumps(state))
         broken["state"]["cursors"]["a"]["tails"] = bad
         with pytest.raises(ValueError, match="tails"):
-            one_dataset("carry").load_state_dict(broken)
-    old = dict(state, version=2)
-    with pytest.raises(ValueError, match="version 2"):
-        one_dataset("carry").load_state_dict(old)
+            one_dataset("carry").load_state_dict(sealed(broken))  # sealed: past the digest, to the bound
+    for version in (2, 3):
+        with pytest.raises(ValueError, match=f"version {version}"):
+            one_dataset("carry").load_state_dict(sealed(dict(state, version=version)))
 
 
 def test_a_large_quota_share_warns_naming_dataset_figure_and_fix():
