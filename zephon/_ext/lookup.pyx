@@ -359,7 +359,8 @@ cdef class Lookup:
         if _walk(sched, self.lane, self.replicas, self.permute, self.lane_key, g, self.state_acc, self.state,
                  self.state + n, self.state + 2 * n, plan, plan + n, plan + 2 * n) != PLANNED:
             return False
-        memcpy(plan + 3 * n, self.state + 2 * n, n * sizeof(int64_t))  # the tails at the chunk
+        for c in range(n):
+            plan[3 * n + c] = self.state[2 * n + c]  # the tails at the chunk
         g[0] += 1
         for c in range(n):
             total += plan[c]

@@ -51,17 +51,16 @@ cdef inline void _carry_back(Schedule* s, Py_ssize_t c, int64_t tails, int64_t* 
     change (at a pass start), not per call.
     """
     cdef int64_t* lag = s.lags + 3 * c
+    cdef int64_t total = s.totals[c], under, over
     if tails:
         if lag[0] != tails:
-            lag[0], lag[1], lag[2] = tails, tails // s.totals[c], tails % s.totals[c]
+            lag[0], lag[1], lag[2] = tails, tails // total, tails % total
         epoch[0] -= lag[1]
         position[0] -= lag[2]
-    if position[0] < 0:
-        epoch[0] -= 1
-        position[0] += s.totals[c]
-    elif position[0] >= s.totals[c]:
-        epoch[0] += 1
-        position[0] -= s.totals[c]
+    under = position[0] < 0  # without branches: which way is as good as random
+    over = position[0] >= total
+    epoch[0] += over - under
+    position[0] += (total & -under) - (total & -over)
 
 
 cdef void _draw_starts(Schedule* s, const int64_t* tails, int64_t* start_epochs,
