@@ -138,3 +138,38 @@ def test_bad_mapping_is_refused():
 
     with pytest.raises(ValueError, match="mapping"):
         LaneBook(Pipeline(counts_source()), canonical_replicas=None, mapping="random", rank=0, world_size=1)
+
+
+def _renamed(item):
+    return {"n": len(item)}
+
+
+def test_map_keeps_sample_id_and_component_on_a_new_dict_and_refuses_changing_them():
+    source = counts_source()
+    items = list(Pipeline(source).map(_renamed))
+    assert [(i["_sample_id"], i["_component"]) for i in items] == global_stream(counts_source())
+    assert all(i["n"] == 2 for i in items)
+    with pytest.raises(ValueError, match="changed '_component'.*another key"):
+        list(Pipeline(source).map(lambda item: {**item, "_component": "other"}))
+    with pytest.raises(ValueError, match="changed '_sample_id'"):
+        list(Pipeline(source).map(lambda item: dict(item, _sample_id=(0, 0, 0))))
+    assert list(Pipeline(source).map(lambda item: item["_sample_id"][2]))[:3] == [p[2] for p, _ in
+                                                                                  global_stream(source)[:3]]
+
+
+def test_filter_drops_items_and_they_count_as_consumed_in_checkpoints():
+    from zephon.runtime import ItemStream, initial_entries
+
+    source = counts_source(exhausted_policy="stop")
+    pipeline = Pipeline(source).filter(lambda item: item["_sample_id"][2] % 3 != 0)
+    everything = [p for p, _ in global_stream(counts_source(exhausted_policy="stop"))]
+    kept = [i["_sample_id"] for i in pipeline]
+    assert kept == [p for p in everything if p[2] % 3 != 0] and len(kept) < len(everything)
+    for cut in [0, 1, 7, len(kept) - 1]:
+        stream = ItemStream(pipeline, [0], 1, initial_entries(source, [0], 1))
+        head = [next(stream)["_sample_id"] for _ in range(cut)]
+        resumed = ItemStream(pipeline, [0], 1, stream.entries())
+        assert head + [i["_sample_id"] for i in resumed] == kept, cut
+    assert "filter(" in repr(pipeline) and pipeline.maps == () and not pipeline.pointer_only
+    with pytest.raises(TypeError, match="filter"):
+        Pipeline(source).filter(3)

@@ -4,6 +4,7 @@
 |---|---|
 | ``Pipeline(source)`` | items of the source's stream: record fields + ``_sample_id`` + ``_component`` |
 | ``.map(fn)`` | a stateless per-record step (returns a new pipeline) |
+| ``.filter(predicate)`` | drop the items ``predicate`` rejects (they count as consumed) |
 | ``iter(pipeline)`` | the whole stream in one process (lane 0 of 1: global chunk order) |
 | ``.to_torch_dataset()`` | a torch ``IterableDataset`` (lanes on ranks and workers, checkpointable) |
 | ``.to_indexable_torch_dataset()`` | a map-style torch ``Dataset`` via random access |
@@ -24,12 +25,46 @@ import numpy as np
 
 from zephon.io import fetch
 from zephon.io._readahead import Readahead
-from zephon.runtime._stream import ItemStream, component_table, initial_entries
+from zephon.runtime._stream import DROPPED, ItemStream, component_table, initial_entries
 from zephon.work.source import WorkSource
 
 KEY_SAMPLE_ID, KEY_COMPONENT, KEY_RECORD = "_sample_id", "_component", "record"
 PREFETCH_BYTES = 256 << 20  # readahead bound per reader when data is not on a local disk
 PREFETCH_THREADS = 8
+MAP, FILTER = "map", "filter"
+
+
+def _mapped(fn: Callable[[Any], Any], item: Any) -> Any:
+    """``fn(item)`` with the item's ``_sample_id`` / ``_component`` kept on a mapping result."""
+    out = fn(item)
+    if not isinstance(item, Mapping) or not isinstance(out, Mapping) or KEY_SAMPLE_ID not in item:
+        return out
+    for key in (KEY_SAMPLE_ID, KEY_COMPONENT):
+        if key not in out:
+            if not isinstance(out, dict):
+                raise TypeError(f"map step {_name(fn)} returned a {type(out).__name__} without {key!r}; return a "
+                                "dict (zephon adds the key) or keep the item's key")
+            out[key] = item[key]
+        elif out[key] != item[key]:
+            raise ValueError(f"map step {_name(fn)} changed {key!r} from {item[key]!r} to {out[key]!r}; map steps "
+                             f"must keep {KEY_SAMPLE_ID!r} and {KEY_COMPONENT!r} (checkpoints and stats use them): "
+                             "put derived values under another key")
+    return out
+
+
+def _same_columns(datasets: Any, columns: tuple[str, ...] | None) -> bool:
+    """Whether every dataset is a path dataset with the same (selected) columns: batches can then
+    be read as Arrow columns; otherwise items are collated (which names mixed fields clearly)."""
+    catalogs = [getattr(d, "catalog", None) for d in datasets]
+    if not catalogs or any(c is None for c in catalogs):
+        return False
+    schemas = {tuple(sorted((n, t) for n, t in (c.schema() or ()) if columns is None or n in columns))
+               for c in catalogs}
+    return len(schemas) == 1
+
+
+def _name(fn: Callable) -> str:
+    return getattr(fn, "__qualname__", repr(fn))
 
 
 class Pipeline:
@@ -66,7 +101,7 @@ class Pipeline:
                 raise ValueError(f"{parameter}={value!r} must be an int >= {low}"
                                  + (" or None (automatic)" if parameter == "prefetch_bytes" else ""))
         self._source = work_source
-        self._maps: tuple[Callable[[Any], Any], ...] = ()
+        self._steps: tuple[tuple[str, Callable[[Any], Any]], ...] = ()
         self._columns = None if columns is None else tuple(columns)
         self._vocabulary = component_table(work_source.component_ids())
         names = np.empty(max(self._vocabulary.values(), default=-1) + 1, dtype=object)
@@ -80,7 +115,7 @@ class Pipeline:
             readable[dataset_id] = dataset.has_records
         self._readable = readable
         self._any_records = bool(readable.any())
-        self._all_paths = bool(datasets) and all(getattr(d, "catalog", None) is not None for d in datasets.values())
+        self._all_paths = _same_columns(datasets.values(), self._columns)
         if prefetch_bytes is None:
             remote = any(getattr(d, "reader", None) is not None and not d.reader.shards.location.is_local
                          for d in datasets.values())
@@ -93,15 +128,31 @@ class Pipeline:
         """A new pipeline that applies ``fn`` to every item (after the earlier steps).
 
         ``fn`` must be stateless: an item's result may only depend on the item, since items are
-        produced by several workers and replayed on resume.
+        produced by several workers and replayed on resume. When ``fn`` returns a dict without
+        ``_sample_id`` / ``_component``, the item's are added to it; a result that changes them
+        raises ``ValueError`` (checkpoints, stats and batches rely on them).
         """
+        return self._with_step(MAP, fn)
+
+    def filter(self, predicate: Callable[[Any], Any]) -> Pipeline:
+        """A new pipeline without the items for which ``predicate(item)`` is false.
+
+        A dropped item still counts as consumed: checkpoints stay exact and a resume never
+        sees it again. The loader counts drops in ``stats()["filtered"]``. Batches are cut
+        from the stream before filtering, so a batch holds at most ``batch_size`` items (and
+        the number of batches does not depend on the predicate). ``predicate`` must be
+        stateless, like a map step.
+        """
+        return self._with_step(FILTER, predicate)
+
+    def _with_step(self, kind: str, fn: Callable[[Any], Any]) -> Pipeline:
         if not callable(fn):
-            raise TypeError(f"map(fn): fn must be callable, got {fn!r}")
+            raise TypeError(f"{kind}(fn): fn must be callable, got {fn!r}")
         new = object.__new__(Pipeline)
         for slot in ("_source", "_columns", "_vocabulary", "_names", "_datasets", "_readable", "_any_records",
                      "_all_paths", "_prefetch"):
             setattr(new, slot, getattr(self, slot))
-        new._maps = self._maps + (fn,)
+        new._steps = self._steps + ((kind, fn),)
         return new
 
     # -- what it is -------------------------------------------------------------------------
@@ -112,7 +163,13 @@ class Pipeline:
 
     @property
     def maps(self) -> tuple[Callable[[Any], Any], ...]:
-        return self._maps
+        """The map functions, in order."""
+        return tuple(fn for kind, fn in self._steps if kind == MAP)
+
+    @property
+    def steps(self) -> tuple[tuple[str, Callable[[Any], Any]], ...]:
+        """The ``("map" | "filter", fn)`` steps, in order."""
+        return self._steps
 
     @property
     def columns(self) -> tuple[str, ...] | None:
@@ -140,12 +197,12 @@ class Pipeline:
     @property
     def pointer_only(self) -> bool:
         """No records and no map steps: an item is just its pointer and component."""
-        return not self._any_records and not self._maps
+        return not self._any_records and not self._steps
 
     @property
     def columnar(self) -> bool:
         """Every dataset is a path dataset and there are no map steps: batches can be read as columns."""
-        return self._all_paths and not self._maps
+        return self._all_paths and not self._steps
 
     @property
     def prefetch_bytes(self) -> int:
@@ -162,7 +219,12 @@ class Pipeline:
     # -- items ------------------------------------------------------------------------------
 
     def materialize(self, pointers: np.ndarray, components: np.ndarray) -> list[Any]:
-        """The items of ``pointers`` (``(n, 3)`` int64) with component ids ``components``, in order."""
+        """The items of ``pointers`` (``(n, 3)`` int64) with component ids ``components``, in order,
+        less those a filter step dropped."""
+        return [item for item in self.materialize_marked(pointers, components) if item is not DROPPED]
+
+    def materialize_marked(self, pointers: np.ndarray, components: np.ndarray) -> list[Any]:
+        """One entry per pointer: its item, or :data:`DROPPED` where a filter step rejected it."""
         ids = pointers.tolist()
         names = self._names[components].tolist()
         if not self._any_records:
@@ -181,8 +243,11 @@ class Pipeline:
                 item[KEY_SAMPLE_ID] = tuple(p)
                 item[KEY_COMPONENT] = c
                 items.append(item)
-        for fn in self._maps:
-            items = [fn(item) for item in items]
+        for kind, fn in self._steps:
+            if kind == MAP:
+                items = [item if item is DROPPED else _mapped(fn, item) for item in items]
+            else:
+                items = [item if item is DROPPED or fn(item) else DROPPED for item in items]
         return items
 
     def items_at(self, pointers: np.ndarray) -> list[Any]:
@@ -225,5 +290,5 @@ class Pipeline:
         return IndexedDataset(self, lane=lane, canonical_replicas=canonical_replicas)
 
     def __repr__(self) -> str:
-        maps = ", ".join(getattr(fn, "__qualname__", repr(fn)) for fn in self._maps)
-        return f"Pipeline({self._source!r}{', maps=[' + maps + ']' if maps else ''})"
+        steps = ", ".join(f"{kind}({_name(fn)})" for kind, fn in self._steps)
+        return f"Pipeline({self._source!r}{', steps=[' + steps + ']' if steps else ''})"

@@ -36,6 +36,7 @@ import numpy as np
 
 Entry = tuple  # (lane state at the start of the chunk in flight, samples consumed from it, turn flags)
 DELIVERED = 1  # turn flag: the lane already gave its sample of its reader's current round
+DROPPED = object()  # the place of an item a pipeline's filter step rejected (it still counts as consumed)
 SERVED = 2  # turn flag: the lane's reader already gave its batch of the loader's current cycle
 
 
@@ -377,20 +378,24 @@ class ItemStream(Iterator):
         self._items: list[Any] = []
         self._next = 0
         self._position = 0
+        self.filtered = 0  # items a filter step dropped so far
 
     def __next__(self) -> Any:
-        if self._next == len(self._items):
-            self._tracker.fold(self._position)
-            pointers, components = self._mux.take(self._block)
-            self._tracker.extend(*self._mux.drain())
-            if not len(pointers):
-                self._items, self._next = [], 0
-                raise StopIteration
-            self._items, self._next = self._pipeline.materialize(pointers, components), 0
-        item = self._items[self._next]
-        self._next += 1
-        self._position += 1
-        return item
+        while True:
+            if self._next == len(self._items):
+                self._tracker.fold(self._position)
+                pointers, components = self._mux.take(self._block)
+                self._tracker.extend(*self._mux.drain())
+                if not len(pointers):
+                    self._items, self._next = [], 0
+                    raise StopIteration
+                self._items, self._next = self._pipeline.materialize_marked(pointers, components), 0
+            item = self._items[self._next]
+            self._next += 1
+            self._position += 1  # a filtered item counts as consumed
+            if item is not DROPPED:
+                return item
+            self.filtered += 1
 
     def entries(self) -> dict[int, Entry]:
         return self._tracker.entries_at(self._position)
