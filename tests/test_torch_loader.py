@@ -65,7 +65,7 @@ def expected_units(source, replicas, rank, world, workers, batch, mapping="conti
 @pytest.mark.parametrize("batch", [None, 7])
 def test_single_lane_loader_yields_the_global_stream(workers, batch):
     pipeline = Pipeline(make_source())
-    loader = zt.DataLoader(pipeline, batch_size=batch, num_workers=workers)
+    loader = zt.DataLoader(pipeline, batch_size=batch, num_workers=workers, canonical_replicas=1)
     units = list(loader)
     assert flatten(units) == [item["_sample_id"] for item in pipeline]
     if batch:
@@ -81,7 +81,7 @@ def test_single_lane_loader_yields_the_global_stream(workers, batch):
 def test_lanes_readers_and_round_robin_order(workers, replicas, mapping):
     source = make_source()
     loader = zt.DataLoader(Pipeline(source), batch_size=5, num_workers=workers, canonical_replicas=replicas,
-                           mapping=mapping, rank=1, world_size=2)
+                           mapping=mapping, rank=1, world_size=2, even_batches=False)
     units = [sample_ids(u) for u in loader]
     assert units == expected_units(source, replicas, 1, 2, workers, 5, mapping)
     mine = rank_lanes(replicas, 1, 2, mapping)
@@ -173,7 +173,7 @@ def elastic_run(first, second, batches, replicas=4):
     world, workers, mapping = second
     for rank in range(world):
         loader = zt.DataLoader(Pipeline(make_source(seed=11)), batch_size=3, num_workers=workers,
-                               mapping=mapping, rank=rank, world_size=world)
+                               mapping=mapping, rank=rank, world_size=world, even_batches=False)
         loader.load_state_dict(merged)
         assert loader.canonical_replicas == replicas  # taken from the checkpoint
         seen += flatten(loader)
@@ -261,7 +261,7 @@ def test_records_batches_and_custom_collate():
     batches = list(zt.DataLoader(pipeline, batch_size=8, num_workers=2, canonical_replicas=1))
     assert flatten(batches) == [i["_sample_id"] for i in items]
     assert torch.equal(torch.cat([b["twice"] for b in batches]), torch.tensor([i["twice"] for i in items]))
-    lists = list(zt.DataLoader(pipeline, batch_size=8, collate_fn=list))
+    lists = list(zt.DataLoader(pipeline, batch_size=8, collate_fn=list, canonical_replicas=1))
     assert [i for b in lists for i in b] == items
 
 
@@ -339,7 +339,7 @@ def test_topology_detection(monkeypatch):
     assert zt.detect_topology() == zt.Topology(3, 4, 1, "environment")
     assert zt.detect_topology(rank=0) == zt.Topology(0, 4, 1, "explicit")
     loader = zt.DataLoader(Pipeline(make_source()))
-    assert loader.canonical_replicas == 4 and loader.lanes() == [3]
+    assert loader.canonical_replicas == 32 and loader.lanes() == list(range(24, 32))  # 8 lanes per first reader
     monkeypatch.setenv("WORLD_SIZE", "four")
     with pytest.raises(ValueError, match="WORLD_SIZE"):
         zt.detect_topology()
@@ -395,6 +395,6 @@ def test_collectives_use_the_cuda_device_under_nccl(monkeypatch):
 
     monkeypatch.setattr(_dist.dist, "get_backend", lambda group=None: "nccl")
     monkeypatch.setattr(torch.cuda, "current_device", lambda: 3)
-    assert _dist._device(None) == torch.device("cuda", 3)
+    assert _dist.collective_device(None) == torch.device("cuda", 3)
     monkeypatch.setattr(_dist.dist, "get_backend", lambda group=None: "gloo")
-    assert _dist._device(None) == torch.device("cpu")
+    assert _dist.collective_device(None) == torch.device("cpu")

@@ -16,6 +16,7 @@ from zephon.runtime._state import (
 from zephon.runtime._stream import Entry, initial_entries
 
 log = logging.getLogger("zephon")
+GROWTH = 8  # default lanes per reader of the first topology: room to grow 8x without an idle reader
 _logged: set[str] = set()
 
 
@@ -26,19 +27,32 @@ def log_once(message: str) -> None:
         log.warning(message)
 
 
+def default_replicas(readers: int) -> int:
+    """The lanes of a run that did not choose ``canonical_replicas``: ``GROWTH`` per first reader.
+
+    Any later topology of up to ``GROWTH`` times as many readers (ranks x workers) gives every
+    reader a lane; lane counts of readers differ by at most one whenever the lanes divide
+    unevenly. Each lane holds one chunk in flight in its reader, so a reader holds about
+    ``GROWTH`` chunks (``GROWTH x chunk_size x 32`` bytes of pointers).
+    """
+    return GROWTH * max(1, readers)
+
+
 class LaneBook:
     """Lanes of one rank and their ledger entries; validates and adopts checkpoints.
 
     ``canonical_replicas`` is fixed on first use: the value asked for, else the one of a
-    loaded checkpoint, else ``world_size``.
+    loaded checkpoint, else :func:`default_replicas` of the first topology (``world_size``
+    ranks of ``readers`` readers each).
     """
 
-    def __init__(self, pipeline: Any, *, canonical_replicas: int | None, mapping: str, rank: int, world_size: int):
+    def __init__(self, pipeline: Any, *, canonical_replicas: int | None, mapping: str, rank: int, world_size: int,
+                 readers: int = 1):
         if canonical_replicas is not None:
             check_count("canonical_replicas", canonical_replicas)
         self.pipeline = pipeline
         self.mapping = check_mapping(mapping)
-        self.rank, self.world_size = rank, world_size
+        self.rank, self.world_size, self.readers = rank, world_size, readers
         self._requested = canonical_replicas
         self._replicas: int | None = None
         self._entries: dict[int, Entry] | None = None
@@ -47,8 +61,17 @@ class LaneBook:
     @property
     def canonical_replicas(self) -> int:
         if self._replicas is None:
-            self._replicas = self._requested or self.world_size
+            self._replicas = self._requested or default_replicas(self.world_size * self.readers)
         return self._replicas
+
+    @property
+    def loaded(self) -> bool:
+        """Whether positions were loaded or recorded (else every lane is at its start)."""
+        return self._entries is not None
+
+    def known(self, lanes: Sequence[int]) -> bool:
+        """Whether the book holds a position for every one of ``lanes``."""
+        return self._entries is None or all(lane in self._entries for lane in lanes)
 
     def rank_lanes(self) -> list[int]:
         lanes = rank_lanes(self.canonical_replicas, self.rank, self.world_size, self.mapping)

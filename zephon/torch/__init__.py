@@ -10,6 +10,7 @@
 | :func:`save_checkpoint`, :func:`load_checkpoint` | atomic, checksummed checkpoint files |
 | :func:`stateful_dataloader_state` | the zephon state inside a ``StatefulDataLoader`` state |
 | :func:`detect_topology` | rank / world size as zephon sees them |
+| :class:`WorkerDiedError` | a DataLoader worker died mid-run (names it, its pid, lanes and signal) |
 """
 from zephon.runtime import load_checkpoint, merge_states, save_checkpoint
 from zephon.torch._collate import collate
@@ -17,8 +18,9 @@ from zephon.torch._datasets import IndexedDataset, StreamDataset
 from zephon.torch._dist import all_gather_state, stateful_dataloader_state
 from zephon.torch._loader import DataLoader
 from zephon.torch._topology import Topology, detect_topology
+from zephon.torch._workers import WorkerDiedError
 
 __all__ = [
-    "DataLoader", "IndexedDataset", "StreamDataset", "Topology", "all_gather_state", "collate", "detect_topology",
-    "load_checkpoint", "merge_states", "save_checkpoint", "stateful_dataloader_state",
+    "DataLoader", "IndexedDataset", "StreamDataset", "Topology", "WorkerDiedError", "all_gather_state", "collate",
+    "detect_topology", "load_checkpoint", "merge_states", "save_checkpoint", "stateful_dataloader_state",
 ]

@@ -17,7 +17,8 @@ class StreamDataset(IterableDataset):
 
     Rank and world size come from ``rank`` / ``world_size``, else ``torch.distributed``, else
     torchrun's environment, else a single process (read when the dataset is built).
-    ``canonical_replicas`` lanes (default: the world size) go to ranks by ``mapping`` and a
+    ``canonical_replicas`` lanes (default: 8 x the world size at the first start, room to grow
+    8x; a loaded checkpoint's value otherwise) go to ranks by ``mapping`` and a
     rank's lanes to its DataLoader workers the same way; a reader round-robins samples over
     its lanes. Every ``iter()`` starts at the dataset's position (the start, or the state
     loaded last), like any torch ``IterableDataset``.

@@ -11,7 +11,7 @@ from zephon.runtime import merge_states
 from zephon.runtime._state import KIND
 
 
-def _device(group: Any) -> torch.device:
+def collective_device(group: Any) -> torch.device:
     """Where the collective's tensors live: the current CUDA device for NCCL, else the CPU."""
     backend = str(dist.get_backend(group)).lower()
     if backend == "nccl":
@@ -30,7 +30,7 @@ def all_gather_state(state: dict, group: Any = None) -> dict:
     if not (dist.is_available() and dist.is_initialized()):
         return merge_states([state])
     payload = json.dumps(state, sort_keys=True, separators=(",", ":"), allow_nan=False).encode("utf-8")
-    device = _device(group)
+    device = collective_device(group)
     world = dist.get_world_size(group)
     size = torch.tensor([len(payload)], dtype=torch.int64, device=device)
     sizes = [torch.zeros_like(size) for _ in range(world)]

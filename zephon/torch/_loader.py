@@ -14,10 +14,17 @@ plain torch DataLoader, and after every batch it knows each worker's position: s
 Count-only pipelines without map steps take a fast path: a bundle is one pointer array that
 the main process slices into batches. It travels as a numpy array, pickled through the
 worker's pipe, which costs a tenth of moving a tensor to shared memory.
+
+With ``even_batches`` (the default) the main process stops every rank after the same number
+of batches, counted up front from random access (``zephon.runtime._even``); ``stats()``
+counts what the loop received (``zephon.runtime._stats``). Workers die with their trainer
+and a dead worker is reported by name (``zephon.torch._workers``).
 """
 from __future__ import annotations
 
-import math
+import json
+import logging
+import os
 import pickle
 import sys
 from collections import deque
@@ -26,17 +33,22 @@ from typing import Any, Callable
 import numpy as np
 import torch
 import torch.utils.data as tud
-from torch.utils.data import IterableDataset
+from torch.utils.data import IterableDataset, get_worker_info
 
 from zephon.pipeline import KEY_COMPONENT, KEY_SAMPLE_ID, Pipeline
 from zephon.runtime import LaneBook, LaneMux, Tracker, log_once
-from zephon.runtime._stream import SERVED, Entry, Event, Segment
+from zephon.runtime._even import Even, count_rank, count_ranks, countable, even_target
+from zephon.runtime._stats import LoaderStats
+from zephon.runtime._stream import DROPPED, SERVED, Entry, Event, Segment
 from zephon.torch._collate import collate, columnar_batch
+from zephon.torch._dist import collective_device
 from zephon.torch._topology import Topology, current_worker, detect_topology
+from zephon.torch._workers import WorkerDiedError, dead_worker, guard_worker
 from zephon.work.source import WorkSource
 
 POINTER_BUNDLE = 16384  # samples per bundle on the pointer fast path
 RECORD_BUNDLE = 2048  # samples per bundle when records are read
+log = logging.getLogger("zephon")
 
 
 def _identity(bundle: Any) -> Any:
@@ -52,7 +64,8 @@ def _pin(data: Any) -> Any:
 class Bundle:
     """Several consecutive batches (or items) of one reader, with their ledger facts."""
 
-    __slots__ = ("worker", "start", "ends", "units", "pointers", "components", "segments", "events", "last")
+    __slots__ = ("worker", "start", "ends", "units", "pointers", "components", "segments", "events", "last",
+                 "tally", "dropped")
 
     def __init__(self, worker: int, start: int, segments: list[Segment], events: list[Event], last: bool):
         self.worker, self.start, self.segments, self.events, self.last = worker, start, segments, events, last
@@ -60,6 +73,8 @@ class Bundle:
         self.units: list[Any] | None = None
         self.pointers: np.ndarray | torch.Tensor | None = None  # pointer fast path: (n, 3) int64
         self.components: np.ndarray | None = None  # (n,) int64 component ids
+        self.tally: list[np.ndarray] | None = None  # unit path: component ids of each unit's items
+        self.dropped: list[int] | None = None  # unit path: items a filter dropped in each unit
 
     def __getstate__(self) -> tuple:
         return tuple(getattr(self, k) for k in self.__slots__)
@@ -85,6 +100,7 @@ class _Plan:
         self.batch_size, self.drop_last, self.collate_fn = batch_size, drop_last, collate_fn
         self.pointer_path = pipeline.pointer_only and collate_fn is None
         self.columnar = pipeline.columnar and collate_fn is None and batch_size is not None
+        self.trainer = os.getpid()  # the process the workers must not outlive
 
 
 class _Readers(IterableDataset):
@@ -106,6 +122,8 @@ class _Readers(IterableDataset):
 
     def __iter__(self):
         worker, _ = current_worker()
+        if get_worker_info() is not None:
+            guard_worker(self.plan.trainer)
         return _bundles(self.plan, worker)
 
 
@@ -127,26 +145,41 @@ def _bundles(plan: _Plan, worker: int):
         if plan.pointer_path:
             bundle.pointers, bundle.components = pointers, components
         else:
-            bundle.units, bundle.ends = _units(plan, pointers, components, start)
+            bundle.units, bundle.ends, bundle.tally, bundle.dropped = _units(plan, pointers, components, start)
         yield bundle
         if last:
             return
 
 
-def _units(plan: _Plan, pointers: Any, components: Any, start: int) -> tuple[list[Any], list[int]]:
+def _units(plan: _Plan, pointers: Any, components: Any, start: int) -> tuple[list, list[int], list, list[int]]:
+    """A reader's batches (or items) of these samples, with the position after each, the
+    component ids each carries and the items a filter dropped from each."""
     size, n = plan.batch_size, len(pointers)
-    if size is None:
+    if size is None:  # items (a filter step needs a batch_size, see DataLoader)
         items = plan.pipeline.materialize(pointers, components)
         if plan.collate_fn is not None:
             items = [plan.collate_fn(item) for item in items]
-        return items, list(range(start + 1, start + n + 1))
+        return items, list(range(start + 1, start + n + 1)), [components[k:k + 1] for k in range(n)], [0] * n
     cuts = list(range(0, n, size))
     ends = [start + min(a + size, n) for a in cuts]
     if plan.columnar:
-        return [columnar_batch(plan.pipeline, pointers[a:a + size], components[a:a + size]) for a in cuts], ends
-    items = plan.pipeline.materialize(pointers, components)
+        units = [columnar_batch(plan.pipeline, pointers[a:a + size], components[a:a + size]) for a in cuts]
+        return units, ends, [components[a:a + size] for a in cuts], [0] * len(cuts)
+    marked = plan.pipeline.materialize_marked(pointers, components)
     batch = plan.collate_fn or collate
-    return [batch(items[a:a + size]) for a in cuts], ends
+    units, tally, dropped = [], [], []
+    for a in cuts:
+        kept = [k for k in range(a, min(a + size, n)) if marked[k] is not DROPPED]
+        items = [marked[k] for k in kept]
+        units.append(batch(items) if items or plan.collate_fn else _empty_batch())
+        tally.append(components[kept])
+        dropped.append(min(size, n - a) - len(kept))
+    return units, ends, tally, dropped
+
+
+def _empty_batch() -> dict:
+    """The default batch of a cut whose every item a filter dropped."""
+    return {KEY_SAMPLE_ID: torch.zeros((0, 3), dtype=torch.int64), KEY_COMPONENT: []}
 
 
 class _Cursor:
@@ -170,16 +203,20 @@ class _Cursor:
         else:
             self.count = len(bundle.units)
 
-    def take(self) -> tuple[Any, int]:
+    def take(self, stats: LoaderStats) -> tuple[Any, int]:
         k, bundle = self.next, self.bundle
         self.next += 1
         if bundle.units is not None:
             unit, bundle.units[k] = bundle.units[k], None
+            stats.count(bundle.tally[k])
+            stats.filtered += bundle.dropped[k]
             return unit, bundle.ends[k]
         if self.size is None:
+            stats.count(bundle.components[k:k + 1])
             return {KEY_SAMPLE_ID: tuple(self.ids[k]), KEY_COMPONENT: self.names[k]}, bundle.start + k + 1
         a = k * self.size
         b = min(a + self.size, self.length)
+        stats.count(bundle.components[a:b])
         return {KEY_SAMPLE_ID: self.pointers[a:b], KEY_COMPONENT: self.names[a:b]}, bundle.start + b
 
 
@@ -187,9 +224,10 @@ class _LoaderIterator:
     """Yields the readers' batches round robin (reader 0, 1, …, skipping finished ones) and
     tracks, per reader, how far the training loop has consumed."""
 
-    def __init__(self, base: Any, plan: _Plan):
+    def __init__(self, base: Any, plan: _Plan, stats: LoaderStats, even: Even | None, on_even: Callable):
         self._base = base
         self._plan = plan
+        self._stats, self._even, self._on_even = stats, even, on_even
         readers = [w for w, lanes in sorted(plan.lanes.items()) if lanes]
         self._trackers = {w: Tracker({lane: plan.entries[lane] for lane in plan.lanes[w]}) for w in readers}
         self._positions = dict.fromkeys(readers, 0)
@@ -204,6 +242,18 @@ class _LoaderIterator:
         return self
 
     def __next__(self) -> Any:
+        try:
+            return self._next()
+        except RuntimeError as error:  # torch's SIGCHLD handler may raise anywhere in here
+            if isinstance(error, WorkerDiedError) or (died := dead_worker(self._base, self._plan.lanes)) is None:
+                raise
+            raise died from error
+
+    def _next(self) -> Any:
+        even = self._even
+        if even is not None and even.left <= 0:
+            self._on_even(self)
+            raise StopIteration
         while self._rotation:
             worker = self._rotation[0]
             unit = self._next_unit(worker)
@@ -211,7 +261,11 @@ class _LoaderIterator:
                 self._rotation.popleft()
                 continue
             self._rotation.rotate(-1)
+            self._stats.batches += 1
+            if even is not None:
+                even.given += 1
             return unit
+        self._stats.end(self._plan.replicas, self.entries(), "end")
         raise StopIteration
 
     def _next_unit(self, worker: int) -> Any:
@@ -223,8 +277,9 @@ class _LoaderIterator:
             tracker = self._trackers[worker]
             tracker.fold(self._positions[worker])
             tracker.extend(bundle.segments, bundle.events)
+            self._stats.observe(event.state for event in bundle.events)
             cursor = self._cursors[worker] = _Cursor(bundle, self._plan.pipeline, self._plan.batch_size)
-        unit, self._positions[worker] = cursor.take()
+        unit, self._positions[worker] = cursor.take(self._stats)
         return unit
 
     def _pull(self, worker: int) -> Bundle:
@@ -251,35 +306,72 @@ class _LoaderIterator:
 class DataLoader(tud.DataLoader):
     """A torch ``DataLoader`` over a :class:`zephon.Pipeline`, with exact and elastic checkpoints.
 
-    ``batch_size=None`` yields items (dicts), else batches made by ``collate_fn`` (default:
-    :func:`zephon.torch.collate`: ``_sample_id`` a ``(B, 3)`` int64 tensor, ``_component`` a
-    list of names, other fields by torch's ``default_collate``). Each reader makes its own
-    batches, as torch does for an ``IterableDataset``; ``drop_last`` drops each reader's
-    last partial batch. Batches come round robin over the workers.
-
-    Lanes: ``canonical_replicas`` of them (default: the world size when the loader first
-    starts; a loaded checkpoint's value otherwise), mapped to ranks by ``mapping``
-    (``"contiguous"`` or ``"interleaved"``) and a rank's lanes to its workers the same way.
-    ``rank`` / ``world_size`` override the detected topology. Any other torch DataLoader
-    argument passes through, except ``sampler``, ``batch_sampler`` and ``shuffle``: the
-    order is the source's. On Linux, workers start by fork unless ``multiprocessing_context``
-    says otherwise (a spawned worker needs a picklable pipeline).
+    Parameters
+    ----------
+    pipeline : Pipeline or WorkSource
+        What to read (a work source is wrapped in ``Pipeline(source)``).
+    batch_size : int or None, default None
+        ``None`` yields items (dicts), else batches made by ``collate_fn`` (default:
+        :func:`zephon.torch.collate`: ``_sample_id`` a ``(B, 3)`` int64 tensor, ``_component``
+        a list of names, other fields by torch's ``default_collate``). Each reader makes its
+        own batches, as torch does for an ``IterableDataset``; ``drop_last`` drops each
+        reader's last partial batch. Batches come round robin over the workers. With a
+        ``filter`` step a batch holds the items of ``batch_size`` consecutive samples that
+        pass it (an empty batch, ``_sample_id`` of shape ``(0, 3)``, when none does).
+    num_workers : int, default 0
+        DataLoader worker processes. On Linux they start by fork unless
+        ``multiprocessing_context`` says otherwise (a spawned worker needs a picklable
+        pipeline). Workers die with the trainer, and a worker that dies during the run
+        raises :class:`zephon.torch.WorkerDiedError` naming it, its pid and its lanes.
+    even_batches : bool, default True
+        Every rank yields the same number of batches (items), so a step with a collective
+        (DDP's all-reduce) never waits for a rank that has ended. Needs a finite source that
+        counts its remaining samples (random access); the counts are made up front, without
+        reading, and ``len(loader)`` is that number. The longer ranks' surplus is **held
+        back**: not yielded in this run, left unread in the checkpoint (a resume on another
+        topology counts it again). It is counted in ``stats()["even_batches"]`` and logged
+        once. All ranks must use the same ``batch_size``, ``drop_last`` and ``num_workers``.
+        An unbounded source needs nothing (every rank is endless). ``False``: each rank
+        reads its lanes to their end.
+    canonical_replicas : int or None, default None
+        The number of lanes, fixed for the whole run. Default: a loaded checkpoint's value,
+        else ``8 x world_size x max(1, num_workers)`` at the first start, so the job can grow
+        to 8 times as many readers (ranks x workers) with a lane for each; any number of
+        readers gets lane counts within one of each other. Cost: each lane keeps one chunk
+        in flight in its reader (``chunk_size x 32`` bytes of pointers per lane, plus its
+        records when they are read).
+    mapping : str, default "contiguous"
+        How lanes map to ranks and a rank's lanes to its workers: ``"contiguous"`` or
+        ``"interleaved"``.
+    rank, world_size : int or None, default None
+        Override the detected topology (see :func:`zephon.torch.detect_topology`).
+    **dataloader_kwargs
+        Any other torch DataLoader argument, except ``sampler``, ``batch_sampler`` and
+        ``shuffle``: the order is the source's.
 
     ``state_dict()`` is exact after every batch the loop received; ``load_state_dict``
     accepts it, or the merged global state of any topology with the same
     ``canonical_replicas``. Each ``iter(loader)`` continues where the loop stopped (the
-    stream is one long epoch; its length is the source's business).
+    stream is one long epoch; its length is the source's business). ``stats()`` tells what
+    was delivered and where the datasets stand; events (a new pass, a drained dataset, the
+    end) are logged once per rank on the ``zephon`` logger at INFO, the resolved
+    configuration at DEBUG when iteration starts.
     """
 
     def __init__(self, pipeline: Pipeline | WorkSource, *, batch_size: int | None = None, num_workers: int = 0,
-                 canonical_replicas: int | None = None, mapping: str = "contiguous", rank: int | None = None,
-                 world_size: int | None = None, **dataloader_kwargs: Any):
+                 even_batches: bool = True, canonical_replicas: int | None = None, mapping: str = "contiguous",
+                 rank: int | None = None, world_size: int | None = None, **dataloader_kwargs: Any):
         if isinstance(pipeline, WorkSource):
             pipeline = Pipeline(pipeline)
         if not isinstance(pipeline, Pipeline):
             raise TypeError(f"DataLoader needs a zephon.Pipeline (or a WorkSource), got {type(pipeline).__name__}")
         if batch_size is not None and (type(batch_size) is not int or batch_size < 1):
             raise ValueError(f"batch_size={batch_size!r} must be None (items) or an int >= 1")
+        if type(even_batches) is not bool:
+            raise ValueError(f"even_batches={even_batches!r} must be True or False")
+        if batch_size is None and any(kind == "filter" for kind, _ in pipeline.steps):
+            raise ValueError("a pipeline with a filter step needs a batch_size (batches are cut before filtering, so "
+                             "their number is known); pass batch_size=1 for single items")
         for name in ("sampler", "batch_sampler"):
             if dataloader_kwargs.pop(name, None) is not None:
                 raise ValueError(f"{name} cannot be used with a zephon DataLoader: the sample order is the source's "
@@ -294,10 +386,15 @@ class DataLoader(tud.DataLoader):
         collate_fn = dataloader_kwargs.pop("collate_fn", None)
         topology = detect_topology(rank, world_size)
         self._zephon_book = LaneBook(pipeline, canonical_replicas=canonical_replicas, mapping=mapping,
-                                     rank=topology.rank, world_size=topology.world_size)
+                                     rank=topology.rank, world_size=topology.world_size,
+                                     readers=max(1, num_workers) if type(num_workers) is int else 1)
         self._zephon_topology = topology
         self._zephon_batch = (batch_size, bool(drop_last), collate_fn)
         self._zephon_live: _LoaderIterator | None = None
+        self._zephon_even_batches = even_batches
+        self._zephon_even: Even | None = None
+        self._zephon_stats = LoaderStats(pipeline.source, list(pipeline.component_names(
+            np.arange(max(pipeline.vocabulary.values(), default=-1) + 1))), topology.rank)
         super().__init__(_Readers(), batch_size=None, num_workers=num_workers, collate_fn=_identity,
                          **dataloader_kwargs)
 
@@ -330,6 +427,10 @@ class DataLoader(tud.DataLoader):
     def canonical_replicas(self) -> int:
         return self._zephon_book.canonical_replicas
 
+    @property
+    def even_batches(self) -> bool:
+        return self._zephon_even_batches
+
     def lanes(self) -> list[int]:
         """The lanes this rank reads."""
         return self._zephon_book.rank_lanes()
@@ -342,6 +443,62 @@ class DataLoader(tud.DataLoader):
             self._zephon_book.update(self._zephon_live.entries())
             self._zephon_live = None
 
+    def _entries(self) -> dict[int, Entry]:
+        return self._zephon_live.entries() if self._zephon_live is not None else self._zephon_book.entries()
+
+    def _count_own(self, entries: dict[int, Entry]) -> Any:
+        book = self._zephon_book
+        batch_size, drop_last, _ = self._zephon_batch
+        return count_rank(book.pipeline.source, book.canonical_replicas, entries, book.rank, book.world_size,
+                          self._readers(), book.mapping, batch_size, drop_last)
+
+    def _even(self) -> Even | None:
+        """The equal-steps budget: set once from the positions (all ranks' when known, else an
+        all-reduce over torch.distributed), then counted down as batches are yielded."""
+        if self._zephon_even is not None or not self._zephon_even_batches:
+            return self._zephon_even
+        book = self._zephon_book
+        template = book.pipeline.source
+        if not countable(template):
+            return None  # an unbounded stream (every rank is endless) or one that cannot count
+        own = self._count_own(self._entries())
+        every = range(book.canonical_replicas)
+        if book.known(every):
+            batch_size, drop_last, _ = self._zephon_batch
+            counts = count_ranks(template, book.canonical_replicas, book.entries(every), book.world_size,
+                                 self._readers(), book.mapping, batch_size, drop_last)
+            target = even_target(counts)
+        else:
+            target = _all_reduce_min(own.units, book)
+        self._zephon_even = Even(target, own)
+        return self._zephon_even
+
+    def _held_back(self, live: _LoaderIterator) -> None:
+        """The budget ran out: count and say (once) what this rank holds back."""
+        even = self._zephon_even
+        if even is None or even.held_back_units or self._zephon_stats.ended:
+            return
+        left = self._count_own(live.entries())
+        even.held_back_units, even.held_back_samples = left.units, left.samples
+        if left.units:
+            log_once(f"zephon: rank {self._zephon_book.rank}: even_batches holds back {left.units} batches "
+                     f"({left.samples} samples) so that every rank takes {even.target} steps; they stay unread "
+                     "in the checkpoint")
+        why = f"even_batches: {even.target} steps on every rank" if left.units else "end"
+        self._zephon_stats.end(self._zephon_book.canonical_replicas, live.entries(), why)
+
+    def _log_config(self, plan: _Plan, even: Even | None) -> None:
+        if not log.isEnabledFor(logging.DEBUG):
+            return
+        book = self._zephon_book
+        config = {"rank": book.rank, "world_size": book.world_size, "canonical_replicas": book.canonical_replicas,
+                  "mapping": book.mapping, "readers": self._readers(),
+                  "lanes": {w: lanes for w, lanes in plan.lanes.items()}, "batch_size": plan.batch_size,
+                  "drop_last": plan.drop_last, "even_batches": None if even is None else even.left,
+                  "steps": [f"{kind}({getattr(fn, '__qualname__', fn)})" for kind, fn in book.pipeline.steps],
+                  "source": source_settings(book.pipeline.source)}
+        log.debug("zephon: resolved configuration %s", json.dumps(config, default=str))
+
     def __iter__(self) -> _LoaderIterator:
         self._settle()
         book = self._zephon_book
@@ -353,44 +510,45 @@ class DataLoader(tud.DataLoader):
                      f"workers; workers {idle} have no lane and stay idle")
         batch_size, drop_last, collate_fn = self._zephon_batch
         plan = _Plan(book.pipeline, book.canonical_replicas, lanes, book.entries(), batch_size, drop_last, collate_fn)
+        even = self._even()
+        self._log_config(plan, even)
         self.dataset.plan = plan
         if self.persistent_workers and self._iterator is not None:
             self._iterator._shutdown_workers()  # workers must start from the new position
             self._iterator = None
-        live = _LoaderIterator(super().__iter__(), plan)
+        live = _LoaderIterator(super().__iter__(), plan, self._zephon_stats, even, self._held_back)
         self._zephon_live = live
         return live
 
     def __len__(self) -> int:
-        """Batches (or items) still to come from the loader's position; needs a finite source
-        that can count its remaining samples (``remaining_samples()``)."""
-        book = self._zephon_book
-        entries = self._zephon_live.entries() if self._zephon_live is not None else book.entries()
-        template = book.pipeline.source
-        batch_size, drop_last, _ = self._zephon_batch
-        total = 0
-        readers = self._readers()
-        for worker in range(readers):
-            samples = 0
-            for lane in book.worker_lanes(worker, readers):
-                state, consumed, _ = entries[lane]
-                source = template.clone_for_lane(lane, book.canonical_replicas)
-                if not hasattr(source, "remaining_samples"):
-                    raise TypeError(f"{type(template).__name__} cannot count its remaining samples, so this "
-                                    "DataLoader has no length")
-                source.load_state_dict(state)
-                samples += source.remaining_samples() - consumed
-            if batch_size is None:
-                total += samples
-            else:
-                total += samples // batch_size if drop_last else math.ceil(samples / batch_size)
-        return total
+        """Batches (or items) still to come from the loader's position. With ``even_batches``,
+        the same number on every rank; it needs a finite source that can count its remaining
+        samples (``remaining_samples()``), else ``TypeError``."""
+        template = self._zephon_book.pipeline.source
+        if not hasattr(template, "remaining_samples") or not template.supports_indexing():
+            raise TypeError(f"{type(template).__name__} cannot count its remaining samples (an unbounded stream or "
+                            "no random access), so this DataLoader has no length")
+        even = self._even()
+        if even is not None:
+            return even.left
+        return self._count_own(self._entries()).units
+
+    def stats(self) -> dict:
+        """What this rank delivered and where its datasets stand (plain JSON).
+
+        ``batches``; ``samples`` per component; ``filtered`` (items filter steps dropped);
+        ``datasets``: per dataset its ``pass`` (1-based), ``position`` in the pass, ``size``
+        and ``policy`` at the chunk the loop reached; ``redistributed`` (datasets that ran dry
+        and whose share went to the others) and ``exhausted`` (what ended the stream);
+        ``ended``; ``even_batches``: ``steps`` (this run's equal step count from where it was
+        set), ``given``, ``held_back_batches`` and ``held_back_samples`` (None without it).
+        """
+        even = self._zephon_even
+        return self._zephon_stats.as_json(self._entries(), None if even is None else even.as_json())
 
     def state_dict(self) -> dict:
         """Where this rank's lanes stand after the last batch received (JSON; size ∝ lanes)."""
-        book = self._zephon_book
-        entries = self._zephon_live.entries() if self._zephon_live is not None else book.entries()
-        return book.state(entries, num_workers=self.num_workers)
+        return self._zephon_book.state(self._entries(), num_workers=self.num_workers)
 
     def check_state_dict(self, state: Any) -> None:
         """Raise ``ValueError`` unless ``state`` restores into this loader (nothing changes)."""
@@ -399,6 +557,34 @@ class DataLoader(tud.DataLoader):
     def load_state_dict(self, state: Any) -> None:
         """Resume from ``state``: this rank's state, or a merged global state of any earlier
         topology with the same ``canonical_replicas``. Checks everything before changing anything.
-        An iterator already running keeps going but no longer moves the loader's position."""
+        An iterator already running keeps going but no longer moves the loader's position.
+        With ``even_batches`` the step count is counted again from the loaded positions."""
         self._zephon_book.load(state)
         self._zephon_live = None
+        self._zephon_even = None
+        self._zephon_stats.ended = False
+
+
+def _all_reduce_min(value: int, book: LaneBook) -> int:
+    """The smallest ``value`` over the ranks (a collective); needs torch.distributed."""
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()):
+        raise ValueError(f"even_batches=True needs every rank's position to count the steps, but rank {book.rank} "
+                         "holds only its own lanes' (a per-rank state was loaded): load the global state "
+                         "(zephon.torch.all_gather_state / merge_states of every rank's state), initialise "
+                         "torch.distributed first, or pass even_batches=False")
+    tensor = torch.tensor([value], dtype=torch.int64, device=collective_device(None))
+    dist.all_reduce(tensor, op=dist.ReduceOp.MIN)
+    return int(tensor.item())
+
+
+def source_settings(source: Any) -> dict:
+    """The resolved settings of a mixture source that shape its stream (for the DEBUG log)."""
+    config = getattr(source, "config", None)
+    if config is None:
+        return {"source": repr(source)}
+    return {"chunk_size": config.chunk_size, "seed": config.seed, "stop_after_passes": config.stop_after_passes,
+            "datasets": {d.name: {"weight": d.weight, "policy": d.policy, "max_repeats": d.max_repeats,
+                                  "block_size": d.block_size, "samples_per_pass": int(d.total)}
+                         for d in config.datasets}}

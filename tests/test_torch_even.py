@@ -1,0 +1,181 @@
+"""Equal steps on every rank, the default lane count, stats() and events (issue #13; one process).
+
+Ranks are simulated with explicit ``rank`` / ``world_size`` (a fresh start and a global state
+know every rank's lanes, so no collective is needed); real processes with an all-reduce after
+every batch are in ``test_torch_distributed.py``.
+"""
+import json
+import logging
+
+import pytest
+from helpers import lane_streams
+
+import zephon.torch as zt
+from zephon import Dataset, Pipeline, StaticMixtureWorkSource
+from zephon.runtime import rank_lanes, worker_lanes
+from zephon.runtime._book import GROWTH, default_replicas
+
+pytestmark = pytest.mark.filterwarnings("ignore:This DataLoader will create:UserWarning",
+                                        "ignore:'set_vital' is deprecated:UserWarning")
+
+
+def make_source(policy="stop", **kwargs):
+    datasets = [Dataset.from_counts("web", [60] * 6), Dataset.from_counts("code", [45] * 4),
+                Dataset.from_counts("math", [30] * 2)]
+    return StaticMixtureWorkSource(datasets, {"web": 0.5, "code": 0.3, "math": 0.2}, chunk_size=16, seed=21,
+                                   exhausted_policy=policy, **kwargs)
+
+
+def ids(batch):
+    return list(map(tuple, batch["_sample_id"].tolist()))
+
+
+def run(world, workers, even=True, batch=5, state=None, stop_after=None, **kwargs):
+    """Each simulated rank's batches (all, or the first ``stop_after``), lengths and final states."""
+    out = []
+    for rank in range(world):
+        loader = zt.DataLoader(Pipeline(make_source()), batch_size=batch, num_workers=workers, even_batches=even,
+                               rank=rank, world_size=world, **kwargs)
+        if state is not None:
+            loader.load_state_dict(state)
+        length = len(loader)
+        batches = []
+        for unit in loader:
+            batches.append(ids(unit))
+            if stop_after is not None and len(batches) == stop_after:
+                break
+        out.append({"len": length, "batches": batches, "state": json.loads(json.dumps(loader.state_dict())),
+                    "stats": loader.stats()})
+    return out
+
+
+def test_ranks_with_lanes_of_different_lengths_take_equal_steps():
+    uneven = run(3, 2, even=False, canonical_replicas=7)
+    counts = [len(r["batches"]) for r in uneven]
+    assert len(set(counts)) > 1, "the lanes must give the ranks different batch counts"
+    assert [r["len"] for r in uneven] == counts
+    even = run(3, 2, canonical_replicas=7)
+    assert [len(r["batches"]) for r in even] == [r["len"] for r in even] == [min(counts)] * 3
+    reference = lane_streams(make_source(), 7)
+    owner = {p: lane for lane, pointers in reference.items() for p in pointers}
+    for r, u in zip(even, uneven):
+        assert r["batches"] == u["batches"][:min(counts)]  # the surplus is the tail of each rank's order
+        held = r["stats"]["even_batches"]
+        assert held["steps"] == held["given"] == min(counts)
+        assert held["held_back_batches"] == len(u["batches"]) - min(counts)
+        assert held["held_back_samples"] == sum(map(len, u["batches"][min(counts):]))
+    # each lane gave a prefix of its stream; the held-back samples stay in the checkpoint
+    seen = [p for r in even for b in r["batches"] for p in b]
+    assert len(seen) == len(set(seen))
+    for lane, pointers in reference.items():
+        mine = [p for p in seen if owner[p] == lane]
+        assert mine == pointers[:len(mine)]
+
+
+def test_equal_steps_hold_after_an_elastic_resume_and_the_surplus_is_not_lost():
+    first = run(3, 2, canonical_replicas=7, stop_after=4)
+    merged = zt.merge_states([r["state"] for r in first])
+    second = run(2, 2, state=merged)
+    assert len({r["len"] for r in second}) == 1 and [len(r["batches"]) for r in second] == [r["len"] for r in second]
+    uneven = run(2, 2, even=False, state=merged)
+    assert second[0]["len"] == min(len(r["batches"]) for r in uneven)
+    # what the even run held back is read by a resume of its final state on one rank
+    final = zt.merge_states([r["state"] for r in second])
+    rest = run(1, 1, state=final)
+    seen = [p for leg in (first, second, rest) for r in leg for b in r["batches"] for p in b]
+    everything = [p for pointers in lane_streams(make_source(), 7).values() for p in pointers]
+    assert sorted(seen) == sorted(everything)
+
+
+def test_resume_on_the_same_topology_counts_the_remaining_steps_again():
+    first = run(3, 2, canonical_replicas=7, stop_after=3)
+    merged = zt.merge_states([r["state"] for r in first])
+    full = run(3, 2, canonical_replicas=7)
+    second = run(3, 2, state=merged)
+    assert [r["len"] for r in second] == [full[0]["len"] - 3] * 3
+    assert [r["batches"] for r in second] == [r["batches"][3:] for r in full]
+
+
+def test_a_per_rank_state_without_a_process_group_is_refused_with_a_fix():
+    loader = zt.DataLoader(Pipeline(make_source()), batch_size=5, canonical_replicas=4, rank=0, world_size=2)
+    next(iter(loader))
+    fresh = zt.DataLoader(Pipeline(make_source()), batch_size=5, rank=0, world_size=2)
+    fresh.load_state_dict(loader.state_dict())
+    with pytest.raises(ValueError, match="global state.*even_batches=False"):
+        len(fresh)
+    off = zt.DataLoader(Pipeline(make_source()), batch_size=5, rank=0, world_size=2, even_batches=False)
+    off.load_state_dict(loader.state_dict())
+    assert len(off) == len(list(off))
+
+
+def test_the_surplus_is_logged_once_and_the_end_of_the_stream_at_info(caplog):
+    counts = [len(r["batches"]) for r in run(3, 0, even=False, canonical_replicas=7)]
+    longest = counts.index(max(counts))
+    with caplog.at_level(logging.INFO, logger="zephon"):
+        loader = zt.DataLoader(Pipeline(make_source()), batch_size=5, canonical_replicas=7, rank=longest,
+                               world_size=3)
+        list(loader)
+        list(loader)
+    held = [r for r in caplog.records if "holds back" in r.message]
+    assert len(held) == 1 and held[0].levelno == logging.WARNING
+    assert sum("stream ended" in r.message for r in caplog.records) == 1
+
+
+def test_unbounded_streams_need_no_evening():
+    loader = zt.DataLoader(Pipeline(make_source(policy="repeat")), batch_size=5, rank=0, world_size=2)
+    it = iter(loader)
+    for _ in range(50):
+        next(it)
+    assert loader.stats()["even_batches"] is None
+    with pytest.raises(TypeError, match="no length"):
+        len(loader)
+
+
+@pytest.mark.parametrize("first_readers", [1, 2, 3, 6])
+def test_the_default_lane_count_leaves_no_reader_idle_growing_8x(first_readers):
+    replicas = default_replicas(first_readers)
+    for readers in range(1, GROWTH * first_readers + 1):
+        for world in [w for w in range(1, readers + 1) if readers % w == 0]:
+            workers = readers // world
+            counts = [len(worker_lanes(rank_lanes(replicas, r, world, m), w, workers, m))
+                      for m in ("contiguous", "interleaved") for r in range(world) for w in range(workers)]
+            assert min(counts) >= 1 and max(counts) - min(counts) <= 1, (readers, world)
+
+
+def test_the_loader_default_is_8_lanes_per_first_reader_and_a_checkpoint_keeps_it():
+    loader = zt.DataLoader(Pipeline(make_source()), batch_size=5, num_workers=2)
+    assert loader.canonical_replicas == 16
+    it = iter(loader)
+    next(it)
+    state = loader.state_dict()
+    grown = zt.DataLoader(Pipeline(make_source()), batch_size=5, num_workers=2, rank=3, world_size=4)
+    grown.load_state_dict(state)
+    assert grown.canonical_replicas == 16 and len(grown.lanes()) == 4
+    assert zt.DataLoader(Pipeline(make_source()), rank=0, world_size=2).canonical_replicas == 16
+
+
+def test_stats_count_components_passes_and_redistributed_datasets(caplog):
+    datasets = [Dataset.from_counts("big", [200] * 4), Dataset.from_counts("small", [20, 20])]
+    source = StaticMixtureWorkSource(datasets, {"big": 0.7, "small": 0.3}, chunk_size=16, seed=2,
+                                     exhausted_policy={"big": "repeat", "small": "redistribute"}, max_repeats=1)
+    with caplog.at_level(logging.INFO, logger="zephon"):
+        loader = zt.DataLoader(Pipeline(source), batch_size=8, num_workers=2)
+        batches = list(loader)
+    stats = json.loads(json.dumps(loader.stats()))
+    assert stats["batches"] == len(batches) and len(loader) == 0
+    names = [n for b in batches for n in b["_component"]]
+    assert stats["samples"] == {"big": names.count("big"), "small": names.count("small")}
+    assert stats["samples"]["small"] == 40 and stats["redistributed"] == ["small"]
+    assert stats["datasets"]["big"]["pass"] == 2 and stats["datasets"]["small"]["position"] == 40
+    assert stats["ended"] and stats["exhausted"] == ["big"]
+    messages = [r.message for r in caplog.records if r.levelno == logging.INFO]
+    assert sum("'big' starts pass 2" in m for m in messages) == 1
+    assert sum("'small' is exhausted" in m for m in messages) == 1
+    assert sum("stream ended" in m and "big" in m for m in messages) == 1
+
+
+def test_the_resolved_configuration_is_logged_at_debug(caplog):
+    with caplog.at_level(logging.DEBUG, logger="zephon"):
+        next(iter(zt.DataLoader(Pipeline(make_source()), batch_size=5)))
+    found = [r.message for r in caplog.records if "resolved configuration" in r.message]
+    assert len(found) == 1 and '"canonical_replicas": 8' in found[0] and '"policy": "stop"' in found[0]

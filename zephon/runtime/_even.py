@@ -1,0 +1,93 @@
+"""Equal steps on every rank: how many batches each rank still has, counted without reading.
+
+A rank's readers cut their own streams into batches, so a rank has
+``sum over its readers of ceil(samples / batch_size)`` batches left (``floor`` with
+``drop_last``; samples themselves when items are yielded). A lane's remaining samples come
+from its source's random access (``remaining_samples()`` from the chunk-start state, less
+what the loop already consumed of that chunk): nothing is generated or read.
+
+With ``even_batches`` every rank yields the smallest of those counts; the surplus of the
+longer ranks is *held back*: it is never yielded in this run, stays unread in the
+checkpoint, and a resume on another topology counts it again like any remaining sample.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Mapping, Sequence
+
+from zephon.runtime._lanes import rank_lanes, worker_lanes
+from zephon.runtime._stream import Entry
+
+
+def countable(template: Any) -> bool:
+    """Whether the source can count a lane's remaining samples (a finite stream with random access)."""
+    supports = getattr(template, "supports_indexing", None)
+    return callable(supports) and bool(supports()) and hasattr(template, "remaining_samples")
+
+
+def lane_remaining(template: Any, lane: int, replicas: int, entry: Entry) -> int:
+    """Samples ``lane`` still yields from ledger ``entry`` (its chunk-start state and consumed count)."""
+    state, consumed, _ = entry
+    source = template.clone_for_lane(lane, replicas)
+    source.load_state_dict(state)
+    return source.remaining_samples() - consumed
+
+
+def units(samples: int, batch_size: int | None, drop_last: bool) -> int:
+    """Batches (or items, without ``batch_size``) a reader makes of ``samples``."""
+    if batch_size is None:
+        return samples
+    return samples // batch_size if drop_last else math.ceil(samples / batch_size)
+
+
+@dataclass(frozen=True, slots=True)
+class RankCount:
+    """What one rank still has: batches (or items) and samples."""
+
+    units: int
+    samples: int
+
+
+def count_rank(template: Any, replicas: int, entries: Mapping[int, Entry], rank: int, world_size: int,
+               readers: int, mapping: str, batch_size: int | None, drop_last: bool) -> RankCount:
+    """The remaining batches and samples of ``rank`` (of ``world_size``, ``readers`` readers each)."""
+    total_units = total_samples = 0
+    lanes = rank_lanes(replicas, rank, world_size, mapping)
+    for worker in range(readers):
+        samples = sum(lane_remaining(template, lane, replicas, entries[lane])
+                      for lane in worker_lanes(lanes, worker, readers, mapping))
+        total_units += units(samples, batch_size, drop_last)
+        total_samples += samples
+    return RankCount(total_units, total_samples)
+
+
+def count_ranks(template: Any, replicas: int, entries: Mapping[int, Entry], world_size: int, readers: int,
+                mapping: str, batch_size: int | None, drop_last: bool) -> list[RankCount]:
+    """:func:`count_rank` of every rank (``entries`` must cover every lane)."""
+    return [count_rank(template, replicas, entries, rank, world_size, readers, mapping, batch_size, drop_last)
+            for rank in range(world_size)]
+
+
+@dataclass(slots=True)
+class Even:
+    """The equal-steps budget of one rank: ``target`` units from where it was set, ``given`` so far."""
+
+    target: int
+    own: RankCount  # what this rank had when the target was set
+    given: int = 0
+    held_back_units: int = 0  # set when the budget runs out: the rank's surplus
+    held_back_samples: int = 0
+
+    @property
+    def left(self) -> int:
+        return self.target - self.given
+
+    def as_json(self) -> dict:
+        return {"steps": self.target, "given": self.given, "held_back_batches": self.held_back_units,
+                "held_back_samples": self.held_back_samples}
+
+
+def even_target(counts: Sequence[RankCount]) -> int:
+    """The number of units every rank yields: the smallest rank's."""
+    return min(count.units for count in counts)

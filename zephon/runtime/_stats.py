@@ -1,0 +1,137 @@
+"""What a loader delivered and where its datasets stand: ``stats()`` and the INFO events.
+
+The main process of a rank keeps one :class:`LoaderStats`. It counts what the training loop
+received (samples per component, batches, items a filter dropped) and watches the chunk
+starts its readers report: a dataset that starts a new pass, a ``"redistribute"`` dataset
+that runs dry, and the end of the stream are logged once per rank on the ``zephon`` logger
+at INFO. Everything :meth:`LoaderStats.as_json` returns is plain JSON.
+"""
+from __future__ import annotations
+
+import logging
+from typing import Any, Iterable, Mapping
+
+import numpy as np
+
+from zephon.runtime._stream import Entry
+
+log = logging.getLogger("zephon")
+REDISTRIBUTE = "redistribute"
+
+
+def _plans(template: Any) -> list[Any]:
+    """The source's dataset plans (name, policy, total per pass), when it is a mixture source."""
+    config = getattr(template, "config", None)
+    return list(getattr(config, "datasets", ()))
+
+
+def _cursors(state: Any) -> dict[str, dict] | None:
+    """``{dataset: {"epoch", "position"}}`` of a mixture source's state (JSON), else None."""
+    inner = state.get("state") if isinstance(state, dict) else None
+    cursors = inner.get("cursors") if isinstance(inner, dict) else None
+    return cursors if isinstance(cursors, dict) else None
+
+
+def _chunk_index(state: Any) -> int:
+    inner = state.get("state") if isinstance(state, dict) else None
+    index = inner.get("chunk_index") if isinstance(inner, dict) else None
+    return index if type(index) is int else -1
+
+
+def end_causes(template: Any, replicas: int, entries: Mapping[int, Entry]) -> list[str]:
+    """Names of the datasets that ended the lanes of ``entries`` (a ``"stop"`` dataset running
+    dry, a repeat limit; ``"all passes done"`` when no single one did). Every lane must have
+    nothing left to yield."""
+    from zephon.core.schedule import Ended, plan_next
+
+    causes: set[str] = set()
+    plans = _plans(template)
+    if not plans:
+        return []
+    for lane, (state, _, _) in entries.items():
+        source = template.clone_for_lane(lane, replicas)
+        source.load_state_dict(state)
+        while source.next_chunk() is not None:  # the lane's last chunk, if it is still in flight
+            pass
+        planned = plan_next(source.state, source.config)
+        if isinstance(planned, Ended):
+            causes.add("all passes done" if planned.dataset is None else plans[planned.dataset].name)
+    return sorted(causes)
+
+
+class LoaderStats:
+    """Counters of one rank's loader and the progress of its datasets (see module doc)."""
+
+    def __init__(self, template: Any, names: list[str], rank: int):
+        self._template, self.rank = template, rank
+        self._names = names
+        self.delivered = np.zeros(len(names), dtype=np.int64)
+        self.batches = 0
+        self.filtered = 0
+        self.ended = False
+        self.exhausted: list[str] = []
+        self._plans = _plans(template)
+        self._latest: dict | None = None  # the lane state with the highest chunk index seen
+        self._passes: dict[str, int] = {}
+        self.redistributed: list[str] = []
+
+    def count(self, components: np.ndarray) -> None:
+        """The loop received samples of these component ids."""
+        if len(components):
+            self.delivered += np.bincount(components, minlength=len(self.delivered))[:len(self.delivered)]
+
+    def observe(self, states: Iterable[dict]) -> None:
+        """Chunk-start states the readers reported: log new passes and drained datasets once."""
+        for state in states:
+            if _chunk_index(state) > _chunk_index(self._latest):
+                self._latest = state
+        cursors = _cursors(self._latest)
+        if cursors is None:
+            return
+        for plan in self._plans:
+            cursor = cursors.get(plan.name)
+            if not isinstance(cursor, dict):
+                continue
+            epoch = cursor.get("epoch", 0)
+            if epoch > self._passes.get(plan.name, 0):
+                log.info("zephon: rank %d: dataset %r starts pass %d", self.rank, plan.name, epoch + 1)
+            self._passes[plan.name] = max(epoch, self._passes.get(plan.name, 0))
+            drained = plan.policy == REDISTRIBUTE and cursor.get("position", 0) >= plan.total
+            if drained and plan.name not in self.redistributed:
+                self.redistributed.append(plan.name)
+                log.info("zephon: rank %d: dataset %r is exhausted; its share is redistributed over the others",
+                         self.rank, plan.name)
+
+    def end(self, replicas: int, entries: Mapping[int, Entry], why: str) -> None:
+        """The stream ended for this rank (``why``: what ended it); logged once."""
+        if self.ended:
+            return
+        self.ended = True
+        self.exhausted = end_causes(self._template, replicas, entries) if why == "end" else []
+        cause = f" (ended by: {', '.join(self.exhausted)})" if self.exhausted else ""
+        log.info("zephon: rank %d: the stream ended after %d batches%s", self.rank, self.batches,
+                 cause if why == "end" else f" ({why})")
+
+    def datasets(self, entries: Mapping[int, Entry]) -> dict[str, dict]:
+        """Per dataset: its pass (1-based) and position in it, at the latest chunk the loop reached."""
+        latest = max((state for state, _, _ in entries.values()), key=_chunk_index, default=None)
+        cursors = _cursors(latest) or {}
+        out = {}
+        for plan in self._plans:
+            cursor = cursors.get(plan.name, {})
+            out[plan.name] = {"pass": int(cursor.get("epoch", 0)) + 1, "position": int(cursor.get("position", 0)),
+                              "size": int(plan.total), "policy": plan.policy}
+        return out
+
+    def as_json(self, entries: Mapping[int, Entry], even: dict | None) -> dict:
+        return {
+            "rank": self.rank,
+            "batches": self.batches,
+            "samples": {name: int(n) for name, n in zip(self._names, self.delivered.tolist()) if name is not None},
+            "filtered": self.filtered,
+            "datasets": self.datasets(entries),
+            "redistributed": list(self.redistributed),
+            "exhausted": list(self.exhausted),
+            "ended": self.ended,
+            "even_batches": even,
+        }

@@ -1,0 +1,87 @@
+"""DataLoader workers that die with their trainer, and a clear error when one dies first.
+
+A worker whose trainer was SIGKILLed can outlive it: blocked writing a batch into a pipe
+nobody drains, or busy in a fetch, it never reaches torch's own parent check. So every
+zephon worker, when it starts, asks the kernel to SIGKILL it when its parent dies
+(``PR_SET_PDEATHSIG``, Linux) and runs a watchdog thread that SIGKILLs it within
+:data:`WATCH_INTERVAL` seconds of the trainer's death (every platform, and every start
+method: under ``forkserver`` the parent is the server, so the watchdog checks the trainer).
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import sys
+import threading
+import time
+from typing import Any, Mapping, Sequence
+
+WATCH_INTERVAL = 0.5  # seconds between the watchdog's checks of the trainer
+PR_SET_PDEATHSIG = 1  # prctl option (linux/prctl.h)
+_guarded: list[int] = []  # the pid this process guarded itself in (a fork child starts unguarded)
+
+
+def _die() -> None:
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _watch(trainer: int, is_parent: bool) -> None:
+    while True:
+        time.sleep(WATCH_INTERVAL)
+        if (os.getppid() != trainer) if is_parent else not _alive(trainer):
+            _die()
+
+
+def guard_worker(trainer: int) -> None:
+    """Tie this worker process's life to the ``trainer`` process (idempotent per process)."""
+    if _guarded and _guarded[0] == os.getpid():
+        return
+    _guarded[:] = [os.getpid()]
+    is_parent = os.getppid() == trainer
+    if is_parent and sys.platform.startswith("linux"):
+        try:
+            ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        except (OSError, AttributeError):
+            pass  # the watchdog still covers it
+    if not _alive(trainer) or (is_parent and os.getppid() != trainer):
+        _die()  # the trainer died before the guard was up
+    threading.Thread(target=_watch, args=(trainer, is_parent), name="zephon-trainer-watchdog", daemon=True).start()
+
+
+class WorkerDiedError(RuntimeError):
+    """A DataLoader worker died during the run (e.g. killed by the OOM killer).
+
+    ``worker``, ``pid``, ``lanes`` and ``signal`` (its name, or None for an exit status) say
+    which; the loader cannot go on. Restart from the last checkpoint: it is exact.
+    """
+
+    def __init__(self, worker: int, pid: int | None, lanes: Sequence[int], exitcode: int):
+        self.worker, self.pid, self.lanes = worker, pid, list(lanes)
+        self.signal = signal.Signals(-exitcode).name if exitcode < 0 else None
+        how = f"killed by signal {self.signal}" if self.signal else f"exited with status {exitcode}"
+        hint = " (the OOM killer sends SIGKILL when memory runs out)" if self.signal == "SIGKILL" else ""
+        super().__init__(f"zephon: DataLoader worker {worker} (pid {pid}, lanes {self.lanes}) died: {how}{hint}; "
+                         "this iteration cannot continue: resume from the last checkpoint (it is exact)")
+
+
+def dead_worker(base: Any, lanes: Mapping[int, Sequence[int]]) -> WorkerDiedError | None:
+    """The error for the first worker of torch iterator ``base`` that is no longer running, if any.
+
+    A worker only exits when its iterator shuts down, so any exit while batches are still
+    awaited is a death."""
+    for worker, process in enumerate(getattr(base, "_workers", None) or ()):
+        code = process.exitcode
+        if code is not None:
+            return WorkerDiedError(worker, process.pid, lanes.get(worker, []), code)
+    return None
