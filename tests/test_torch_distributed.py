@@ -20,12 +20,14 @@ import traceback
 from pathlib import Path
 
 import pytest
+import torch
 import torch.distributed as dist
 import torch.multiprocessing as torch_mp
 from helpers import lane_streams
 
 import zephon.torch as zt
 from zephon import Dataset, Pipeline, StaticMixtureWorkSource
+from zephon.runtime import worker_lanes
 
 CTX = torch_mp.get_context("fork")
 REPLICAS = 4
@@ -108,7 +110,8 @@ def first_leg(rank, world, path, batches):
 
 def second_leg(rank, world, path, workers, mapping):
     state = zt.load_checkpoint(path)
-    loader = zt.DataLoader(Pipeline(make_source()), batch_size=3, num_workers=workers, mapping=mapping)
+    loader = zt.DataLoader(Pipeline(make_source()), batch_size=3, num_workers=workers, mapping=mapping,
+                           even_batches=False)
     loader.load_state_dict(state)
     seen = [p for batch in loader for p in ids(batch)]
     dist.barrier()
@@ -140,7 +143,75 @@ def saver_killed_mid_save(rank, world, path, marker):
     return {"first": first, "second": second}
 
 
+def stepping(loader):
+    """Iterate ``loader`` as a DDP job does: an all-reduce after every batch, no Join."""
+    count, seen = 0, []
+    for batch in loader:
+        seen += ids(batch)
+        flag = torch.ones(1)
+        dist.all_reduce(flag)  # would hang if another rank had ended
+        count += 1
+    return count, seen
+
+
+def even_first_leg(rank, world, path, cut):
+    loader = zt.DataLoader(Pipeline(make_source()), batch_size=5, num_workers=2, canonical_replicas=7)
+    length, count, seen = len(loader), 0, []
+    for batch in loader:
+        seen += ids(batch)
+        flag = torch.ones(1)
+        dist.all_reduce(flag)
+        count += 1
+        if count == cut:
+            state = zt.all_gather_state(loader.state_dict())
+            if rank == 0:
+                zt.save_checkpoint(path, state)
+    return {"len": length, "count": count, "seen": seen, "stats": loader.stats()}
+
+
+def even_second_leg(rank, world, path, workers):
+    loader = zt.DataLoader(Pipeline(make_source()), batch_size=4, num_workers=workers)
+    loader.load_state_dict(zt.load_checkpoint(path))
+    length = len(loader)
+    count, seen = stepping(loader)
+    readers = [worker_lanes(loader.lanes(), w, workers, "contiguous") for w in range(workers)]
+    return {"len": length, "count": count, "seen": seen, "readers": readers, "replicas": loader.canonical_replicas}
+
+
 # -- tests ------------------------------------------------------------------------------------
+
+
+def test_three_ranks_take_equal_steps_then_two_after_an_elastic_resume(tmp_path):
+    path = tmp_path / "checkpoint"
+    first = run_ranks(even_first_leg, 3, tmp_path, str(path), 4, tag="even")
+    assert len({r["len"] for r in first}) == 1 and [r["count"] for r in first] == [r["len"] for r in first]
+    held = [r["stats"]["even_batches"]["held_back_batches"] for r in first]
+    assert any(held) and min(held) == 0, "the lanes give the ranks different lengths; the surplus is held back"
+    second = run_ranks(even_second_leg, 2, tmp_path, str(path), 2, tag="even2")
+    assert len({r["len"] for r in second}) == 1 and [r["count"] for r in second] == [r["len"] for r in second]
+    reference = lane_streams(make_source(), 7)
+    owner = {p: lane for lane, pointers in reference.items() for p in pointers}
+    head = [tuple(p) for r in first for p in r["seen"][:4 * 5]]
+    seen = head + [tuple(p) for r in second for p in r["seen"]]
+    assert len(seen) == len(set(seen))
+    for lane, pointers in reference.items():  # every lane continues exactly: a prefix of its stream
+        mine = [p for p in seen if owner[p] == lane]
+        assert mine == pointers[:len(mine)]
+
+
+def test_the_default_lane_count_serves_four_ranks_grown_from_one(tmp_path):
+    path = tmp_path / "checkpoint"
+    loader = zt.DataLoader(Pipeline(make_source()), batch_size=5, num_workers=2)
+    it = iter(loader)
+    head = [p for _ in range(3) for p in ids(next(it))]
+    zt.save_checkpoint(path, loader.state_dict())
+    assert loader.canonical_replicas == 16
+    grown = run_ranks(even_second_leg, 4, tmp_path, str(path), 2, tag="grown")
+    assert all(r["replicas"] == 16 for r in grown)
+    assert all(len(lanes) == 2 for r in grown for lanes in r["readers"])  # no idle reader
+    assert len({r["count"] for r in grown}) == 1 and [r["count"] for r in grown] == [r["len"] for r in grown]
+    seen = [tuple(p) for p in head] + [tuple(p) for r in grown for p in r["seen"]]
+    assert len(seen) == len(set(seen))
 
 
 
@@ -206,6 +277,7 @@ def test_a_rank_killed_during_save_leaves_the_previous_checkpoint_loadable(tmp_p
 
 TORCHRUN_SCRIPT = textwrap.dedent("""
     import json, sys
+    import torch
     import torch.distributed as dist
     import zephon.torch as zt
     from zephon import Pipeline
@@ -213,36 +285,42 @@ TORCHRUN_SCRIPT = textwrap.dedent("""
     from test_torch_distributed import make_source
 
     before = zt.detect_topology()  # torchrun's environment, before any process group
-    assert before.origin == "environment" and before.world_size == 2, before
+    assert before.origin == "environment" and before.world_size == 3, before
     dist.init_process_group("gloo")
-    loader = zt.DataLoader(Pipeline(make_source()), batch_size=5, num_workers=2, canonical_replicas=4)
+    loader = zt.DataLoader(Pipeline(make_source()), batch_size=5, num_workers=2, canonical_replicas=7)
     assert loader.topology.origin == "torch.distributed"
-    it = iter(loader)
-    seen = [p for _ in range(4) for p in next(it)["_sample_id"].tolist()]
-    state = zt.all_gather_state(loader.state_dict())
-    if dist.get_rank() == 0:
-        zt.save_checkpoint(sys.argv[1], state)
+    length, seen, count = len(loader), [], 0
+    for batch in loader:  # an all-reduce after every batch and no Join: equal steps or a hang
+        seen += batch["_sample_id"].tolist()
+        dist.all_reduce(torch.ones(1))
+        count += 1
+        if count == 4:
+            state = zt.all_gather_state(loader.state_dict())
+            if dist.get_rank() == 0:
+                zt.save_checkpoint(sys.argv[1], state)
     with open(sys.argv[2] + str(dist.get_rank()), "w") as f:
-        json.dump({"seen": seen, "rank": before.rank, "local_rank": before.local_rank}, f)
+        json.dump({"seen": seen[:20], "rank": before.rank, "local_rank": before.local_rank, "len": length,
+                   "count": count}, f)
     dist.destroy_process_group()
 """)
 
 
-def test_torchrun_launch_detects_the_topology_and_checkpoints(tmp_path):
+def test_torchrun_launch_takes_equal_steps_and_checkpoints(tmp_path):
     script = tmp_path / "train.py"
     script.write_text(TORCHRUN_SCRIPT)
     torchrun = os.path.join(os.path.dirname(sys.executable), "torchrun")
-    done = subprocess.run([torchrun, "--standalone", "--nproc-per-node", "2", str(script), str(tmp_path / "ckpt"),
+    done = subprocess.run([torchrun, "--standalone", "--nproc-per-node", "3", str(script), str(tmp_path / "ckpt"),
                            str(tmp_path / "seen"), os.path.dirname(__file__)],
                           capture_output=True, text=True, timeout=120, env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert done.returncode == 0, done.stderr[-3000:]
-    runs = [json.loads((tmp_path / f"seen{rank}").read_text()) for rank in range(2)]
-    assert [(r["rank"], r["local_rank"]) for r in runs] == [(0, 0), (1, 1)]
-    seen = [tuple(p) for r in runs for p in r["seen"]]
-    loader = zt.DataLoader(Pipeline(make_source()), batch_size=7, num_workers=2)
-    loader.load_state_dict(zt.load_checkpoint(tmp_path / "ckpt"))  # 2 ranks -> 1 process
+    runs = [json.loads((tmp_path / f"seen{rank}").read_text()) for rank in range(3)]
+    assert [(r["rank"], r["local_rank"]) for r in runs] == [(0, 0), (1, 1), (2, 2)]
+    assert len({r["count"] for r in runs}) == 1 and [r["len"] for r in runs] == [r["count"] for r in runs]
+    seen = [tuple(p) for r in runs for p in r["seen"]]  # the first 4 batches of every rank
+    loader = zt.DataLoader(Pipeline(make_source()), batch_size=7, num_workers=2, even_batches=False)
+    loader.load_state_dict(zt.load_checkpoint(tmp_path / "ckpt"))  # 3 ranks -> 1 process
     seen += [p for batch in loader for p in ids(batch)]
-    reference = lane_streams(make_source(), REPLICAS)
+    reference = lane_streams(make_source(), 7)
     owner = {p: lane for lane, pointers in reference.items() for p in pointers}
     assert sorted(seen) == sorted(owner)
     assert {lane: [p for p in seen if owner[p] == lane] for lane in reference} == reference

@@ -1,0 +1,123 @@
+"""zephon soak benchmark: a long repeating run stays flat in memory, file descriptors and threads.
+
+``python bench/soak.py`` runs a ``zephon.torch.DataLoader`` with two workers over a repeating
+mixture for ``--seconds`` (default 300) or ``--batches`` (default 10**6), whichever comes first,
+taking a checkpoint (``state_dict()``) every 1,000 batches. Every ``--every`` seconds it samples
+the RSS, open file descriptors and threads of the trainer and of each worker (Linux ``/proc``).
+Growth is the last sample less the first one after the warm-up (the first fifth of the run).
+``--quick`` is a 40 s smoke run; ``--json PATH`` also writes every sample. Informational: the
+script prints the figures against their bounds and always exits 0.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import zephon.torch as zt  # noqa: E402
+from zephon import Dataset, Pipeline, StaticMixtureWorkSource  # noqa: E402
+
+BATCH = 256
+RSS_BOUND_MB = 16.0  # growth after warm-up per process, the figure the README reports against
+FD_BOUND = 0  # open file descriptors may not grow
+THREAD_BOUND = 0  # nor may threads
+
+
+def make_loader() -> zt.DataLoader:
+    """Three datasets repeating forever, records through a map step (the unit path) and collate."""
+    datasets = [Dataset.from_counts("a", np.full(400, 5_000, dtype=np.int64)),
+                Dataset.from_counts("b", np.full(200, 3_000, dtype=np.int64)),
+                Dataset.from_records("r", [[{"x": i, "text": "t" * (i % 97)} for i in range(500)]] * 8)]
+    source = StaticMixtureWorkSource(datasets, {"a": 0.5, "b": 0.3, "r": 0.2}, chunk_size=4096, seed=3,
+                                     exhausted_policy="repeat", shuffle_within_shard=True)
+    pipeline = Pipeline(source).map(_uniform).filter(_keep)
+    return zt.DataLoader(pipeline, batch_size=BATCH, num_workers=2)
+
+
+def _uniform(item: dict) -> dict:
+    return {"x": item.get("x", -1), "length": len(item.get("text", ""))}
+
+
+def _keep(item: dict) -> bool:
+    return item["x"] % 11 != 5
+
+
+def probe(pid: int) -> dict[str, float]:
+    """RSS (MB), open file descriptors and threads of ``pid``."""
+    fields = {}
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            key, _, value = line.partition(":")
+            fields[key] = value.split()
+    return {"rss_mb": int(fields["VmRSS"][0]) / 1024, "fds": len(os.listdir(f"/proc/{pid}/fd")),
+            "threads": int(fields["Threads"][0])}
+
+
+def soak(seconds: float, max_batches: int, every: float) -> dict[str, Any]:
+    loader = make_loader()
+    it = iter(loader)
+    next(it)
+    workers = {f"worker {k}": w.pid for k, w in enumerate(it._base._workers)}
+    processes = {"trainer": os.getpid(), **workers}
+    samples: list[dict] = []
+    start = last = time.monotonic()
+    batches = 1
+    while batches < max_batches and time.monotonic() - start < seconds:
+        next(it)
+        batches += 1
+        if batches % 1000 == 0:
+            json.dumps(loader.state_dict())
+        now = time.monotonic()
+        if now - last >= every:
+            last = now
+            samples.append({"t": now - start, "batches": batches,
+                            **{name: probe(pid) for name, pid in processes.items()}})
+    elapsed = time.monotonic() - start
+    warm = [s for s in samples if s["t"] >= elapsed / 5] or samples
+    growth = {name: {key: warm[-1][name][key] - warm[0][name][key] for key in ("rss_mb", "fds", "threads")}
+              for name in processes}
+    return {"seconds": elapsed, "batches": batches, "rate": batches * BATCH / elapsed, "growth": growth,
+            "final": {name: samples[-1][name] for name in processes} if samples else {},
+            "stats": {k: v for k, v in loader.stats().items() if k in ("batches", "samples", "filtered")},
+            "samples": samples}
+
+
+def report(result: dict[str, Any]) -> str:
+    lines = [f"{result['batches']:,} batches of {BATCH} in {result['seconds']:.0f} s "
+             f"({result['rate'] / 1e3:,.0f} k samples/s); growth after warm-up (first fifth):",
+             f"{'process':<10} {'RSS MB':>9} {'growth MB':>10} {'fds':>5} {'growth':>7} {'threads':>8} "
+             f"{'growth':>7}  ok"]
+    for name, growth in result["growth"].items():
+        final = result["final"][name]
+        ok = growth["rss_mb"] <= RSS_BOUND_MB and growth["fds"] <= FD_BOUND and growth["threads"] <= THREAD_BOUND
+        lines.append(f"{name:<10} {final['rss_mb']:>9.1f} {growth['rss_mb']:>+10.1f} {final['fds']:>5} "
+                     f"{growth['fds']:>+7} {final['threads']:>8} {growth['threads']:>+7}  {'PASS' if ok else 'MISS'}")
+    lines.append(f"bounds: RSS growth <= {RSS_BOUND_MB} MB per process, fds and threads do not grow")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seconds", type=float, default=300.0)
+    parser.add_argument("--batches", type=int, default=10**6)
+    parser.add_argument("--every", type=float, default=2.0, help="seconds between samples")
+    parser.add_argument("--quick", action="store_true", help="a 40 s smoke run")
+    parser.add_argument("--json", type=Path, help="also write the result and every sample here")
+    args = parser.parse_args()
+    seconds = 40.0 if args.quick else args.seconds
+    result = soak(seconds, args.batches, min(args.every, seconds / 20))
+    print(report(result))
+    if args.json:
+        args.json.write_text(json.dumps(result, indent=1))
+
+
+if __name__ == "__main__":
+    main()
