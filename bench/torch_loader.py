@@ -73,10 +73,12 @@ def source_rate(samples: int) -> float:
     return n / (time.perf_counter() - start)
 
 
-def loader_rate(batches: int, workers: int) -> float:
-    """zt.DataLoader(batch_size=256) over count-only datasets; timed from the first batch on."""
+def loader_rate(batches: int, workers: int, default_lanes: bool = False) -> float:
+    """zt.DataLoader(batch_size=256) over count-only datasets; timed from the first batch on.
+
+    One lane per reader, or (``default_lanes``) the default ``canonical_replicas`` (8 per reader)."""
     loader = zt.DataLoader(Pipeline(count_source()), batch_size=BATCH, num_workers=workers,
-                           canonical_replicas=max(1, workers))
+                           canonical_replicas=None if default_lanes else max(1, workers))
     it = iter(loader)
     next(it)
     start, n = time.perf_counter(), 0
@@ -87,11 +89,15 @@ def loader_rate(batches: int, workers: int) -> float:
 
 def pointer_rows(cfg: Settings) -> list[Row]:
     samples = cfg.batches * BATCH
-    w2, w0, direct = paired(cfg.repeats, lambda: loader_rate(cfg.batches, 2), lambda: loader_rate(cfg.batches, 0),
-                            lambda: source_rate(samples))
+    w2, lanes, w0, direct = paired(cfg.repeats, lambda: loader_rate(cfg.batches, 2),
+                                   lambda: loader_rate(cfg.batches, 2, default_lanes=True),
+                                   lambda: loader_rate(cfg.batches, 0), lambda: source_rate(samples))
+    lanes_ratio = median_ratio(lanes, w2)
     return [
         Row("pointers, DataLoader workers=2, batch 256", statistics.median(w2), "samples/s", ">= 5e6 samples/s",
             median_ratio(w2, direct), statistics.median(w2) >= 5e6, w2),
+        Row("  same, default canonical_replicas (16 lanes)", statistics.median(lanes), "samples/s",
+            ">= 80% of 2 lanes", lanes_ratio, lanes_ratio >= 0.8, lanes),
         Row("pointers, DataLoader workers=0, batch 256", statistics.median(w0), "samples/s", "",
             median_ratio(w0, direct), None, w0),
         Row("pointers, source directly (read_order)", statistics.median(direct), "samples/s", "(ratio base)",

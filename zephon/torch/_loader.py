@@ -22,11 +22,13 @@ and a dead worker is reported by name (``zephon.torch._workers``).
 """
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
 import pickle
 import sys
+import threading
 from collections import deque
 from typing import Any, Callable
 
@@ -37,7 +39,7 @@ from torch.utils.data import IterableDataset, get_worker_info
 
 from zephon.pipeline import KEY_COMPONENT, KEY_SAMPLE_ID, Pipeline
 from zephon.runtime import LaneBook, LaneMux, Tracker, log_once
-from zephon.runtime._even import Even, count_rank, count_ranks, countable, even_target
+from zephon.runtime._even import Even, RankCount, count_rank, count_ranks, countable, even_target
 from zephon.runtime._stats import LoaderStats
 from zephon.runtime._stream import DROPPED, SERVED, Entry, Event, Segment
 from zephon.torch._collate import collate, columnar_batch
@@ -101,6 +103,7 @@ class _Plan:
         self.pointer_path = pipeline.pointer_only and collate_fn is None
         self.columnar = pipeline.columnar and collate_fn is None and batch_size is not None
         self.trainer = os.getpid()  # the process the workers must not outlive
+        self.main_thread = threading.current_thread() is threading.main_thread()  # where workers start
 
 
 class _Readers(IterableDataset):
@@ -123,7 +126,7 @@ class _Readers(IterableDataset):
     def __iter__(self):
         worker, _ = current_worker()
         if get_worker_info() is not None:
-            guard_worker(self.plan.trainer)
+            guard_worker(self.plan.trainer, self.plan.main_thread)
         return _bundles(self.plan, worker)
 
 
@@ -224,10 +227,11 @@ class _LoaderIterator:
     """Yields the readers' batches round robin (reader 0, 1, …, skipping finished ones) and
     tracks, per reader, how far the training loop has consumed."""
 
-    def __init__(self, base: Any, plan: _Plan, stats: LoaderStats, even: Even | None, on_even: Callable):
+    def __init__(self, base: Any, plan: _Plan, stats: LoaderStats, even: Even | None,
+                 count_left: Callable[[dict], RankCount]):
         self._base = base
         self._plan = plan
-        self._stats, self._even, self._on_even = stats, even, on_even
+        self._stats, self._even, self._count_left = stats, even, count_left
         readers = [w for w, lanes in sorted(plan.lanes.items()) if lanes]
         self._trackers = {w: Tracker({lane: plan.entries[lane] for lane in plan.lanes[w]}) for w in readers}
         self._positions = dict.fromkeys(readers, 0)
@@ -252,7 +256,7 @@ class _LoaderIterator:
     def _next(self) -> Any:
         even = self._even
         if even is not None and even.left <= 0:
-            self._on_even(self)
+            self._hold_back()
             raise StopIteration
         while self._rotation:
             worker = self._rotation[0]
@@ -291,6 +295,20 @@ class _LoaderIterator:
                 raise RuntimeError(f"zephon: DataLoader worker {worker} stopped before its last batch") from None
             self._pending[bundle.worker].append(bundle)
         return pending.popleft()
+
+    def _hold_back(self) -> None:
+        """The equal-steps budget ran out: count and say (once) what this rank holds back."""
+        even, stats = self._even, self._stats
+        if even.held_back_units or stats.ended:
+            return
+        entries = self.entries()
+        left = self._count_left(entries)
+        even.held_back_units, even.held_back_samples = left.units, left.samples
+        if left.units:
+            log_once(f"zephon: rank {stats.rank}: even_batches holds back {left.units} batches ({left.samples} "
+                     f"samples) so that every rank takes {even.target} steps; they stay unread in the checkpoint")
+        stats.end(self._plan.replicas, entries, f"even_batches: {even.target} steps on every rank" if left.units
+                  else "end")
 
     def entries(self) -> dict[int, Entry]:
         """The ledger of the rank's lanes after the last unit yielded, with both turn flags."""
@@ -446,11 +464,13 @@ class DataLoader(tud.DataLoader):
     def _entries(self) -> dict[int, Entry]:
         return self._zephon_live.entries() if self._zephon_live is not None else self._zephon_book.entries()
 
-    def _count_own(self, entries: dict[int, Entry]) -> Any:
+    def _counter(self) -> Callable[[dict], RankCount]:
+        """Counts this rank's remaining batches from ledger entries (holds no reference to the loader)."""
         book = self._zephon_book
         batch_size, drop_last, _ = self._zephon_batch
-        return count_rank(book.pipeline.source, book.canonical_replicas, entries, book.rank, book.world_size,
-                          self._readers(), book.mapping, batch_size, drop_last)
+        return functools.partial(count_rank, book.pipeline.source, book.canonical_replicas, rank=book.rank,
+                                 world_size=book.world_size, readers=self._readers(), mapping=book.mapping,
+                                 batch_size=batch_size, drop_last=drop_last)
 
     def _even(self) -> Even | None:
         """The equal-steps budget: set once from the positions (all ranks' when known, else an
@@ -461,7 +481,7 @@ class DataLoader(tud.DataLoader):
         template = book.pipeline.source
         if not countable(template):
             return None  # an unbounded stream (every rank is endless) or one that cannot count
-        own = self._count_own(self._entries())
+        own = self._counter()(self._entries())
         every = range(book.canonical_replicas)
         if book.known(every):
             batch_size, drop_last, _ = self._zephon_batch
@@ -472,20 +492,6 @@ class DataLoader(tud.DataLoader):
             target = _all_reduce_min(own.units, book)
         self._zephon_even = Even(target, own)
         return self._zephon_even
-
-    def _held_back(self, live: _LoaderIterator) -> None:
-        """The budget ran out: count and say (once) what this rank holds back."""
-        even = self._zephon_even
-        if even is None or even.held_back_units or self._zephon_stats.ended:
-            return
-        left = self._count_own(live.entries())
-        even.held_back_units, even.held_back_samples = left.units, left.samples
-        if left.units:
-            log_once(f"zephon: rank {self._zephon_book.rank}: even_batches holds back {left.units} batches "
-                     f"({left.samples} samples) so that every rank takes {even.target} steps; they stay unread "
-                     "in the checkpoint")
-        why = f"even_batches: {even.target} steps on every rank" if left.units else "end"
-        self._zephon_stats.end(self._zephon_book.canonical_replicas, live.entries(), why)
 
     def _log_config(self, plan: _Plan, even: Even | None) -> None:
         if not log.isEnabledFor(logging.DEBUG):
@@ -516,7 +522,7 @@ class DataLoader(tud.DataLoader):
         if self.persistent_workers and self._iterator is not None:
             self._iterator._shutdown_workers()  # workers must start from the new position
             self._iterator = None
-        live = _LoaderIterator(super().__iter__(), plan, self._zephon_stats, even, self._held_back)
+        live = _LoaderIterator(super().__iter__(), plan, self._zephon_stats, even, self._counter())
         self._zephon_live = live
         return live
 
@@ -531,7 +537,7 @@ class DataLoader(tud.DataLoader):
         even = self._even()
         if even is not None:
             return even.left
-        return self._count_own(self._entries()).units
+        return self._counter()(self._entries()).units
 
     def stats(self) -> dict:
         """What this rank delivered and where its datasets stand (plain JSON).

@@ -2,10 +2,13 @@
 
 A worker whose trainer was SIGKILLed can outlive it: blocked writing a batch into a pipe
 nobody drains, or busy in a fetch, it never reaches torch's own parent check. So every
-zephon worker, when it starts, asks the kernel to SIGKILL it when its parent dies
-(``PR_SET_PDEATHSIG``, Linux) and runs a watchdog thread that SIGKILLs it within
+zephon worker, when it starts, runs a watchdog thread that SIGKILLs it within
 :data:`WATCH_INTERVAL` seconds of the trainer's death (every platform, and every start
 method: under ``forkserver`` the parent is the server, so the watchdog checks the trainer).
+When the trainer started its workers from its main thread, the worker also asks the kernel
+to SIGKILL it the moment its parent dies (``PR_SET_PDEATHSIG``, Linux; the kernel ties it to
+the *thread* that started the worker, so a worker started from another thread, which may end
+before the trainer, relies on the watchdog alone).
 """
 from __future__ import annotations
 
@@ -43,13 +46,14 @@ def _watch(trainer: int, is_parent: bool) -> None:
             _die()
 
 
-def guard_worker(trainer: int) -> None:
-    """Tie this worker process's life to the ``trainer`` process (idempotent per process)."""
+def guard_worker(trainer: int, from_main_thread: bool) -> None:
+    """Tie this worker process's life to the ``trainer`` process (idempotent per process);
+    ``from_main_thread``: the trainer started the worker from its main thread."""
     if _guarded and _guarded[0] == os.getpid():
         return
     _guarded[:] = [os.getpid()]
     is_parent = os.getppid() == trainer
-    if is_parent and sys.platform.startswith("linux"):
+    if is_parent and from_main_thread and sys.platform.startswith("linux"):
         try:
             ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
         except (OSError, AttributeError):
