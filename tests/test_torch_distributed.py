@@ -163,10 +163,21 @@ def even_first_leg(rank, world, path, cut):
         dist.all_reduce(flag)
         count += 1
         if count == cut:
-            state = zt.all_gather_state(loader.state_dict())
+            own = loader.state_dict()
+            state = zt.all_gather_state(own)
             if rank == 0:
                 zt.save_checkpoint(path, state)
+            zt.save_checkpoint(f"{path}.rank{rank}", own)
     return {"len": length, "count": count, "seen": seen, "stats": loader.stats()}
+
+
+def even_own_state_leg(rank, world, path):
+    """Resume each rank from its own state: the step count comes from an all-reduce."""
+    loader = zt.DataLoader(Pipeline(make_source()), batch_size=5, num_workers=2)
+    loader.load_state_dict(zt.load_checkpoint(f"{path}.rank{rank}"))
+    length = len(loader)
+    count, seen = stepping(loader)
+    return {"len": length, "count": count, "seen": seen}
 
 
 def even_second_leg(rank, world, path, workers):
@@ -187,6 +198,9 @@ def test_three_ranks_take_equal_steps_then_two_after_an_elastic_resume(tmp_path)
     assert len({r["len"] for r in first}) == 1 and [r["count"] for r in first] == [r["len"] for r in first]
     held = [r["stats"]["even_batches"]["held_back_batches"] for r in first]
     assert any(held) and min(held) == 0, "the lanes give the ranks different lengths; the surplus is held back"
+    same = run_ranks(even_own_state_leg, 3, tmp_path, str(path), tag="even3")
+    assert [r["len"] for r in same] == [r["count"] for r in same] == [first[0]["len"] - 4] * 3
+    assert [r["seen"] for r in same] == [r["seen"][4 * 5:len(r["seen"])] for r in first]
     second = run_ranks(even_second_leg, 2, tmp_path, str(path), 2, tag="even2")
     assert len({r["len"] for r in second}) == 1 and [r["count"] for r in second] == [r["len"] for r in second]
     reference = lane_streams(make_source(), 7)
