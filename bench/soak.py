@@ -7,8 +7,9 @@ the RSS, open file descriptors and threads of the trainer and of each worker (Li
 File descriptors are counted apart: those of tensors in flight (torch shares a batch's tensors
 through ``/dev/shm`` descriptors, so their number jitters by a bundle's worth and is bounded by
 the prefetch) and all the others (files, pipes, sockets: any growth is a leak). After the
-warm-up (the first fifth of the run) the samples are split in two halves; growth is the peak
-of the second half less the peak of the first.
+warm-up (the first fifth of the run) the samples are split in two halves; growth is the median
+of the second half less the median of the first (a leak moves the median; the jitter of
+batches in flight does not).
 ``--quick`` is a 40 s smoke run; ``--json PATH`` also writes every sample. Informational: the
 script prints the figures against their bounds and always exits 0.
 """
@@ -17,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -61,14 +63,17 @@ def probe(pid: int) -> dict[str, float]:
         for line in f:
             key, _, value = line.partition(":")
             fields[key] = value.split()
-    shared = 0
-    names = os.listdir(f"/proc/{pid}/fd")
-    for name in names:
+    shared = other = 0
+    for name in os.listdir(f"/proc/{pid}/fd"):
         try:
-            shared += os.readlink(f"/proc/{pid}/fd/{name}").startswith("/dev/shm/")
+            target = os.readlink(f"/proc/{pid}/fd/{name}")
         except OSError:
-            pass  # closed since the listing
-    return {"rss_mb": int(fields["VmRSS"][0]) / 1024, "fds": len(names) - shared, "shm_fds": shared,
+            continue  # closed since the listing
+        if target.startswith("/dev/shm/"):
+            shared += 1
+        else:
+            other += 1
+    return {"rss_mb": int(fields["VmRSS"][0]) / 1024, "fds": other, "shm_fds": shared,
             "threads": int(fields["Threads"][0])}
 
 
@@ -96,10 +101,11 @@ def soak(seconds: float, max_batches: int, every: float) -> dict[str, Any]:
 
 
 def summary(samples: list[dict], elapsed: float, batches: int, processes: dict[str, int], stats: dict) -> dict:
-    """The run's figures: peak of the second half after warm-up less the peak of the first."""
+    """The run's figures: median of the second half after warm-up less the median of the first."""
     warm = [s for s in samples if s["t"] >= elapsed / 5] or samples
     first, second = warm[:len(warm) // 2] or warm, warm[len(warm) // 2:]
-    growth = {name: {key: max(s[name][key] for s in second) - max(s[name][key] for s in first)
+    growth = {name: {key: statistics.median(s[name][key] for s in second) - statistics.median(
+                     s[name][key] for s in first)
                      for key in ("rss_mb", "fds", "shm_fds", "threads")} for name in processes}
     peaks = {name: max(s[name]["shm_fds"] for s in warm) for name in processes}
     return {"seconds": elapsed, "batches": batches, "rate": batches * BATCH / elapsed, "growth": growth,
@@ -111,7 +117,7 @@ def summary(samples: list[dict], elapsed: float, batches: int, processes: dict[s
 
 def report(result: dict[str, Any]) -> str:
     lines = [f"{result['batches']:,} batches of {BATCH} in {result['seconds']:.0f} s "
-             f"({result['rate'] / 1e3:,.0f} k samples/s); growth after warm-up (peaks, second half less first):",
+             f"({result['rate'] / 1e3:,.0f} k samples/s); growth after warm-up (medians, second half less first):",
              f"{'process':<10} {'RSS MB':>9} {'growth MB':>10} {'fds':>5} {'growth':>7} {'threads':>8} "
              f"{'growth':>7} {'shm fds peak':>13}  ok"]
     for name, growth in result["growth"].items():
