@@ -34,10 +34,6 @@ TRAINER = textwrap.dedent("""
             time.sleep(600)
         return item
 
-    def slow(item):  # workers are slower than the loop: the trainer waits inside next()
-        time.sleep(0.0005)
-        return item
-
     def ids(batch):
         return batch["_sample_id"].tolist()
 
@@ -46,8 +42,6 @@ TRAINER = textwrap.dedent("""
         pipeline = Pipeline(make_source())
         if mode == "fetch":
             pipeline = pipeline.map(stall)
-        elif mode == "worker":
-            pipeline = pipeline.map(slow)
         loader = zt.DataLoader(pipeline, batch_size=8, num_workers=2, canonical_replicas=4,
                                multiprocessing_context=context, persistent_workers=persistent)
         it = iter(loader)
@@ -64,6 +58,7 @@ TRAINER = textwrap.dedent("""
         try:
             while True:
                 next(it)
+                time.sleep(0.01)  # the training step: most signals arrive here, outside the loader
         except zt.WorkerDiedError as error:
             report = {"worker": error.worker, "pid": error.pid, "lanes": error.lanes, "signal": error.signal,
                       "message": str(error)}

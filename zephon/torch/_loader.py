@@ -45,7 +45,7 @@ from zephon.runtime._stream import DROPPED, SERVED, Entry, Event, Segment
 from zephon.torch._collate import collate, columnar_batch
 from zephon.torch._dist import collective_device
 from zephon.torch._topology import Topology, current_worker, detect_topology
-from zephon.torch._workers import WorkerDiedError, dead_worker, guard_worker
+from zephon.torch._workers import WorkerDiedError, dead_worker, guard_worker, watch_workers
 from zephon.work.source import WorkSource
 
 POINTER_BUNDLE = 16384  # samples per bundle on the pointer fast path
@@ -248,10 +248,14 @@ class _LoaderIterator:
     def __next__(self) -> Any:
         try:
             return self._next()
-        except RuntimeError as error:  # torch's SIGCHLD handler may raise anywhere in here
-            if isinstance(error, WorkerDiedError) or (died := dead_worker(self._base, self._plan.lanes)) is None:
+        except RuntimeError as error:  # torch's "worker exited unexpectedly" and the like
+            if isinstance(error, WorkerDiedError) or (died := self.dead_worker()) is None:
                 raise
             raise died from error
+
+    def dead_worker(self) -> WorkerDiedError | None:
+        """The error for a worker of this iteration that died, if one did."""
+        return dead_worker(self._base, self._plan.lanes)
 
     def _next(self) -> Any:
         even = self._even
@@ -523,6 +527,8 @@ class DataLoader(tud.DataLoader):
             self._iterator._shutdown_workers()  # workers must start from the new position
             self._iterator = None
         live = _LoaderIterator(super().__iter__(), plan, self._zephon_stats, even, self._counter())
+        if self.num_workers > 0:
+            watch_workers(live)
         self._zephon_live = live
         return live
 

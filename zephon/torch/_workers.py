@@ -18,6 +18,7 @@ import signal
 import sys
 import threading
 import time
+import weakref
 from typing import Any, Mapping, Sequence
 
 WATCH_INTERVAL = 0.5  # seconds between the watchdog's checks of the trainer
@@ -80,12 +81,44 @@ class WorkerDiedError(RuntimeError):
 
 
 def dead_worker(base: Any, lanes: Mapping[int, Sequence[int]]) -> WorkerDiedError | None:
-    """The error for the first worker of torch iterator ``base`` that is no longer running, if any.
+    """The error for the first worker of torch iterator ``base`` that died, if any.
 
-    A worker only exits when its iterator shuts down, so any exit while batches are still
-    awaited is a death."""
+    A worker exits cleanly only when its iterator shuts down; any other exit is a death."""
+    if getattr(base, "_shutdown", False):
+        return None
     for worker, process in enumerate(getattr(base, "_workers", None) or ()):
         code = process.exitcode
-        if code is not None:
+        if code:
             return WorkerDiedError(worker, process.pid, lanes.get(worker, []), code)
     return None
+
+
+_watched: weakref.WeakSet = weakref.WeakSet()  # live loader iterators whose workers may die
+_handler: list[Any] = []  # zephon's SIGCHLD handler, once installed
+
+
+def watch_workers(iterator: Any) -> None:
+    """Raise :class:`WorkerDiedError` (via SIGCHLD) as soon as a worker of ``iterator`` dies.
+
+    torch's own SIGCHLD handler raises a ``RuntimeError`` with the pid only, wherever the main
+    thread happens to be (often in the training step); zephon's handler runs first and names
+    the worker's lanes, then hands other children's signals to the handler it replaced.
+    ``iterator`` needs a ``dead_worker()`` method. Only the main thread can set handlers."""
+    if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "SIGCHLD"):
+        return
+    _watched.add(iterator)
+    if _handler and signal.getsignal(signal.SIGCHLD) is _handler[0]:
+        return
+    previous = signal.getsignal(signal.SIGCHLD)
+
+    def on_child(signum: int, frame: Any) -> None:
+        for watched in list(_watched):
+            died = watched.dead_worker()
+            if died is not None:
+                _watched.discard(watched)
+                raise died
+        if callable(previous):
+            previous(signum, frame)
+
+    _handler[:] = [on_child]
+    signal.signal(signal.SIGCHLD, on_child)
