@@ -179,3 +179,12 @@ def test_the_resolved_configuration_is_logged_at_debug(caplog):
         next(iter(zt.DataLoader(Pipeline(make_source()), batch_size=5)))
     found = [r.message for r in caplog.records if "resolved configuration" in r.message]
     assert len(found) == 1 and '"canonical_replicas": 8' in found[0] and '"policy": "stop"' in found[0]
+
+
+def test_a_finite_source_that_cannot_count_is_said_once(caplog):
+    source = make_source()
+    source.supports_indexing = lambda: False  # as a custom source without random access
+    with caplog.at_level(logging.WARNING, logger="zephon"):
+        loader = zt.DataLoader(Pipeline(source), batch_size=5, canonical_replicas=7, rank=0, world_size=3)
+        assert list(loader) and loader.stats()["even_batches"] is None
+    assert sum("cannot count its remaining samples" in r.message for r in caplog.records) == 1

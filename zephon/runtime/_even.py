@@ -26,6 +26,14 @@ def countable(template: Any) -> bool:
     return callable(supports) and bool(supports()) and hasattr(template, "remaining_samples")
 
 
+def maybe_finite(template: Any) -> bool:
+    """Whether the stream may end (False only for a mixture source known to repeat forever)."""
+    from zephon.core.index import is_finite
+
+    config = getattr(template, "config", None)
+    return config is None or is_finite(config)
+
+
 def lane_remaining(template: Any, lane: int, replicas: int, entry: Entry) -> int:
     """Samples ``lane`` still yields from ledger ``entry`` (its chunk-start state and consumed count)."""
     state, consumed, _ = entry
@@ -74,7 +82,6 @@ class Even:
     """The equal-steps budget of one rank: ``target`` units from where it was set, ``given`` so far."""
 
     target: int
-    own: RankCount  # what this rank had when the target was set
     given: int = 0
     held_back_units: int = 0  # set when the budget runs out: the rank's surplus
     held_back_samples: int = 0

@@ -39,7 +39,7 @@ from torch.utils.data import IterableDataset, get_worker_info
 
 from zephon.pipeline import KEY_COMPONENT, KEY_SAMPLE_ID, Pipeline
 from zephon.runtime import LaneBook, LaneMux, Tracker, log_once
-from zephon.runtime._even import Even, RankCount, count_rank, count_ranks, countable, even_target
+from zephon.runtime._even import Even, RankCount, count_rank, count_ranks, countable, even_target, maybe_finite
 from zephon.runtime._stats import LoaderStats
 from zephon.runtime._stream import DROPPED, SERVED, Entry, Event, Segment
 from zephon.torch._collate import collate, columnar_batch
@@ -483,9 +483,12 @@ class DataLoader(tud.DataLoader):
             return self._zephon_even
         book = self._zephon_book
         template = book.pipeline.source
-        if not countable(template):
-            return None  # an unbounded stream (every rank is endless) or one that cannot count
-        own = self._counter()(self._entries())
+        if not countable(template):  # an unbounded stream needs nothing: every rank is endless
+            if maybe_finite(template):
+                log_once(f"zephon: even_batches: {type(template).__name__} cannot count its remaining samples (no "
+                         "random access), so ranks may end at different steps; wrap the loop in "
+                         "torch.distributed.algorithms.Join or make the source indexable")
+            return None
         every = range(book.canonical_replicas)
         if book.known(every):
             batch_size, drop_last, _ = self._zephon_batch
@@ -493,8 +496,8 @@ class DataLoader(tud.DataLoader):
                                  self._readers(), book.mapping, batch_size, drop_last)
             target = even_target(counts)
         else:
-            target = _all_reduce_min(own.units, book)
-        self._zephon_even = Even(target, own)
+            target = _all_reduce_min(self._counter()(self._entries()).units, book)
+        self._zephon_even = Even(target)
         return self._zephon_even
 
     def _log_config(self, plan: _Plan, even: Even | None) -> None:
