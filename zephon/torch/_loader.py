@@ -353,6 +353,10 @@ class DataLoader(tud.DataLoader):
         back**: not yielded in this run, left unread in the checkpoint (a resume on another
         topology counts it again). It is counted in ``stats()["even_batches"]`` and logged
         once. All ranks must use the same ``batch_size``, ``drop_last`` and ``num_workers``.
+        Counting walks each lane's schedule once, on numbers (about 0.3 ms per lane for a
+        stream of 6,000 chunks over 1,024 lanes), at the first ``len()`` or ``iter()`` and
+        after each ``load_state_dict``; a rank that loaded only its own lanes' state takes
+        the smallest count by an all-reduce (a collective: call it on every rank).
         An unbounded source needs nothing (every rank is endless). ``False``: each rank
         reads its lanes to their end.
     canonical_replicas : int or None, default None
