@@ -64,11 +64,6 @@ class LaneBook:
             self._replicas = self._requested or default_replicas(self.world_size * self.readers)
         return self._replicas
 
-    @property
-    def loaded(self) -> bool:
-        """Whether positions were loaded or recorded (else every lane is at its start)."""
-        return self._entries is not None
-
     def known(self, lanes: Sequence[int]) -> bool:
         """Whether the book holds a position for every one of ``lanes``."""
         return self._entries is None or all(lane in self._entries for lane in lanes)

@@ -36,8 +36,8 @@ import numpy as np
 
 Entry = tuple  # (lane state at the start of the chunk in flight, samples consumed from it, turn flags)
 DELIVERED = 1  # turn flag: the lane already gave its sample of its reader's current round
-DROPPED = object()  # the place of an item a pipeline's filter step rejected (it still counts as consumed)
 SERVED = 2  # turn flag: the lane's reader already gave its batch of the loader's current cycle
+DROPPED = object()  # the place of an item a pipeline's filter step rejected (it still counts as consumed)
 
 
 @dataclass(frozen=True, slots=True)
