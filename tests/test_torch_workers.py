@@ -89,8 +89,11 @@ def start_trainer(tmp_path, mode, context, persistent):
                                env={**os.environ, "OMP_NUM_THREADS": "1"}, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 120
     while not out.exists():
-        assert trainer.poll() is None, trainer.stderr.read()[-3000:]
-        assert time.monotonic() < deadline, "the trainer never started its workers"
+        if trainer.poll() is not None:
+            raise AssertionError(trainer.stderr.read()[-3000:])
+        if time.monotonic() > deadline:
+            trainer.kill()
+            raise AssertionError("the trainer never started its workers")
         time.sleep(0.05)
     return trainer, out, json.loads(out.read_text())
 
