@@ -84,13 +84,14 @@ def alive(pid):
 def start_trainer(tmp_path, mode, context, persistent):
     script = tmp_path / "trainer.py"
     script.write_text(TRAINER)
-    out = tmp_path / "out.json"
+    out, log = tmp_path / "out.json", open(tmp_path / "trainer.log", "w")
     trainer = subprocess.Popen([sys.executable, str(script), mode, str(out), context, "1" if persistent else "0"],
-                               env={**os.environ, "OMP_NUM_THREADS": "1"}, stderr=subprocess.PIPE, text=True)
+                               env={**os.environ, "OMP_NUM_THREADS": "1"}, stderr=log)
+    log.close()
     deadline = time.monotonic() + 120
     while not out.exists():
         if trainer.poll() is not None:
-            raise AssertionError(trainer.stderr.read()[-3000:])
+            raise AssertionError((tmp_path / "trainer.log").read_text()[-3000:])
         if time.monotonic() > deadline:
             trainer.kill()
             raise AssertionError("the trainer never started its workers")
