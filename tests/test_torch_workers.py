@@ -26,7 +26,7 @@ TRAINER = textwrap.dedent("""
     from zephon import Dataset, Pipeline, StaticMixtureWorkSource
 
     def make_source():
-        return StaticMixtureWorkSource([Dataset.from_counts("a", [4000] * 40), Dataset.from_counts("b", [3000] * 20)],
+        return StaticMixtureWorkSource([Dataset.from_counts("a", [2000] * 20), Dataset.from_counts("b", [1000] * 20)],
                                        {"a": 0.6, "b": 0.4}, chunk_size=64, seed=4, exhausted_policy="stop")
 
     def stall(item):  # a fetch that never returns (once the trainer has its first batches)
@@ -68,7 +68,7 @@ TRAINER = textwrap.dedent("""
 
 
 def make_source():
-    return StaticMixtureWorkSource([Dataset.from_counts("a", [4000] * 40), Dataset.from_counts("b", [3000] * 20)],
+    return StaticMixtureWorkSource([Dataset.from_counts("a", [2000] * 20), Dataset.from_counts("b", [1000] * 20)],
                                    {"a": 0.6, "b": 0.4}, chunk_size=64, seed=4, exhausted_policy="stop")
 
 
