@@ -26,7 +26,7 @@ TRAINER = textwrap.dedent("""
     from zephon import Dataset, Pipeline, StaticMixtureWorkSource
 
     def make_source():
-        return StaticMixtureWorkSource([Dataset.from_counts("a", [2000] * 20), Dataset.from_counts("b", [1000] * 20)],
+        return StaticMixtureWorkSource([Dataset.from_counts("a", [4000] * 40), Dataset.from_counts("b", [3000] * 20)],
                                        {"a": 0.6, "b": 0.4}, chunk_size=64, seed=4, exhausted_policy="stop")
 
     def stall(item):  # a fetch that never returns (once the trainer has its first batches)
@@ -67,8 +67,8 @@ TRAINER = textwrap.dedent("""
 """)
 
 
-def make_source():
-    return StaticMixtureWorkSource([Dataset.from_counts("a", [2000] * 20), Dataset.from_counts("b", [1000] * 20)],
+def make_source():  # big enough that no worker ends its stream (and exits) before the trainer is killed
+    return StaticMixtureWorkSource([Dataset.from_counts("a", [4000] * 40), Dataset.from_counts("b", [3000] * 20)],
                                    {"a": 0.6, "b": 0.4}, chunk_size=64, seed=4, exhausted_policy="stop")
 
 
@@ -101,13 +101,15 @@ def start_trainer(tmp_path, mode, context, persistent):
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 @pytest.mark.parametrize("mode,context,persistent", [("pipe", "fork", False), ("pipe", "spawn", True),
-                                                     ("fetch", "fork", True), ("fetch", "spawn", False)])
+                                                     ("fetch", "fork", True), ("fetch", "spawn", False),
+                                                     ("pipe", "forkserver", False)])
 def test_workers_die_within_seconds_of_their_trainer(tmp_path, mode, context, persistent):
     trainer, _, report = start_trainer(tmp_path, mode, context, persistent)
     pids = report["pids"]
-    assert len(pids) == 2 and all(alive(p) for p in pids)
+    running = [alive(p) for p in pids]
     os.kill(trainer.pid, signal.SIGKILL)
     trainer.wait()
+    assert len(pids) == 2 and all(running), "the workers were running before the trainer was killed"
     deadline = time.monotonic() + DEADLINE
     while any(alive(p) for p in pids) and time.monotonic() < deadline:
         time.sleep(0.05)
