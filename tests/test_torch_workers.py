@@ -94,6 +94,7 @@ def start_trainer(tmp_path, mode, context, persistent):
             raise AssertionError((tmp_path / "trainer.log").read_text()[-3000:])
         if time.monotonic() > deadline:
             trainer.kill()
+            trainer.wait()
             raise AssertionError("the trainer never started its workers")
         time.sleep(0.05)
     return trainer, out, json.loads(out.read_text())
@@ -128,6 +129,7 @@ def test_a_killed_worker_is_named_and_the_last_checkpoint_resumes_exactly(tmp_pa
         trainer.wait(timeout=30)
     finally:
         trainer.kill()
+        trainer.wait()
     died = json.loads((tmp_path / "out.json.died").read_text())
     assert died["worker"] == 1 and died["pid"] == victim and died["signal"] == "SIGKILL"
     assert died["lanes"] == [2, 3]
