@@ -112,24 +112,32 @@ class LoaderStats:
         log.info("zephon: rank %d: the stream ended after %d batches%s", self.rank, self.batches,
                  cause if why == "end" else f" ({why})")
 
-    def datasets(self, entries: Mapping[int, Entry]) -> dict[str, dict]:
-        """Per dataset: its pass (1-based) and position in it, at the latest chunk the loop reached."""
-        latest = max((state for state, _, _ in entries.values()), key=_chunk_index, default=None)
-        cursors = _cursors(latest) or {}
+    def datasets(self, replicas: int, entries: Mapping[int, Entry]) -> dict[str, dict]:
+        """Per dataset, at the latest chunk the loop reached: the source's ``coverage()``
+        (``passes_completed``, ``position`` in the current pass, ``pass_length``, ``never_read``)
+        and its ``policy``."""
+        if not entries or not self._plans:
+            return {}
+        lane, (state, _, _) = max(entries.items(), key=lambda item: _chunk_index(item[1][0]))
+        source = self._template.clone_for_lane(lane, replicas)
+        source.load_state_dict(state)
+        covered = source.coverage() if hasattr(source, "coverage") else {}
         out = {}
         for plan in self._plans:
-            cursor = cursors.get(plan.name, {})
-            out[plan.name] = {"pass": int(cursor.get("epoch", 0)) + 1, "position": int(cursor.get("position", 0)),
-                              "size": int(plan.total), "policy": plan.policy}
+            figures = covered.get(plan.name, {})
+            out[plan.name] = {"passes_completed": int(figures.get("passes_completed", 0)),
+                              "position": int(figures.get("position", 0)),
+                              "pass_length": int(figures.get("pass_length", plan.total)),
+                              "never_read": int(figures.get("never_read", 0)), "policy": plan.policy}
         return out
 
-    def as_json(self, entries: Mapping[int, Entry], even: dict | None) -> dict:
+    def as_json(self, replicas: int, entries: Mapping[int, Entry], even: dict | None) -> dict:
         return {
             "rank": self.rank,
             "batches": self.batches,
             "samples": {name: int(n) for name, n in zip(self._names, self.delivered.tolist()) if name is not None},
             "filtered": self.filtered,
-            "datasets": self.datasets(entries),
+            "datasets": self.datasets(replicas, entries),
             "redistributed": list(self.redistributed),
             "exhausted": list(self.exhausted),
             "ended": self.ended,

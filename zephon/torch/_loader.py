@@ -556,14 +556,16 @@ class DataLoader(tud.DataLoader):
         """What this rank delivered and where its datasets stand (plain JSON).
 
         ``batches``; ``samples`` per component; ``filtered`` (items filter steps dropped);
-        ``datasets``: per dataset its ``pass`` (1-based), ``position`` in the pass, ``size``
-        and ``policy`` at the chunk the loop reached; ``redistributed`` (datasets that ran dry
+        ``datasets``: per dataset its ``passes_completed``, ``position`` in the current pass,
+        ``pass_length``, ``never_read`` (skipped pass tails) and ``policy`` at the chunk the
+        loop reached (the source's ``coverage()``); ``redistributed`` (datasets that ran dry
         and whose share went to the others) and ``exhausted`` (what ended the stream);
         ``ended``; ``even_batches``: ``steps`` (this run's equal step count from where it was
         set), ``given``, ``held_back_batches`` and ``held_back_samples`` (None without it).
         """
         even = self._zephon_even
-        return self._zephon_stats.as_json(self._entries(), None if even is None else even.as_json())
+        return self._zephon_stats.as_json(self.canonical_replicas, self._entries(),
+                                          None if even is None else even.as_json())
 
     def state_dict(self) -> dict:
         """Where this rank's lanes stand after the last batch received (JSON; size ∝ lanes)."""
