@@ -10,7 +10,7 @@ with a JSON-able state. ``weights`` are normalised over the *active* datasets an
 | :class:`FixedAllocator` (legacy) | ``"fixed"`` | none |
 | your own (see :class:`Allocator`) | any string | any JSON value |
 
-The built-in allocators also run inside the scheduling kernel (``zephon/_ext/schedule.pyx``);
+The built-in allocators also run inside the scheduling kernel (``_ext/schedule.pyx``);
 these classes are the definition the kernel is tested against.
 
 **Compatibility**: the accumulator's arithmetic is fixed by SPEC §3 and reproduced bit for bit.

@@ -8,7 +8,7 @@ bijection, so the i-th sample of the mixed, shuffled, multi-pass stream is arith
    records the state before every ``every``-th chunk of the lane and the samples before it:
    ``16 + 32·datasets`` bytes per snapshot, 14 bytes per chunk for three datasets at the
    default ``every=8``; nothing per sample.
-2. **Lookup** — one kernel (``zephon/_ext/lookup.pyx``, built on first use and kept on the
+2. **Lookup** — one kernel (``_ext/lookup.pyx``, built on first use and kept on the
    index; a pickled index drops it) answers any batch of indices in one call:
 
    * *bucket*: each index gets its snapshot interval and its chunk there as if every chunk

@@ -5,7 +5,7 @@ Each dataset has a measured or pinned *tokens per raw byte* ratio; a draw from a
 sample by sample: the active dataset with the largest token deficit gives the next sample,
 then every active deficit grows by ``(weight − [drawn]) × cost`` of that sample: by
 ``weight × cost``, less the whole cost for the drawn dataset (``draw_reference``; the kernel is
-``zephon/_ext/tokens.pyx``).
+``_ext/tokens.pyx``).
 
 The arithmetic is exact: costs are integer units of 1/16 token (``COST_UNITS``, at most
 ``MAX_COST``) and the active weights integer units summing to ``WEIGHT_SCALE`` (largest
@@ -50,7 +50,7 @@ from zephon.core.schedule import (
 )
 
 _DONE = -1
-WEIGHT_SCALE = 2**24  # active weight units (must match zephon/_ext/tokens.pyx); a draw moves a deficit < 2**48
+WEIGHT_SCALE = 2**24  # active weight units (must match _ext/tokens.pyx); a draw moves a deficit < 2**48
 MAX_DATASETS = 2**14  # keeps every deficit inside int64 (deficit_bound)
 
 

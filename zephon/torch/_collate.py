@@ -9,7 +9,7 @@ import torch
 from torch.utils.data import default_collate
 
 from zephon.io import fetch_table
-from zephon.pipeline import KEY_COMPONENT, KEY_SAMPLE_ID
+from zephon.runtime import KEY_COMPONENT, KEY_SAMPLE_ID
 
 
 def collate(items: Sequence[Any]) -> Any:

@@ -6,8 +6,7 @@ from typing import Any, Sequence
 import numpy as np
 from torch.utils.data import Dataset, IterableDataset
 
-from zephon.pipeline import Pipeline
-from zephon.runtime import ItemStream, LaneBook, log_once
+from zephon.runtime import ItemStream, LaneBook, Pipeline, log_once
 from zephon.torch._topology import current_worker, detect_topology
 from zephon.work import PointerSequence
 

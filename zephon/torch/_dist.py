@@ -7,8 +7,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from zephon.runtime import merge_states
-from zephon.runtime._state import KIND
+from zephon.runtime import LOADER_STATE_KIND, merge_states
 
 
 def _device(group: Any) -> torch.device:
@@ -53,7 +52,7 @@ def stateful_dataloader_state(state: Any) -> dict:
 
     def walk(value: Any) -> None:
         if isinstance(value, dict):
-            if value.get("kind") == KIND:
+            if value.get("kind") == LOADER_STATE_KIND:
                 found.append(value)
                 return
             for item in value.values():

@@ -28,12 +28,12 @@ import torch
 import torch.utils.data as tud
 from torch.utils.data import IterableDataset
 
-from zephon.pipeline import KEY_COMPONENT, KEY_SAMPLE_ID, Pipeline
-from zephon.runtime import LaneBook, LaneMux, Tracker, log_once
-from zephon.runtime._stream import SERVED, Entry, Event, Segment
+from zephon.runtime import (
+    KEY_COMPONENT, KEY_SAMPLE_ID, SERVED, Entry, Event, LaneBook, LaneMux, Pipeline, Segment, Tracker, log_once,
+)
 from zephon.torch._collate import collate, columnar_batch
 from zephon.torch._topology import Topology, current_worker, detect_topology
-from zephon.work.source import WorkSource
+from zephon.work import WorkSource
 
 POINTER_BUNDLE = 16384  # samples per bundle on the pointer fast path
 RECORD_BUNDLE = 2048  # samples per bundle when records are read

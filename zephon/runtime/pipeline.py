@@ -25,7 +25,7 @@ import numpy as np
 from zephon.io import fetch
 from zephon.io._readahead import Readahead
 from zephon.runtime._stream import ItemStream, component_table, initial_entries
-from zephon.work.source import WorkSource
+from zephon.work import WorkSource
 
 KEY_SAMPLE_ID, KEY_COMPONENT, KEY_RECORD = "_sample_id", "_component", "record"
 PREFETCH_BYTES = 256 << 20  # readahead bound per reader when data is not on a local disk
@@ -206,6 +206,9 @@ class Pipeline:
         return ItemStream(self, [0], 1, initial_entries(self._source, [0], 1))
 
     # -- torch front ends (import torch) ------------------------------------------------------
+    # The one upward reference of the runtime: the seed names these methods on Pipeline, while
+    # zephon.torch is built on this package. Importing inside the method keeps the module graph
+    # acyclic and torch optional.
 
     def to_torch_dataset(self, *, canonical_replicas: int | None = None, mapping: str = "contiguous",
                          rank: int | None = None, world_size: int | None = None) -> Any:

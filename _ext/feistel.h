@@ -1,4 +1,4 @@
-/* Batched Feistel network of zephon's random-access permutations (zephon/_ext/perm.pxd).
+/* Batched Feistel network of zephon's random-access permutations (_ext/perm.pxd).
  *
  * Defined by zephon/core/perm.py::perm_reference; the scalar network in perm.pxd computes
  * the same function one element at a time. Everything here must match both.
