@@ -1,11 +1,11 @@
 """Build the Cython kernels from one table: sources in the top-level ``_ext/``, built as ``zephon._ext.*``.
 
 The ``.pxd``/``.pyi``/``.h`` files are installed with the modules, so a fork can
-``cimport zephon._ext.perm``. Cython finds a ``.pxd`` by its package path, so the ``.pxd``
-files are mirrored under ``build/cython-include/zephon/_ext/`` for the compiler (the
-sources stay in ``_ext/``).
+``cimport zephon._ext.perm``. Cython (for a ``.pxd``) and mypy (for a ``.pyi``) find a module's
+interface by its package path, so ``build/interface/zephon/_ext`` links to ``_ext/`` for both
+(``mypy_path`` in pyproject.toml); the sources stay in ``_ext/``.
 """
-import shutil
+import os
 from pathlib import Path
 
 import numpy as np
@@ -14,18 +14,16 @@ from setuptools import Extension, find_packages, setup
 
 KERNELS = ["perm", "cursor", "schedule", "readorder", "tokens", "lookup"]  # must match _KERNELS in _ext/__init__.py
 SOURCES = Path("_ext")
-INCLUDE = Path("build") / "cython-include"
+INTERFACE = Path("build") / "interface"
 
 
-def mirror_pxd() -> str:
-    """``INCLUDE/zephon/_ext/*.pxd``: copies of ``_ext/*.pxd`` (rewritten only when changed)."""
-    target = INCLUDE / "zephon" / "_ext"
-    target.mkdir(parents=True, exist_ok=True)
-    for pxd in SOURCES.glob("*.pxd"):
-        copy = target / pxd.name
-        if not copy.exists() or copy.read_bytes() != pxd.read_bytes():
-            shutil.copy2(pxd, copy)
-    return str(INCLUDE)
+def interface_tree() -> str:
+    """``INTERFACE/zephon/_ext``: a link to ``_ext/``, so the kernels' interfaces have their package path."""
+    link = INTERFACE / "zephon" / "_ext"
+    if not os.path.lexists(link):
+        link.parent.mkdir(parents=True, exist_ok=True)
+        link.symlink_to(Path("..", "..", "..", SOURCES), target_is_directory=True)
+    return str(INTERFACE)
 
 
 extensions = [
@@ -43,5 +41,5 @@ extensions = [
 setup(
     packages=find_packages(include=["zephon", "zephon.*"]) + ["zephon._ext"],
     package_dir={"zephon._ext": str(SOURCES)},
-    ext_modules=cythonize(extensions, language_level=3, include_path=[mirror_pxd()]),
+    ext_modules=cythonize(extensions, language_level=3, include_path=[interface_tree()]),
 )

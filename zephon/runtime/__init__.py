@@ -7,6 +7,7 @@
 | :func:`rank_lanes`, :func:`worker_lanes` | which lanes a rank / a DataLoader worker reads |
 | :class:`LaneMux`, :class:`Tracker`, :class:`ItemStream` | a reader's round-robin stream and its ledger |
 | :func:`merge_states`, :func:`parse_state` | loader states: merge per-rank states into a global one |
+| :class:`LoaderStateDict`, :class:`DatasetRecord` | the JSON types of a loader state |
 | :func:`save_checkpoint`, :func:`load_checkpoint` | atomic, checksummed checkpoint files |
 | ``Entry``, ``SERVED``, ``LOADER_STATE_KIND`` | a lane's ledger entry, its served flag, the ``kind`` of a loader state |
 
@@ -16,13 +17,13 @@ from zephon.runtime._book import LaneBook, log_once
 from zephon.runtime._checkpoint import load_checkpoint, save_checkpoint
 from zephon.runtime._lanes import CONTIGUOUS, INTERLEAVED, MAPPINGS, rank_lanes, worker_lanes
 from zephon.runtime._state import KIND as LOADER_STATE_KIND
-from zephon.runtime._state import LoaderState, make_state, merge_states, parse_state
-from zephon.runtime._stream import SERVED, Entry, Event, ItemStream, LaneMux, Segment, Tracker, initial_entries
+from zephon.runtime._state import DatasetRecord, LoaderState, LoaderStateDict, make_state, merge_states, parse_state
+from zephon.runtime._stream import SERVED, Entry, Event, Items, ItemStream, LaneMux, Segment, Tracker, initial_entries
 from zephon.runtime.pipeline import KEY_COMPONENT, KEY_SAMPLE_ID, Pipeline
 
 __all__ = [
-    "CONTIGUOUS", "Entry", "Event", "INTERLEAVED", "ItemStream", "KEY_COMPONENT", "KEY_SAMPLE_ID", "LOADER_STATE_KIND",
-    "LaneBook", "LaneMux", "LoaderState", "MAPPINGS", "Pipeline", "SERVED", "Segment", "Tracker", "initial_entries",
+    "CONTIGUOUS", "DatasetRecord", "Entry", "Event", "INTERLEAVED", "ItemStream", "Items", "KEY_COMPONENT", "KEY_SAMPLE_ID", "LOADER_STATE_KIND",
+    "LaneBook", "LaneMux", "LoaderState", "LoaderStateDict", "MAPPINGS", "Pipeline", "SERVED", "Segment", "Tracker", "initial_entries",
     "load_checkpoint", "log_once", "make_state", "merge_states", "parse_state", "rank_lanes", "save_checkpoint",
     "worker_lanes",
 ]

@@ -20,7 +20,7 @@ def collate(items: Sequence[Any]) -> Any:
     first = items[0]
     if not isinstance(first, Mapping) or KEY_SAMPLE_ID not in first:
         return default_collate(list(items))
-    out = {}
+    out: dict[str, Any] = {}
     for key in first:
         try:
             values = [item[key] for item in items]

@@ -29,7 +29,8 @@ import torch.utils.data as tud
 from torch.utils.data import IterableDataset
 
 from zephon.runtime import (
-    KEY_COMPONENT, KEY_SAMPLE_ID, SERVED, Entry, Event, LaneBook, LaneMux, Pipeline, Segment, Tracker, log_once,
+    KEY_COMPONENT, KEY_SAMPLE_ID, SERVED, Entry, Event, LaneBook, LaneMux, LoaderStateDict, Pipeline, Segment, Tracker,
+    log_once,
 )
 from zephon.torch._collate import collate, columnar_batch
 from zephon.torch._topology import Topology, current_worker, detect_topology
@@ -96,7 +97,7 @@ class _Readers(IterableDataset):
     def __getstate__(self) -> dict:
         """Only with a "spawn" / "forkserver" worker start: the pipeline must then pickle."""
         try:
-            pickle.dumps(self.plan.pipeline)
+            pickle.dumps(None if self.plan is None else self.plan.pipeline)
         except Exception as error:
             raise TypeError(
                 f"the pipeline cannot be pickled ({type(error).__name__}: {error}), so DataLoader workers cannot "
@@ -156,7 +157,9 @@ class _Cursor:
 
     def __init__(self, bundle: Bundle, pipeline: Pipeline, size: int | None):
         self.bundle, self.next, self.size = bundle, 0, size
-        self.pointers = self.names = self.ids = None
+        self.pointers: Any = None  # torch tensor of the bundle's pointers
+        self.names: Any = None  # component names, one per pointer
+        self.ids: Any = None  # pointers as lists (one item at a time)
         if bundle.pointers is not None:
             pointers = bundle.pointers
             if isinstance(pointers, np.ndarray):
@@ -164,10 +167,12 @@ class _Cursor:
             self.pointers = pointers
             n = self.length = len(pointers)
             self.count = n if size is None else -(-n // size)
+            assert bundle.components is not None  # bundles of pointers carry their components
             self.names = pipeline.component_names(bundle.components)
             if size is None:
                 self.ids = pointers.tolist()
         else:
+            assert bundle.units is not None  # a bundle holds pointers or units
             self.count = len(bundle.units)
 
     def take(self) -> tuple[Any, int]:
@@ -175,6 +180,7 @@ class _Cursor:
         self.next += 1
         if bundle.units is not None:
             unit, bundle.units[k] = bundle.units[k], None
+            assert bundle.ends is not None  # bundles of units carry their ends
             return unit, bundle.ends[k]
         if self.size is None:
             return {KEY_SAMPLE_ID: tuple(self.ids[k]), KEY_COMPONENT: self.names[k]}, bundle.start + k + 1
@@ -342,7 +348,7 @@ class DataLoader(tud.DataLoader):
             self._zephon_book.update(self._zephon_live.entries())
             self._zephon_live = None
 
-    def __iter__(self) -> _LoaderIterator:
+    def __iter__(self) -> _LoaderIterator:  # type: ignore[override]  # zephon's iterator wraps torch's
         self._settle()
         book = self._zephon_book
         readers = self._readers()
@@ -353,9 +359,11 @@ class DataLoader(tud.DataLoader):
                      f"workers; workers {idle} have no lane and stay idle")
         batch_size, drop_last, collate_fn = self._zephon_batch
         plan = _Plan(book.pipeline, book.canonical_replicas, lanes, book.entries(), batch_size, drop_last, collate_fn)
-        self.dataset.plan = plan
+        readers_dataset = self.dataset
+        assert isinstance(readers_dataset, _Readers)
+        readers_dataset.plan = plan
         if self.persistent_workers and self._iterator is not None:
-            self._iterator._shutdown_workers()  # workers must start from the new position
+            self._iterator._shutdown_workers()  # type: ignore[attr-defined]  # workers must start anew
             self._iterator = None
         live = _LoaderIterator(super().__iter__(), plan)
         self._zephon_live = live
@@ -386,7 +394,7 @@ class DataLoader(tud.DataLoader):
                 total += samples // batch_size if drop_last else math.ceil(samples / batch_size)
         return total
 
-    def state_dict(self) -> dict:
+    def state_dict(self) -> LoaderStateDict:
         """Where this rank's lanes stand after the last batch received (JSON; size ∝ lanes)."""
         book = self._zephon_book
         entries = self._zephon_live.entries() if self._zephon_live is not None else book.entries()
