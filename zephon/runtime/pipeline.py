@@ -22,8 +22,7 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import numpy as np
 
-from zephon.io import fetch
-from zephon.io._readahead import Readahead
+from zephon.io import Readahead, fetch
 from zephon.runtime._stream import ItemStream, component_table, initial_entries
 from zephon.work import WorkSource
 
