@@ -18,7 +18,8 @@ import json
 import math
 from typing import Any
 
-from zephon.core.config import REPEAT, SourceConfig
+from zephon.core import alloc as allocators
+from zephon.core.config import ORIGINS, REPEAT, SourceConfig
 from zephon.core.schedule import CursorState, SourceState
 from zephon.core.tokens import deficit_bound
 from zephon.limits import MAX_CHUNK_INDEX, MAX_STATE_NODES, STATE_NODES_PER_DATASET, check_json, show
@@ -33,7 +34,6 @@ KEY_FINGERPRINT, KEY_STATE, KEY_DIGEST = "fingerprint", "state", "digest"
 KEY_CHUNK, KEY_ALLOC, KEY_CURSORS, KEY_EPOCH, KEY_POSITION = "chunk_index", "alloc", "cursors", "epoch", "position"
 KEY_TAILS = "tails"
 KEY_RATIOS, KEY_RATIO, KEY_ORIGIN = "token_ratios", "ratio", "origin"
-ORIGINS = ("measured", "pinned", "fallback")
 
 
 def state_to_json(state: SourceState, config: SourceConfig) -> dict[str, Any]:
@@ -175,18 +175,7 @@ def _alloc_from_json(value: Any, config: SourceConfig) -> Any:
             raise ValueError(f"checkpoint alloc must be {len(config.datasets)} token deficits, ints in "
                              f"[-{bound}, {bound}] summing to 0, got {show(value)}; the checkpoint is corrupted")
         return tuple(value)
-    name = config.allocator.name
-    if name == "accumulator":
-        if (not isinstance(value, list) or len(value) != len(config.datasets)
-                or not all(type(v) is float and abs(v) <= 1.0 for v in value)):
-            raise ValueError(f"checkpoint alloc must be {len(config.datasets)} accumulators, floats in [-1, 1], "
-                             f"got {show(value)}; the checkpoint is corrupted")
-        return tuple(value)
-    if name == "fixed":
-        if value != []:
-            raise ValueError(f"checkpoint alloc must be [] for the fixed allocator, got {show(value)}")
-        return ()
-    return value
+    return allocators.state_from_json(config.allocator, value, len(config.datasets))
 
 
 def _cursors_from_json(value: Any, config: SourceConfig) -> tuple[CursorState, ...]:

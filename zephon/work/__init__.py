@@ -4,6 +4,7 @@
 |---|---|
 | :class:`StaticMixtureWorkSource` | fixed datasets in fixed proportions (the built-in source) |
 | :class:`WorkSource` | the interface to implement for a custom curriculum |
+| :func:`check_lane`, :func:`check_replicas` | the checks of a lane binding (``lane_id``, ``canonical_replicas``) |
 | :class:`WorkChunk` | a bundle of sample pointers grouped by component |
 | :class:`MixtureSpec` | validated mixture weights |
 | :class:`MixtureReadConfig` and its enums | how a chunk's pointers are interleaved when read |
@@ -12,12 +13,12 @@
 """
 from zephon.core.chunk import ComponentOrder, MixtureReadConfig, MixtureReadMode, SampleId, WorkChunk
 from zephon.work.sequence import PointerSequence
-from zephon.work.source import WorkSource
+from zephon.work.source import WorkSource, check_lane, check_replicas
 from zephon.work.spec import MixtureSpec
 from zephon.work.static_mixture import StaticMixtureWorkSource
 from zephon.work.tokens import TokenEstimation
 
 __all__ = [
     "ComponentOrder", "MixtureReadConfig", "MixtureReadMode", "MixtureSpec", "PointerSequence", "SampleId",
-    "StaticMixtureWorkSource", "TokenEstimation", "WorkChunk", "WorkSource",
+    "StaticMixtureWorkSource", "TokenEstimation", "WorkChunk", "WorkSource", "check_lane", "check_replicas",
 ]

@@ -139,7 +139,7 @@ class StaticMixtureWorkSource(WorkSource):
     def _with_ratios(self, ratios: dict[str, tuple[float, str]]) -> SourceConfig:
         """The config with these token ratios, checked for liveness."""
         config = with_ratios(self._config, ratios)
-        check_liveness(config.datasets, config.chunk_size, config.allocator.name, token_shares(config.datasets))
+        check_liveness(config.datasets, config.chunk_size, config.allocator, token_shares(config.datasets))
         return config
 
     def chunk_size_hint(self) -> int:
