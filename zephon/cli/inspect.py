@@ -132,22 +132,24 @@ def check_against(state: dict[str, Any], template: StaticMixtureWorkSource, load
     if not loader:
         return _source_problems(state, template)
     parsed = parse_state(state)
-    problems = []
     saved = [(d["name"], d["fingerprint"]) for d in parsed.datasets]
     current = [(d.name, d.fingerprint()) for d in template.datasets_by_id.values()]
     if saved != current:
-        problems.append(f"datasets: the checkpoint has {saved}, the config gives {current}")
-    for lane in sorted(parsed.entries):
-        for problem in _source_problems(parsed.entries[lane][0], template):
-            problems.append(f"lane {lane}: {problem}")
-            if len(problems) > LANES_SHOWN:
-                return problems
-    return problems
+        return [f"datasets: the checkpoint has {saved}, the config gives {current}"]
+    lanes = sorted(parsed.entries)
+    settings = _differences(parsed.entries[lanes[0]][0], template) if lanes else []
+    if settings:
+        return settings  # every lane shares the fingerprint
+    problems = [f"lane {lane}: {problem}" for lane in lanes for problem in _source_problems(parsed.entries[lane][0], template)]
+    return problems[:LANES_SHOWN] + ([f"... and {len(problems) - LANES_SHOWN} more"] if len(problems) > LANES_SHOWN else [])
+
+
+def _differences(state: dict[str, Any], template: StaticMixtureWorkSource) -> list[str]:
+    return source_checkpoint.fingerprint_differences(state.get(source_checkpoint.KEY_FINGERPRINT), template.config)
 
 
 def _source_problems(state: dict[str, Any], template: StaticMixtureWorkSource) -> list[str]:
-    differences = source_checkpoint.fingerprint_differences(state.get(source_checkpoint.KEY_FINGERPRINT),
-                                                             template.config)
+    differences = _differences(state, template)
     if differences:
         return differences
     try:

@@ -104,7 +104,13 @@ def _table(rows: list[tuple[str, ...]]) -> str:
 
 def _stream_summary(config: SourceConfig, plan: StreamPlan, owners: np.ndarray, lanes: int) -> str:
     if plan.complete:
-        why = f"ends when {plan.ended_by!r} cannot continue" if plan.ended_by else "ends when every dataset is done"
+        passes = config.stop_after_passes
+        if passes is not None:
+            why = f"ends once every dataset has completed {passes} pass{'es' if passes > 1 else ''}"
+        elif plan.ended_by:
+            why = f"ends when {plan.ended_by!r} cannot supply its quota"
+        else:
+            why = "ends when every dataset has drained"
         head = f"stream: {plan.chunks:,} chunks, {plan.samples:,} samples; {why}"
     else:
         head = f"stream: endless; the first {plan.chunks:,} chunks ({plan.samples:,} samples) are shown"
