@@ -55,6 +55,10 @@ class DatasetPlan:
     """One dataset as the scheduler sees it: its shard table and its resolved settings.
 
     Compared by identity: plans hold arrays and a layout cache and are shared by clones.
+    Fields: ``name``; ``shard_ids`` and ``shard_counts``, its shard table; ``weight``;
+    ``policy``, ``max_repeats``, ``reshuffle_on_repeat`` and ``block_size`` as resolved;
+    ``data_fingerprint``, its content fingerprint; ``shard_bytes``, ``token_ratio`` and
+    ``ratio_origin`` for token mode (units in the comments below).
     """
 
     name: str
@@ -100,7 +104,14 @@ class DatasetPlan:
 
 @dataclass(frozen=True, slots=True, kw_only=True, eq=False)
 class SourceConfig:
-    """Everything a mixture source's stream depends on, including the lane binding."""
+    """Everything a mixture source's stream depends on, including the lane binding.
+
+    Fields: ``datasets`` (one :class:`DatasetPlan` each), ``chunk_size``, ``seed``,
+    ``shuffle_shards``, ``shuffle_within_shard``, ``stop_after_passes``,
+    ``lane_assignment`` and ``allocator`` as resolved from the source's arguments;
+    ``token_mode``; ``weight_order``, the mixture's order; ``lane`` and
+    ``canonical_replicas``, the lane binding (``None`` for the template).
+    """
 
     datasets: tuple[DatasetPlan, ...]
     chunk_size: int  # pointers per chunk, >= 1

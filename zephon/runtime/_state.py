@@ -35,7 +35,8 @@ KEYS = (KEY_KIND, KEY_VERSION, KEY_REPLICAS, KEY_DATASETS, KEY_SOURCE, KEY_LANES
 
 @dataclass(frozen=True, slots=True)
 class LoaderState:
-    """A parsed and validated loader state."""
+    """A parsed and validated loader state: ``canonical_replicas``, the ledger ``entries`` of
+    the lanes it covers, the ``datasets`` it was taken over and the ``topology`` it was taken on."""
 
     canonical_replicas: int
     entries: dict[int, Entry]  # lane -> (source state, consumed, turn flags)
