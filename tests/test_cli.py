@@ -111,6 +111,28 @@ def test_a_bad_config_is_one_line_naming_the_problem(tmp_path, capsys):
     assert "chunk_size" in capsys.readouterr().err
 
 
+def test_preview_measures_a_token_mixture_with_a_tokenizer_file(tmp_path, capsys):
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    tokenizer = Tokenizer(models.WordLevel({"[UNK]": 0, "a": 1, "b": 2}, unk_token="[UNK]"))
+    tokenizer.pre_tokenizer = pre_tokenizers.Whitespace()
+    tokenizer.save(str(tmp_path / "tokenizer.json"))
+    for name, words in (("short", 3), ("long", 30)):
+        (tmp_path / name).mkdir()
+        for shard in range(4):
+            lines = [json.dumps({"text": " ".join(["a b"] * words)}) for _ in range(50)]
+            (tmp_path / name / f"part-{shard}.jsonl").write_text("\n".join(lines) + "\n")
+    config = {"datasets": [{"name": "short", "path": "short"}, {"name": "long", "path": "long"}],
+              "mixture": {"short": 1, "long": 1}, "chunk_size": 20,
+              "token_estimation": {"calibration_samples": 40}}
+    (tmp_path / "tokens.json").write_text(json.dumps(config))
+    assert main(["preview", str(tmp_path / "tokens.json"), "--tokenizer", str(tmp_path / "tokenizer.json")]) == 0
+    out = capsys.readouterr().out
+    assert "weights in tokens" in out
+    short, long = (line.split() for line in out.splitlines() if line.startswith(("short ", "long ")))
+    assert float(short[-1]) > 5 * float(long[-1])  # the same token share takes ten times more short samples
+
+
 def test_inspect_summarises_a_source_state_and_checks_it_against_a_config(small, tmp_path, capsys):
     lane = StaticMixtureWorkSource.from_config(small).clone_for_lane(1, 2)
     for _ in range(3):

@@ -1,7 +1,8 @@
 """``zephon preview CONFIG``: what a mixture config will do, in numbers and (``--plot``) pictures.
 
 Builds the template source the config describes and plans its whole stream on numbers (no
-pointers, no records read): the resolved settings, the passes each dataset makes, the
+pointers, no records read; a token-aware mixture first measures its tokens per byte with
+``--tokenizer`` unless its ratios are pinned): the resolved settings, the passes each dataset makes, the
 stream's length and the chunks each lane gets. ``--plot DIR`` writes PNG figures (needs the
 ``zephon[plot]`` extra, matplotlib): see :mod:`zephon.cli._plots`.
 """
@@ -30,6 +31,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--plot", metavar="DIR", help="write PNG figures into DIR (needs zephon[plot])")
     parser.add_argument("--max-chunks", type=int, default=MAX_CHUNKS,
                         help=f"plan at most this many global chunks (default {MAX_CHUNKS:,})")
+    parser.add_argument("--tokenizer", metavar="FILE",
+                        help="a Hugging Face tokenizer.json, for a token-aware mixture whose ratios are measured")
     parser.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                         help="progress bar on stderr (default: on a terminal, when slow)")
 
@@ -39,7 +42,8 @@ def run(args: argparse.Namespace) -> int:
     if args.lanes < 1 or args.max_chunks < 1:
         raise ValueError(f"--lanes and --max-chunks must be >= 1, got {args.lanes} and {args.max_chunks}")
     plots = _plotting() if args.plot else None  # fail before the work if matplotlib is missing
-    source = StaticMixtureWorkSource.from_config(args.config)
+    tokenizer = _tokenizer(args.tokenizer) if args.tokenizer else None
+    source = StaticMixtureWorkSource.from_config(args.config, tokenizer=tokenizer)
     source.prime(progress=args.progress)
     config = source.config
     expected = math.ceil(len(source) / config.chunk_size) if source.supports_indexing() else None
@@ -62,6 +66,14 @@ def _plotting():
     from zephon.cli import _plots
 
     return _plots
+
+
+def _tokenizer(path: str):
+    try:
+        from tokenizers import Tokenizer
+    except ImportError:
+        raise ImportError("--tokenizer needs the tokenizers package: pip install tokenizers") from None
+    return Tokenizer.from_file(path)
 
 
 def target_shares(config: SourceConfig) -> np.ndarray:
