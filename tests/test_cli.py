@@ -111,8 +111,12 @@ def test_a_bad_config_is_one_line_naming_the_problem(tmp_path, capsys):
     assert "chunk_size" in capsys.readouterr().err
 
 
-def test_preview_measures_a_token_mixture_with_a_tokenizer_file(tmp_path, capsys):
+@pytest.fixture
+def token_config(tmp_path, monkeypatch):
+    """A token-aware mixture file whose ratios are measured, and the tokenizer file to measure them."""
     from tokenizers import Tokenizer, models, pre_tokenizers
+
+    monkeypatch.setenv("ZEPHON_CACHE_DIR", str(tmp_path / "cache"))  # measurements are cached per node
 
     tokenizer = Tokenizer(models.WordLevel({"[UNK]": 0, "a": 1, "b": 2}, unk_token="[UNK]"))
     tokenizer.pre_tokenizer = pre_tokenizers.Whitespace()
@@ -126,11 +130,30 @@ def test_preview_measures_a_token_mixture_with_a_tokenizer_file(tmp_path, capsys
               "mixture": {"short": 1, "long": 1}, "chunk_size": 20,
               "token_estimation": {"calibration_samples": 40}}
     (tmp_path / "tokens.json").write_text(json.dumps(config))
-    assert main(["preview", str(tmp_path / "tokens.json"), "--tokenizer", str(tmp_path / "tokenizer.json")]) == 0
+    return str(tmp_path / "tokens.json"), str(tmp_path / "tokenizer.json")
+
+
+def test_preview_measures_a_token_mixture_with_a_tokenizer_file(token_config, capsys):
+    config, tokenizer = token_config
+    assert main(["preview", config, "--tokenizer", tokenizer]) == 0
     out = capsys.readouterr().out
     assert "weights in tokens" in out
     short, long = (line.split() for line in out.splitlines() if line.startswith(("short ", "long ")))
     assert float(short[-1]) > 5 * float(long[-1])  # the same token share takes ten times more short samples
+
+
+def test_inspect_checks_a_token_checkpoint_without_measuring(token_config, tmp_path, capsys):
+    from tokenizers import Tokenizer
+
+    config, tokenizer = token_config
+    source = StaticMixtureWorkSource.from_config(config, tokenizer=Tokenizer.from_file(tokenizer))
+    source.prime(progress=False)
+    lane = source.clone_for_lane(0, 1)
+    lane.next_chunk()
+    (tmp_path / "state.json").write_text(json.dumps(lane.state_dict()))
+    assert main(["inspect", str(tmp_path / "state.json"), "--config", config]) == 0
+    out = capsys.readouterr().out
+    assert "tokens per byte: short" in out and ": yes" in out
 
 
 def test_inspect_summarises_a_source_state_and_checks_it_against_a_config(small, tmp_path, capsys):
