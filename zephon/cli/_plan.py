@@ -47,7 +47,9 @@ def plan_stream(config: SourceConfig, max_chunks: int, expected: int | None = No
     config = dataclasses.replace(config, lane=None, canonical_replicas=None)  # the whole stream
     planner = plan_next_tokens if config.token_mode else plan_next
     totals = np.array([max(d.total, 1) for d in config.datasets], dtype=np.float64)
-    state, quotas, passes = initial_state(config), [], []
+    state = initial_state(config)
+    quotas: list[tuple[int, ...]] = []
+    passes: list[list[float]] = []
     bar = Progress(min(expected or max_chunks, max_chunks), "planning chunks", progress)
     ended: Ended | None = None
     while len(quotas) < max_chunks:

@@ -159,8 +159,8 @@ def _source_problems(state: dict[str, Any], template: StaticMixtureWorkSource) -
     if differences:
         return differences
     try:
-        lane = template.clone_for_lane(state.get(source_checkpoint.KEY_LANE),
-                                       state.get(source_checkpoint.KEY_REPLICAS))
+        source_checkpoint.check_header(state)
+        lane = template.clone_for_lane(state[source_checkpoint.KEY_LANE], state[source_checkpoint.KEY_REPLICAS])
         lane.load_state_dict(state)
     except (ValueError, TypeError) as error:
         return [str(error)]

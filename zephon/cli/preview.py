@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import math
 import os
+from typing import Sequence
 
 import numpy as np
 
@@ -107,7 +108,7 @@ def _datasets_table(config: SourceConfig, plan: StreamPlan) -> str:
     return _table(rows)
 
 
-def _table(rows: list[tuple[str, ...]]) -> str:
+def _table(rows: Sequence[Sequence[str]]) -> str:
     widths = [max(len(row[k]) for row in rows) for k in range(len(rows[0]))]
     lines = ["  ".join(cell.ljust(w) if k == 0 else cell.rjust(w) for k, (cell, w) in enumerate(zip(row, widths)))
              for row in rows]

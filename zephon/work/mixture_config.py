@@ -55,7 +55,7 @@ DATASET_KEYS = ("name", *SOURCE_KEYS, *PER_DATASET)
 TOKEN_KEYS = tuple(f.name for f in fields(TokenEstimation) if f.name not in ("tokenizer", "measure"))
 
 
-def read_config_file(path: str | os.PathLike) -> dict[str, Any]:
+def read_config_file(path: str | os.PathLike[str]) -> dict[str, Any]:
     """Read a ``.toml`` or ``.json`` mixture config; relative dataset paths resolve against its folder."""
     path = os.fspath(path)
     if path.endswith(".toml"):
@@ -133,7 +133,7 @@ def source_arguments(config: Mapping[str, Any], *, tokenizer: Any = None,
     datasets = [_dataset(entry, k) for k, entry in enumerate(entries)]
     if KEY_MIXTURE not in config:
         raise ValueError("mixture config needs a 'mixture' table of weights, e.g. {web = 0.7, code = 0.3}")
-    arguments = {KEY_DATASETS: datasets, KEY_MIXTURE: dict(config[KEY_MIXTURE])}
+    arguments: dict[str, Any] = {KEY_DATASETS: datasets, KEY_MIXTURE: dict(config[KEY_MIXTURE])}
     for key in SETTINGS:
         value = _per_dataset(key, config, entries) if key in PER_DATASET else config.get(key)
         if value is not None:

@@ -120,7 +120,7 @@ class StaticMixtureWorkSource(WorkSource):
         self._index: index.StreamIndex | None = None  # built on first random access
 
     @classmethod
-    def from_config(cls, config: Mapping[str, Any] | str | os.PathLike, *, tokenizer: Any = None,
+    def from_config(cls, config: Mapping[str, Any] | str | os.PathLike[str], *, tokenizer: Any = None,
                     measure: Callable[[Any], int] | None = None) -> StaticMixtureWorkSource:
         """Build the source a mixture config describes (see :mod:`zephon.work.mixture_config`).
 
