@@ -166,7 +166,14 @@ def test_inspect_summarises_a_source_state_and_checks_it_against_a_config(small,
     out = capsys.readouterr().out
     cursor = lane.state.cursors[0]
     assert "lane 1 of 2" in out and f"pass {cursor.epoch}, position {cursor.position:,} of 600" in out
-    assert "loads into" in out and ": yes" in out
+    assert "loads into" in out and ": yes" in out and "(matches the content)" in out
+
+    edited = lane.state_dict()
+    edited["state"]["chunk_index"] += 1
+    path.write_text(json.dumps(edited))
+    assert main(["inspect", str(path), "--config", small]) == 1
+    assert "does NOT match" in capsys.readouterr().out
+    path.write_text(json.dumps(lane.state_dict()))
 
     other = tmp_path / "other.toml"
     other.write_text(SMALL.replace("seed = 5", "seed = 6"))

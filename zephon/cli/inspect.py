@@ -103,7 +103,11 @@ def source_summary(state: dict[str, Any]) -> str:
     if ratios:
         lines.append("  tokens per byte: " + ", ".join(
             f"{name} {entry.get(c.KEY_RATIO):.4g} ({entry.get(c.KEY_ORIGIN)})" for name, entry in ratios.items()))
-    known = (c.KEY_KIND, c.KEY_VERSION, c.KEY_LANE, c.KEY_REPLICAS, c.KEY_FINGERPRINT, c.KEY_STATE, c.KEY_RATIOS)
+    if c.KEY_DIGEST in state:
+        intact = "matches the content" if state[c.KEY_DIGEST] == c.digest(state) else "does NOT match: edited or damaged"
+        lines.append(f"  digest: {state[c.KEY_DIGEST]} ({intact})")
+    known = (c.KEY_KIND, c.KEY_VERSION, c.KEY_LANE, c.KEY_REPLICAS, c.KEY_FINGERPRINT, c.KEY_STATE, c.KEY_RATIOS,
+             c.KEY_DIGEST)
     return "\n".join(lines + _extra_keys(state, known))
 
 
@@ -159,7 +163,7 @@ def _source_problems(state: dict[str, Any], template: StaticMixtureWorkSource) -
     if differences:
         return differences
     try:
-        source_checkpoint.check_header(state)
+        source_checkpoint.check_header(state, template.config)
         lane = template.clone_for_lane(state[source_checkpoint.KEY_LANE], state[source_checkpoint.KEY_REPLICAS])
         lane.load_state_dict(state)
     except (ValueError, TypeError) as error:
