@@ -39,3 +39,15 @@ def test_train_tiny_runs_checkpoints_and_resumes_under_torchrun(tmp_path):
     again = run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
                  script, "--steps", "20", "--checkpoint-dir", str(tmp_path)], env=env)
     assert again.startswith("resumed at step 10") and "step 20: loss" in again
+
+
+def test_every_example_is_included_in_the_docs():
+    docs = os.path.join(ROOT, "docs")
+    pages = "".join(open(os.path.join(docs, name), encoding="utf-8").read() for name in os.listdir(docs)
+                    if name.endswith(".md"))
+    examples = [os.path.relpath(os.path.join(folder, name), ROOT)
+                for folder, _, names in os.walk(os.path.join(ROOT, "examples")) for name in names
+                if name.endswith((".py", ".toml"))]
+    assert examples
+    missing = [path for path in examples if f"```{{literalinclude}} ../{path}" not in pages]
+    assert not missing, f"examples not shown in docs/: {missing}"
