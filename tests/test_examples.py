@@ -2,6 +2,7 @@
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -43,8 +44,7 @@ def test_train_tiny_runs_checkpoints_and_resumes_under_torchrun(tmp_path):
 
 def test_every_example_is_included_in_the_docs():
     docs = os.path.join(ROOT, "docs")
-    pages = "".join(open(os.path.join(docs, name), encoding="utf-8").read() for name in os.listdir(docs)
-                    if name.endswith(".md"))
+    pages = "".join(Path(docs, name).read_text(encoding="utf-8") for name in os.listdir(docs) if name.endswith(".md"))
     examples = [os.path.relpath(os.path.join(folder, name), ROOT)
                 for folder, _, names in os.walk(os.path.join(ROOT, "examples")) for name in names
                 if name.endswith((".py", ".toml"))]

@@ -5,6 +5,7 @@
 | ``zephon demo`` | :mod:`zephon.cli.demo`: a mixture over synthetic datasets, end to end |
 | ``zephon preview CONFIG`` | :mod:`zephon.cli.preview`: a mixture config in numbers and, with ``--plot``, pictures |
 | ``zephon inspect CHECKPOINT`` | :mod:`zephon.cli.inspect`: a readable summary of a checkpoint file |
+| ``zephon catalog build URI`` | :mod:`zephon.cli.catalog`: publish a dataset's shard catalog next to the data |
 
 A subcommand module holds ``NAME``, ``HELP``, ``add_arguments(parser)`` and ``run(args) -> int``;
 adding one is adding its module to :data:`COMMANDS`.
@@ -15,9 +16,9 @@ import argparse
 import sys
 from types import ModuleType
 
-from zephon.cli import demo, inspect, preview
+from zephon.cli import catalog, demo, inspect, preview
 
-COMMANDS: tuple[ModuleType, ...] = (demo, preview, inspect)
+COMMANDS: tuple[ModuleType, ...] = (demo, preview, inspect, catalog)
 
 
 def parser() -> argparse.ArgumentParser:
