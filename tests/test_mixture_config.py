@@ -34,6 +34,7 @@ def settings(draw):
         "exhausted_policy": per_dataset(st.sampled_from(["stop", "repeat", "redistribute"])),
         "max_repeats": per_dataset(st.none() | st.integers(0, 3)),
         "reshuffle_on_repeat": per_dataset(st.booleans()),
+        "pass_tail": per_dataset(st.sampled_from(["carry", "drop"])),
         "stop_after_passes": st.sampled_from([None, "auto", 1, 2]),
     }
     for key, strategy in optional.items():
@@ -69,13 +70,15 @@ def test_every_setting_round_trips_through_json(kwargs):
 
 
 def test_the_mixture_order_and_uneven_shards_survive():
-    source = build({"shuffle_block_size": "auto", "max_repeats": {"code": 2}, "exhausted_policy": "repeat"})
+    source = build({"shuffle_block_size": "auto", "max_repeats": {"code": 2}, "exhausted_policy": "repeat",
+                    "pass_tail": {"web": "drop"}})
     config = source.to_config()
     assert list(config["mixture"]) == ["math", "web", "code"]
     assert config["shuffle_block_size"] == "auto"
-    assert config["datasets"][0] == {"name": "web", "shards": 10, "rows_per_shard": 100}
+    assert config["datasets"][0] == {"name": "web", "shards": 10, "rows_per_shard": 100, "pass_tail": "drop"}
     assert config["datasets"][1]["counts"] == [40] * 5 + [0, 7]
     assert config["datasets"][1]["max_repeats"] == 2 and "max_repeats" not in config["datasets"][0]
+    assert [d["pass_tail"] for d in config["datasets"]] == ["drop", "carry", "carry"]
 
 
 def test_shard_ids_and_byte_sizes_round_trip():

@@ -97,14 +97,14 @@ def _settings(path: str, config: SourceConfig, lanes: int) -> str:
 def _datasets_table(config: SourceConfig, plan: StreamPlan) -> str:
     targets = target_shares(config)
     realised = plan.quotas.sum(axis=0) / max(plan.samples, 1)
-    rows = [("dataset", "weight", "shards", "samples", "block", "policy", "max_repeats", "reshuffle", "passes",
-             "share", "target")]
+    rows = [("dataset", "weight", "shards", "samples", "block", "policy", "max_repeats", "reshuffle", "tail",
+             "passes", "share", "target")]
     for c, d in enumerate(config.datasets):
         passes = plan.passes[-1, c] if plan.chunks else 0.0
         rows.append((d.name, f"{d.weight:g}", f"{len(d.shard_counts):,}", f"{d.total:,}",
                      f"{d.block_size:,}" if d.block_size > 1 else "-", d.policy,
                      "-" if d.max_repeats is None else str(d.max_repeats), "yes" if d.reshuffle_on_repeat else "no",
-                     f"{passes:.3f}", f"{realised[c]:.5f}", f"{targets[c]:.5f}"))
+                     d.pass_tail, f"{passes:.3f}", f"{realised[c]:.5f}", f"{targets[c]:.5f}"))
     return _table(rows)
 
 

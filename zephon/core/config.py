@@ -56,7 +56,7 @@ class DatasetPlan:
 
     Compared by identity: plans hold arrays and a layout cache and are shared by clones.
     Fields: ``name``; ``shard_ids`` and ``shard_counts``, its shard table; ``weight``;
-    ``policy``, ``max_repeats``, ``reshuffle_on_repeat`` and ``block_size`` as resolved;
+    ``policy``, ``max_repeats``, ``reshuffle_on_repeat``, ``block_size`` and ``pass_tail`` as resolved;
     ``data_fingerprint``, its content fingerprint; ``shard_bytes``, ``token_ratio`` and
     ``ratio_origin`` for token mode (units in the comments below).
     """

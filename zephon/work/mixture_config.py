@@ -25,8 +25,8 @@ A config is a dict of plain values (what TOML and JSON hold), for example::
 Top-level keys are the constructor's settings (:data:`SETTINGS`); a key left out takes the
 constructor's default. A dataset is named by ``path`` (and optionally ``format``), by
 ``counts`` (a list of rows per shard, with optional ``shard_ids`` and ``raw_bytes``) or by
-``shards`` and ``rows_per_shard``; it may override ``exhausted_policy``, ``max_repeats`` and
-``reshuffle_on_repeat``. ``token_estimation`` is a table of :class:`TokenEstimation` fields
+``shards`` and ``rows_per_shard``; it may override ``exhausted_policy``, ``max_repeats``,
+``reshuffle_on_repeat`` and ``pass_tail``. ``token_estimation`` is a table of :class:`TokenEstimation` fields
 (a tokenizer is passed to ``from_config`` instead: code is never read from a config).
 """
 from __future__ import annotations
@@ -45,9 +45,9 @@ from zephon.work.tokens import TokenEstimation
 
 SETTINGS = (
     "chunk_size", "seed", "shuffle_shards", "shuffle_within_shard", "shuffle_block_size", "exhausted_policy",
-    "reshuffle_on_repeat", "max_repeats", "stop_after_passes", "lane_assignment", "allocation",
+    "reshuffle_on_repeat", "max_repeats", "stop_after_passes", "lane_assignment", "allocation", "pass_tail",
 )
-PER_DATASET = ("exhausted_policy", "max_repeats", "reshuffle_on_repeat")
+PER_DATASET = ("exhausted_policy", "max_repeats", "reshuffle_on_repeat", "pass_tail")
 KEY_DATASETS, KEY_MIXTURE, KEY_TOKENS = "datasets", "mixture", "token_estimation"
 TOP_KEYS = (KEY_DATASETS, KEY_MIXTURE, KEY_TOKENS, *SETTINGS)
 SOURCE_KEYS = ("path", "format", "counts", "shard_ids", "raw_bytes", "shards", "rows_per_shard")
@@ -198,7 +198,8 @@ def config_of(config: Any, datasets: tuple[Dataset, ...], shuffle_block_size: An
     entries = [{"name": d.name, **_data(dataset)} for d, dataset in zip(plans, datasets)]
     for key, values in (("exhausted_policy", [d.policy for d in plans]),
                         ("max_repeats", [d.max_repeats for d in plans]),
-                        ("reshuffle_on_repeat", [d.reshuffle_on_repeat for d in plans])):
+                        ("reshuffle_on_repeat", [d.reshuffle_on_repeat for d in plans]),
+                        ("pass_tail", [d.pass_tail for d in plans])):
         if _uniform(values):
             if values[0] is not None:
                 out[key] = values[0]

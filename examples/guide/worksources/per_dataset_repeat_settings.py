@@ -14,7 +14,7 @@ datasets = [
 source = StaticMixtureWorkSource(
     datasets,
     {"books": 0.6, "news": 0.3, "forum": 0.1},
-    chunk_size=1_000,
+    chunk_size=50,
     seed=3,
     shuffle_within_shard=True,
     exhausted_policy={"books": "stop", "news": "repeat", "forum": "repeat"},

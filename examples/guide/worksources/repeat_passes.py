@@ -12,7 +12,7 @@ datasets = [
 source = StaticMixtureWorkSource(
     datasets,
     {"books": 0.5, "news": 0.5},
-    chunk_size=1_000,
+    chunk_size=40,
     seed=3,
     shuffle_within_shard=True,
     stop_after_passes=2,  # every dataset completes at least two passes
