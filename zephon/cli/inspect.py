@@ -72,6 +72,9 @@ def _cursor_rows(state: dict[str, Any]) -> list[str]:
         total = totals.get(name)
         position = cursor.get(source_checkpoint.KEY_POSITION)
         progress = f"{position / total:6.1%} of the pass" if total and isinstance(position, int) else ""
+        tails = cursor.get(source_checkpoint.KEY_TAILS)
+        if tails:
+            progress += f"; {tails:,} samples of pass tails skipped so far"
         rows.append(f"    {name:<16} pass {cursor.get(source_checkpoint.KEY_EPOCH)}, "
                     f"position {position:,} of {total if total is None else f'{total:,}'}  {progress}")
     return rows
