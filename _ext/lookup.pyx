@@ -15,7 +15,7 @@ a new shape or fetch a pass layout:
    it, by stream position up to a chunk.
 2. **Walk** — each non-empty interval is walked once from its snapshot with the scheduling
    kernel, only as far as its last target; each target's chunk gives its dataset and rank
-   through the chunk's weighted round robin (SPEC §6), looked up in a table per distinct
+   through the chunk's weighted round robin, looked up in a table per distinct
    quota vector (a *shape*). Shapes are few per stream; they stay cached on the Lookup, first
    in first out beyond ``max_shapes`` shapes or ``shape_budget`` bytes (8 per sample of a
    chunk; the current shape is kept even if it alone is larger). The pass position is the

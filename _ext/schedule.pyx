@@ -124,7 +124,7 @@ cdef bint _passes_done(Schedule* s, int64_t* epochs, int64_t* positions, Py_ssiz
 cdef bint _update_weights(Schedule* s, int64_t* positions) noexcept nogil:
     """Normalise the weights over the active datasets; False if none is active.
 
-    ``raw_weights`` are already normalised over all datasets (SPEC §3's first stage); once some
+    ``raw_weights`` are already normalised over all datasets (the first of the two stages); once some
     retired, they are divided by their sum over the active ones (the second stage).
     Redistributing datasets never come back once drained, so the active set changes exactly
     when their count changes, and the divisions run only then.
@@ -220,7 +220,7 @@ cdef int64_t _skip_quiet(Schedule* s, double* acc, int64_t* epochs, int64_t* pos
                         int64_t count) noexcept nogil:
     """Skip up to ``count`` chunks in which no dataset reaches the end of its pass.
 
-    Such chunks need only the allocator: SPEC §4's checks cannot fire. Stops before the
+    Such chunks need only the allocator: the end-of-pass checks cannot fire. Stops before the
     first chunk that would drain or overrun a dataset and returns how many were skipped.
     """
     cdef int64_t skipped = 0
@@ -271,7 +271,7 @@ cdef Py_ssize_t _walk_some(Schedule* s, int64_t lane, int64_t replicas, int rout
     ``budget`` chunks of other lanes are behind, so that a caller can answer Ctrl-C.
 
     Quiet chunks (no dataset reaches the end of its pass) take the allocator-only path, the
-    lane's own chunk included; the others take SPEC §4's full checks. The starts written are
+    lane's own chunk included; the others take the full end-of-pass checks. The starts written are
     the schedule's cursors; ``_draw_starts`` turns them into where the draws begin (the index
     walk, which only counts samples, skips that).
     """

@@ -19,7 +19,7 @@ bijection, so the i-th sample of the mixed, shuffled, multi-pass stream is arith
    * *walk*: each interval holding indices is walked once from its snapshot, only as far as
      its last index: at most ``every`` chunks, O(every · R · datasets) arithmetic for lane
      ``R`` routing. An index's chunk gives its dataset and rank by the chunk's weighted round
-     robin (SPEC §6), which depends only on the quotas: a table per distinct quota vector
+     robin, which depends only on the quotas: a table per distinct quota vector
      (8 bytes per sample of a chunk), cached on the kernel, oldest out first beyond
      ``MAX_SHAPES`` vectors or ``SHAPE_BUDGET`` bytes (the one in use stays even if larger).
      A stream has few distinct vectors (quotas move by one sample between chunks);

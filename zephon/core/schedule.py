@@ -1,6 +1,6 @@
 """The global chunk schedule on numbers only: quotas, passes, exhaustion, lane routing.
 
-``plan_chunk_reference`` is SPEC §4 for one global chunk, written to be read. Its decisions
+``plan_chunk_reference`` is the exhaustion and repeat rules for one global chunk, written to be read. Its decisions
 read the cursors' ``(epoch, position)`` alone, so ``pass_tail`` changes none of them: only
 where each dataset's draw begins (``draw_start``).
 ``plan_next`` walks the schedule from a state to the next chunk owned by the lane, with the
@@ -87,7 +87,7 @@ def lane_of(config: SourceConfig, g: int) -> int:
 def active_weights(config: SourceConfig, cursors: tuple[CursorState, ...]) -> tuple[float, ...]:
     """Weights normalised over the active datasets (redistributing drained ones retire).
 
-    Two double-precision stages, as zephon 0.2.0 (SPEC §3): the weights normalised over all
+    Two double-precision stages, as zephon 0.2.0: the weights normalised over all
     datasets (``config.normalised``), then, once some have retired, those divided by their
     sum over the active ones (summed in mixture order).
     """
@@ -113,7 +113,7 @@ def passes_done(config: SourceConfig, cursors: list[CursorState], counting: int 
 
 
 def start_next_pass(config: SourceConfig, now: list[CursorState], c: int) -> Ended | None:
-    """Move repeating dataset ``c`` to its next pass in ``now``, or say why the stream ends (SPEC §4)."""
+    """Move repeating dataset ``c`` to its next pass in ``now``, or say why the stream ends."""
     d = config.datasets[c]
     if now[c].position == 0:  # a whole pass cannot serve one chunk: end rather than loop
         return Ended(-1, c)
@@ -131,7 +131,7 @@ PlanChunk = Callable[[SourceConfig, Any, tuple[CursorState, ...]], "ChunkPlan | 
 
 
 def plan_chunk_reference(config: SourceConfig, alloc: Any, cursors: tuple[CursorState, ...]) -> ChunkPlan | Ended:
-    """Plan one global chunk (SPEC §4): ``(quotas, starts, weights, alloc', cursors')`` or ``Ended``.
+    """Plan one global chunk: ``(quotas, starts, weights, alloc', cursors')`` or ``Ended``.
 
     Pure; ``Ended`` carries ``chunk_index=-1`` (the caller knows the index).
     """

@@ -11,7 +11,7 @@ The arithmetic is exact: costs are integer units of 1/16 token (``COST_UNITS``, 
 ``MAX_COST``) and the active weights integer units summing to ``WEIGHT_SCALE`` (largest
 remainder, every active dataset at least one unit), so deficits are int64 that sum to 0 and
 stay within ``deficit_bound``; they never depend on floating-point rounding. Passes,
-caps, ``stop_after_passes`` and END follow SPEC §4 as in sample mode: a dataset that runs out
+caps, ``stop_after_passes`` and END follow the exhaustion rules of sample mode: a dataset that runs out
 of its pass during a chunk starts its next pass and the chunk is drawn again from the
 deficits saved at its start (under ``pass_tail="drop"`` the unread tail is skipped; under
 ``"carry"`` the draws read it first, each priced by the sample it takes, so a chunk's quotas
