@@ -97,6 +97,8 @@ def active_weights(config: SourceConfig, cursors: tuple[CursorState, ...]) -> tu
     for c in config.summing_order:
         if active[c]:
             total += config.normalised[c]
+    if total == 0.0:  # only paused datasets (weight 0, a phase of a curriculum) are left: none is active
+        return (0.0,) * len(active)
     return tuple(n / total if is_active else 0.0 for n, is_active in zip(config.normalised, active))
 
 

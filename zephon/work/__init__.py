@@ -3,6 +3,7 @@
 | use | for |
 |---|---|
 | :class:`StaticMixtureWorkSource` | fixed datasets in fixed proportions (the built-in source) |
+| :class:`PhasedMixtureWorkSource`, :class:`Phase` | a curriculum: mixtures that change at set points of the run |
 | :class:`WorkSource` | the interface to implement for a custom curriculum |
 | :class:`WorkChunk` | a bundle of sample pointers grouped by component |
 | :class:`MixtureSpec` | validated mixture weights |
@@ -11,6 +12,7 @@
 | :class:`TokenEstimation` | token-aware mixtures: weights in tokens, ratios measured or pinned |
 """
 from zephon.core.chunk import ComponentOrder, MixtureReadConfig, MixtureReadMode, SampleId, WorkChunk
+from zephon.work.phased_mixture import Phase, PhasedMixtureWorkSource
 from zephon.work.sequence import PointerSequence
 from zephon.work.source import WorkSource
 from zephon.work.spec import MixtureSpec
@@ -18,6 +20,6 @@ from zephon.work.static_mixture import StaticMixtureWorkSource
 from zephon.work.tokens import TokenEstimation
 
 __all__ = [
-    "ComponentOrder", "MixtureReadConfig", "MixtureReadMode", "MixtureSpec", "PointerSequence", "SampleId",
+    "ComponentOrder", "MixtureReadConfig", "MixtureReadMode", "MixtureSpec", "Phase", "PhasedMixtureWorkSource", "PointerSequence", "SampleId",
     "StaticMixtureWorkSource", "TokenEstimation", "WorkChunk", "WorkSource",
 ]

@@ -1,0 +1,344 @@
+"""Phased mixtures on the pure core: piecewise-constant weights over the global chunk stream.
+
+A phased config is one :class:`SourceConfig` per phase (same datasets and settings, the
+phase's weights; a paused dataset has weight 0) and the bound that ends every phase but the
+last: a global chunk index, a global sample count or a global token count (estimated tokens,
+token mode). A phase ends at the first chunk boundary where its bound is reached.
+
+Phase ``p`` starts at global chunk ``E_p`` from the global state there: the cursors where
+phase ``p - 1`` left them (a pass continues, nothing is skipped or repeated) and fresh
+allocator state (accumulators restart at a boundary). These start states depend on the
+configuration only, never on the lane, so they are resolved once, on first need, by walking
+the whole stream (numbers only) and shared by every clone (``Starts``).
+
+A lane plans its next chunk with the static planner of its phase; a chunk planned at or past
+the next phase's start is dropped and planning resumes from that start, in the next phase.
+Lanes therefore stay disjoint with the single-lane union, and a checkpoint is the phase
+index and a static state: O(1).
+
+Random access walks each phase's part of the lane's stream once (the scheduling kernel)
+and keeps a :class:`~zephon.core.index.StreamIndex` per phase; a lookup finds the phase by
+binary search and asks that phase's lookup kernel (``zephon.core.index``).
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from zephon.core import index
+from zephon.core.chunk import WorkChunk
+from zephon.core.config import SourceConfig
+from zephon.core.cursor import shard_runs
+from zephon.core.schedule import Ended, Planned, SourceState, initial_state, plan_next, state_arrays
+from zephon.core.step import first_chunk_error, materialize
+from zephon.core.tokens import _cost_of_shard_id, plan_next_tokens
+
+CHUNK, SAMPLE, TOKEN = "chunk", "sample", "token"
+BOUND_KINDS = (CHUNK, SAMPLE, TOKEN)
+_BATCH = 1024  # lane chunks per kernel call when a phase's part of a lane is indexed
+
+
+@dataclass(frozen=True, slots=True)
+class Start:
+    """Where a phase starts: global chunk, samples and token cost units before it, and its state."""
+
+    chunk_index: int
+    samples: int
+    tokens: int  # estimated tokens before it, in cost units (token mode; 0 otherwise)
+    state: SourceState  # the global state at ``chunk_index``, allocator reset
+
+
+@dataclass(eq=False)
+class Starts:
+    """The memo of phase starts, shared by a template and its clones; ``None``: never reached."""
+
+    known: list = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True, eq=False)
+class PhasedConfig:
+    """Everything a phased source's stream depends on, including the lane binding."""
+
+    phases: tuple[SourceConfig, ...]  # one per phase, bound to the lane
+    bounds: tuple[tuple[str, int] | None, ...]  # what ends each phase; None for the last
+    lane: int | None = None
+    canonical_replicas: int | None = None
+    starts: Starts = field(default_factory=Starts, repr=False)
+
+    @property
+    def base(self) -> SourceConfig:
+        """The first phase's config: the settings every phase shares."""
+        return self.phases[0]
+
+    @property
+    def datasets(self):
+        return self.base.datasets
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return self.base.names
+
+    @property
+    def seed(self) -> int:
+        return self.base.seed
+
+    @property
+    def chunk_size(self) -> int:
+        return self.base.chunk_size
+
+    @property
+    def token_mode(self) -> bool:
+        return self.base.token_mode
+
+    @property
+    def primed(self) -> bool:
+        return all(phase.primed for phase in self.phases)
+
+    @property
+    def lane_binding(self) -> tuple[int, int]:
+        """``(lane, R)``; the template reads the whole stream as lane 0 of 1."""
+        return (0, 1) if self.lane is None else (self.lane, self.canonical_replicas)
+
+    @property
+    def lane_assignment(self) -> str:
+        return self.base.lane_assignment
+
+    @property
+    def lane_key(self) -> int:
+        return self.base.lane_key
+
+    def fingerprint(self) -> dict[str, Any]:
+        """JSON summary of what shapes the stream: the shared settings and every phase."""
+        return {
+            "settings": {k: v for k, v in self.base.fingerprint().items() if k not in ("weights", "mixture_order")},
+            "phases": [
+                {"weights": [d.weight for d in phase.datasets],
+                 "mixture_order": [phase.datasets[c].name for c in phase.summing_order],
+                 "until": list(bound) if bound else None}
+                for phase, bound in zip(self.phases, self.bounds)
+            ],
+        }
+
+
+def bind(config: PhasedConfig, lane: int | None, replicas: int | None) -> PhasedConfig:
+    """The config bound to a lane; the phase starts stay shared."""
+    phases = tuple(dataclasses.replace(p, lane=lane, canonical_replicas=replicas) for p in config.phases)
+    return dataclasses.replace(config, phases=phases, lane=lane, canonical_replicas=replicas)
+
+
+def with_phases(config: PhasedConfig, phases: tuple[SourceConfig, ...]) -> PhasedConfig:
+    """The config with new phase configs (token ratios set): the starts are resolved again."""
+    return dataclasses.replace(config, phases=phases, starts=Starts())
+
+
+@dataclass(frozen=True, slots=True)
+class PhasedState:
+    """Where a phased lane stands: its phase and the static state inside it."""
+
+    phase: int
+    inner: SourceState
+
+    @property
+    def chunk_index(self) -> int:
+        return self.inner.chunk_index
+
+
+def initial_phased_state(config: PhasedConfig) -> PhasedState:
+    return PhasedState(0, initial_state(config.base))
+
+
+def restart(config: SourceConfig, state: SourceState) -> SourceState:
+    """``state`` with the allocator state a phase starts with."""
+    alloc = (0,) * len(config.datasets) if config.token_mode else config.allocator.init(len(config.datasets))
+    return dataclasses.replace(state, alloc=alloc)
+
+
+def plan(state: SourceState, config: SourceConfig) -> Planned | Ended:
+    """The static planner of ``config``'s mode."""
+    return plan_next_tokens(state, config) if config.token_mode else plan_next(state, config)
+
+
+def chunk_cost(config: SourceConfig, planned: Planned) -> int:
+    """Estimated tokens of a planned chunk, in cost units (0 in sample mode)."""
+    if not config.token_mode:
+        return 0
+    total = 0
+    for c, (quota, start) in enumerate(zip(planned.quotas, planned.starts)):
+        if quota:
+            ends, ids = shard_runs(config, c, start.epoch, start.position, quota)
+            lengths = np.diff(ends, prepend=0)
+            total += int((_cost_of_shard_id(config.datasets[c])(ids) * lengths).sum())
+    return total
+
+
+def _reached(bound: tuple[str, int], g: int, samples: int, tokens: int) -> bool:
+    kind, value = bound
+    if kind == CHUNK:
+        return g >= value
+    if kind == SAMPLE:
+        return samples >= value
+    return tokens >= value
+
+
+def _resolve_next(config: PhasedConfig, p: int, start: Start) -> Start | None:
+    """Walk phase ``p`` (whole stream) from its start to its bound: the next phase's start, or
+    None if the stream ends first."""
+    phase = dataclasses.replace(config.phases[p], lane=None, canonical_replicas=None)
+    bound = config.bounds[p]
+    g, samples, tokens, state = start.chunk_index, start.samples, start.tokens, start.state
+    while not _reached(bound, g, samples, tokens):
+        planned = plan(state, phase)
+        if isinstance(planned, Ended):
+            return None
+        g, state = planned.chunk_index + 1, planned.state
+        samples += sum(planned.quotas)
+        tokens += chunk_cost(phase, planned)
+    return Start(g, samples, tokens, restart(config.phases[p + 1], state))
+
+
+def phase_start(config: PhasedConfig, p: int) -> Start | None:
+    """Where phase ``p`` starts (resolving the earlier ones on first need), or None if never reached."""
+    known = config.starts.known
+    if not known:
+        known.append(Start(0, 0, 0, initial_state(config.base)))
+    while len(known) <= p:
+        previous = known[-1]
+        known.append(None if previous is None else _resolve_next(config, len(known) - 1, previous))
+    return known[p]
+
+
+def phase_end(config: PhasedConfig, p: int) -> int | None:
+    """The global chunk where phase ``p`` ends (the next one starts), or None (it never does)."""
+    if p + 1 >= len(config.phases):
+        return None
+    start = phase_start(config, p + 1)
+    return None if start is None else start.chunk_index
+
+
+def plan_phased(state: PhasedState, config: PhasedConfig) -> tuple[Planned | Ended, int]:
+    """The lane's next chunk (or where the stream ends) and its phase. Pure apart from the memo."""
+    p, inner = state.phase, state.inner
+    while True:
+        planned = plan(inner, config.phases[p])
+        end = phase_end(config, p)
+        if end is None or planned.chunk_index < end:
+            return planned, p
+        p, inner = p + 1, phase_start(config, p + 1).state
+
+
+def step_phased(state: PhasedState, config: PhasedConfig) -> tuple[WorkChunk | None, PhasedState]:
+    """``zephon.core.step`` for a phased config: ``(chunk, state')``, ``(None, state)`` at the end."""
+    if not config.primed:
+        raise RuntimeError("this token-aware source is not primed yet: call prime() before reading from it")
+    planned, p = plan_phased(state, config)
+    if isinstance(planned, Ended):
+        if planned.chunk_index == 0:
+            raise ValueError(first_chunk_error(config.phases[p], planned))
+        return None, state
+    return materialize(planned, config.phases[p]), PhasedState(p, planned.state)
+
+
+def phase_of_chunk(config: PhasedConfig, g: int) -> int:
+    """The phase that global chunk ``g`` belongs to."""
+    p = 0
+    while (end := phase_end(config, p)) is not None and g >= end:
+        p += 1
+    return p
+
+
+def is_finite(config: PhasedConfig) -> bool:
+    """Whether the stream ends: the last phase it reaches ends."""
+    last = len(config.phases) - 1
+    if index.is_finite(config.phases[last]):
+        return True
+    reached = max(p for p in range(last + 1) if phase_start(config, p) is not None)
+    return reached < last or index.is_finite(config.phases[reached])
+
+
+def supports_indexing(config: PhasedConfig) -> bool:
+    return not config.token_mode and config.base.scheduler is not None and is_finite(config)
+
+
+def remaining_samples(state: PhasedState, config: PhasedConfig) -> int:
+    """Samples the lane will still produce from ``state`` (plans every chunk, no pointers; pure)."""
+    if not is_finite(config):
+        raise TypeError("this source repeats forever, so it has no length; set stop_after_passes, max_repeats "
+                        "or a 'stop' policy to make it finite")
+    chunk, state = step_phased(state, config)  # raises if the stream cannot start
+    total = 0 if chunk is None else len(chunk)
+    while chunk is not None:
+        planned, p = plan_phased(state, config)
+        if isinstance(planned, Ended):
+            break
+        total, state = total + sum(planned.quotas), PhasedState(p, planned.state)
+    return total
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class PhasedIndex:
+    """The lane's stream as one random-access index per phase it reaches."""
+
+    offsets: np.ndarray  # int64 (phases + 1,): samples before each phase's part, then the length
+    parts: tuple[index.StreamIndex, ...]
+
+    @property
+    def length(self) -> int:
+        return int(self.offsets[-1])
+
+
+def _part(config: SourceConfig, start: SourceState, end: int | None, every: int) -> index.StreamIndex:
+    """Index the lane's chunks of one phase: from ``start`` until its own chunk reaches ``end``."""
+    n = len(config.datasets)
+    acc, epochs, positions = state_arrays(start, n)
+    ints, accs = np.empty((_BATCH, 2 + 2 * n), dtype=np.int64), np.empty((_BATCH, n), dtype=np.float64)
+    kept_ints, kept_acc = [], []
+    g, own, samples = start.chunk_index, 0, 0
+    while True:
+        first = own
+        filled, g, own, samples, ended = config.scheduler.index(g, acc, epochs, positions, own, samples, 1, ints, accs)
+        done = own - first  # chunks completed by this call; row k is the state before chunk first + k
+        after = np.append(ints[1:filled, 0], g)[:done]  # the state's next global chunk after each of them
+        inside = done if end is None else int(np.searchsorted(after, end, side="right"))
+        rows = np.arange(inside)
+        keep = rows[(first + rows) % every == 0]
+        kept_ints.append(ints[keep].copy())
+        kept_acc.append(accs[keep].copy())
+        if inside < done or ended:
+            return index.StreamIndex(every=every, ints=np.concatenate(kept_ints), acc=np.concatenate(kept_acc),
+                                     length=int(ints[inside, 1]), chunks=first + inside)
+
+
+def build_phased_index(config: PhasedConfig, every: int = index.SNAPSHOT_EVERY) -> PhasedIndex:
+    """Index the lane's stream, phase by phase (``TypeError`` if it is not indexable)."""
+    if not supports_indexing(config):
+        raise TypeError("this phased source has no random access: it is infinite, in token mode, or uses a "
+                        "custom allocator")
+    parts, offsets = [], [0]
+    for p in range(len(config.phases)):
+        start = phase_start(config, p)
+        if start is None:
+            break
+        part = _part(config.phases[p], start.state, phase_end(config, p), every)
+        parts.append(part)
+        offsets.append(offsets[-1] + part.length)
+    if offsets[-1] == 0:
+        step_phased(initial_phased_state(config), config)  # raises the first-chunk error if there is one
+    return PhasedIndex(np.array(offsets, dtype=np.int64), tuple(parts))
+
+
+def samples_at(phased: PhasedIndex, config: PhasedConfig, positions: np.ndarray) -> np.ndarray:
+    """The samples at ``positions`` (inside the stream) as ``(m, 3)`` int64: one lookup per phase."""
+    out = np.empty((len(positions), 3), dtype=np.int64)
+    phase = np.searchsorted(phased.offsets, positions, side="right") - 1
+    for p in np.unique(phase).tolist():
+        where = np.flatnonzero(phase == p)
+        out[where] = index.samples_at(phased.parts[p], config.phases[p], positions[where] - phased.offsets[p])
+    return out
+
+
+def sample_at(phased: PhasedIndex, config: PhasedConfig, i: int) -> tuple[int, int, int]:
+    p = int(np.searchsorted(phased.offsets, i, side="right")) - 1
+    return index.sample_at(phased.parts[p], config.phases[p], i - int(phased.offsets[p]))
