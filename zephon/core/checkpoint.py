@@ -150,7 +150,11 @@ def state_from_json(checkpoint: dict[str, Any], config: SourceConfig) -> SourceS
             "checkpoint was taken with a different configuration: " + "; ".join(differences[:3]) + more
             + ". Restore it into a source built with the same datasets and settings"
         )
-    body = checkpoint[KEY_STATE]
+    return parse_state(checkpoint[KEY_STATE], config)
+
+
+def parse_state(body: Any, config: SourceConfig) -> SourceState:
+    """Validate a checkpoint's ``state`` part against ``config`` (no fingerprint check) and build it."""
     if not isinstance(body, dict) or set(body) != {KEY_CHUNK, KEY_ALLOC, KEY_CURSORS}:
         raise ValueError(f"checkpoint state must have exactly {[KEY_CHUNK, KEY_ALLOC, KEY_CURSORS]}; it is corrupted")
     return SourceState(

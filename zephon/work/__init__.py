@@ -4,6 +4,7 @@
 |---|---|
 | :class:`StaticMixtureWorkSource` | fixed datasets in fixed proportions (the built-in source) |
 | :class:`PhasedMixtureWorkSource`, :class:`Phase` | a curriculum: mixtures that change at set points of the run |
+| :func:`migrate`, :class:`Migration` | continue a run under a new mixture or datasets (a report of what was unread) |
 | :class:`WorkSource` | the interface to implement for a custom curriculum |
 | :class:`WorkChunk` | a bundle of sample pointers grouped by component |
 | :class:`MixtureSpec` | validated mixture weights |
@@ -13,6 +14,7 @@
 """
 from zephon.core.chunk import ComponentOrder, MixtureReadConfig, MixtureReadMode, SampleId, WorkChunk
 from zephon.work.phased_mixture import Phase, PhasedMixtureWorkSource
+from zephon.work.migration import Migration, migrate
 from zephon.work.sequence import PointerSequence
 from zephon.work.source import WorkSource
 from zephon.work.spec import MixtureSpec
@@ -20,6 +22,6 @@ from zephon.work.static_mixture import StaticMixtureWorkSource
 from zephon.work.tokens import TokenEstimation
 
 __all__ = [
-    "ComponentOrder", "MixtureReadConfig", "MixtureReadMode", "MixtureSpec", "Phase", "PhasedMixtureWorkSource", "PointerSequence", "SampleId",
-    "StaticMixtureWorkSource", "TokenEstimation", "WorkChunk", "WorkSource",
+    "ComponentOrder", "MixtureReadConfig", "MixtureReadMode", "Migration", "MixtureSpec", "Phase", "PhasedMixtureWorkSource", "PointerSequence", "SampleId",
+    "StaticMixtureWorkSource", "TokenEstimation", "WorkChunk", "WorkSource", "migrate",
 ]

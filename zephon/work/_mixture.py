@@ -18,6 +18,24 @@ from zephon.limits import show
 from zephon.work._priming import cached_ratio
 from zephon.work.source import WorkSource
 
+KEY_MIGRATIONS = "migrations"
+MAX_HISTORY = 8  # migrations a state remembers (the most recent)
+_HISTORY_KEYS = {"cut_chunk": int, "from": str, "unread": int, "requeued": bool}
+
+
+def check_history(value: Any) -> tuple[dict, ...]:
+    """Validate a state's migration history: at most ``MAX_HISTORY`` small records."""
+    if not isinstance(value, list) or len(value) > MAX_HISTORY:
+        raise ValueError(f"checkpoint migrations must be a list of at most {MAX_HISTORY} records, got {value!r}")
+    for entry in value:
+        if not (isinstance(entry, dict) and set(entry) == set(_HISTORY_KEYS)
+                and all(type(entry[k]) is t for k, t in _HISTORY_KEYS.items())):
+            raise ValueError(f"checkpoint migration record must be {sorted(_HISTORY_KEYS)} with int/str/bool "
+                             f"values, got {entry!r}; the checkpoint is corrupted")
+    return tuple(dict(e) for e in value)
+
+
+
 
 class MixtureShell(WorkSource):
     """Shared behaviour of the mixture sources; see :class:`StaticMixtureWorkSource`."""
@@ -30,6 +48,20 @@ class MixtureShell(WorkSource):
     _core_samples: Callable
     _core_indexable: Callable
     _core_bind: Callable
+
+    _history: tuple[dict, ...] = ()  # the migrations this run went through (zephon.work.migrate)
+
+    def _with_history(self, state: dict[str, Any]) -> dict[str, Any]:
+        """``state`` with the migration history, if the run has one."""
+        if self._history:
+            state[KEY_MIGRATIONS] = [dict(h) for h in self._history]
+        return state
+
+    def _split_history(self, state: Any) -> tuple[Any, tuple[dict, ...]]:
+        """``state`` without its migration history, and the history (validated)."""
+        if not isinstance(state, dict) or KEY_MIGRATIONS not in state:
+            return state, ()
+        return {k: v for k, v in state.items() if k != KEY_MIGRATIONS}, check_history(state[KEY_MIGRATIONS])
 
     def _setup(self, config: Any, datasets: Any, estimation: Any) -> None:
         self._config, self._datasets, self._estimation = config, tuple(datasets), estimation

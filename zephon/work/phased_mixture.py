@@ -105,7 +105,7 @@ def _phases(value: Any, token_mode: bool) -> list[Phase]:
     return list(value)
 
 
-def _phase_config(base: SourceConfig, weights: dict[str, float]) -> SourceConfig:
+def phase_config(base: SourceConfig, weights: dict[str, float]) -> SourceConfig:
     """``base`` with a phase's weights (0 for paused datasets), summed in the phase's order."""
     names = list(base.names)
     plans = []
@@ -187,7 +187,7 @@ class PhasedMixtureWorkSource(MixtureShell):
         if base.stop_after_passes is not None and paused:
             raise ValueError(f"stop_after_passes={base.stop_after_passes} needs every dataset in the last phase, "
                              f"but it pauses {paused}; give them a weight there or use max_repeats")
-        config = PhasedConfig(phases=tuple(_phase_config(base, m) for m in mixtures),
+        config = PhasedConfig(phases=tuple(phase_config(base, m) for m in mixtures),
                               bounds=tuple(p.bound() for p in schedule))
         if config.primed:
             for k, phase in enumerate(config.phases):
@@ -196,7 +196,7 @@ class PhasedMixtureWorkSource(MixtureShell):
 
     def state_dict(self) -> dict[str, Any]:
         """The checkpoint: the phase, the static checkpoint inside it and the phases' fingerprint."""
-        return {
+        return self._with_history({
             checkpoint.KEY_KIND: KIND,
             checkpoint.KEY_VERSION: VERSION,
             checkpoint.KEY_LANE: self._config.lane,
@@ -204,10 +204,11 @@ class PhasedMixtureWorkSource(MixtureShell):
             KEY_PHASES: self._config.fingerprint()[KEY_PHASES],
             KEY_PHASE: self._state.phase,
             KEY_INNER: checkpoint.state_to_json(self._state.inner, self._config.phases[self._state.phase]),
-        }
+        })
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore a checkpoint (strict: same datasets, settings and phases, same lane)."""
+        state, history = self._split_history(state)
         if not isinstance(state, dict) or state.get(checkpoint.KEY_KIND) != KIND:
             got = state.get(checkpoint.KEY_KIND) if isinstance(state, dict) else type(state).__name__
             raise ValueError(f"checkpoint kind is {got!r}, expected {KIND!r}; pass a state_dict() of this source type")
@@ -232,7 +233,7 @@ class PhasedMixtureWorkSource(MixtureShell):
         ratios = checkpoint.ratios_from_json(inner, self._config.phases[p])
         config = self._core_with_ratios(ratios) if ratios else self._config
         self._state = PhasedState(p, checkpoint.state_from_json(inner, config.phases[p]))
-        self._config, self._index = config, None
+        self._config, self._index, self._history = config, None, history
 
     def _core_with_ratios(self, ratios: dict[str, tuple[float, str]]) -> PhasedConfig:
         """The config with these token ratios in every phase, each phase checked for liveness."""

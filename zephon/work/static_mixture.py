@@ -79,16 +79,20 @@ class StaticMixtureWorkSource(MixtureShell):
         self._setup(config, datasets, token_estimation)
 
     def state_dict(self) -> dict[str, Any]:
-        return checkpoint.state_to_json(self._state, self._config)
+        return self._with_history(checkpoint.state_to_json(self._state, self._config))
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore a checkpoint; a token-mode one brings its ratios (nothing is measured again)."""
-        checkpoint.check_header(state, self._config)
+        """Restore a checkpoint; a token-mode one brings its ratios (nothing is measured again).
+
+        A state made by ``zephon.work.migrate`` carries the run's migration history, kept here.
+        """
+        state, history = self._split_history(state)
+        checkpoint.check_header(state)
         self._check_lane_header(state)
         ratios = checkpoint.ratios_from_json(state, self._config)
         config = self._core_with_ratios(ratios) if ratios else self._config
         self._state = checkpoint.state_from_json(state, config)
-        self._config, self._index = config, None
+        self._config, self._index, self._history = config, None, history
 
     def _core_with_ratios(self, ratios: dict[str, tuple[float, str]]) -> SourceConfig:
         """The config with these token ratios, checked for liveness."""

@@ -1,0 +1,232 @@
+"""migrate: continue a run under a new mixture, new or removed datasets, another chunk size or lane count.
+
+``load_state_dict`` stays strict; this is the explicit door. The old run is rebuilt from its
+checkpoint alone (sample mode: the schedule needs only the counts and settings it records; token
+mode: the old datasets must be in the new template, same shards), the cut and the unread
+samples come from ``zephon.core.migration``, and the new state continues every dataset's
+cursor: same pass, same order, nothing served twice.
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import warnings
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+from zephon.core import checkpoint
+from zephon.core.config import REPEAT, SourceConfig
+from zephon.core.migration import Cut, LaneAt, as_phased, cut
+from zephon.core.phases import PhasedConfig, PhasedState, bind
+from zephon.core.schedule import CursorState, SourceState
+from zephon.io import Dataset
+from zephon.work import phased_mixture
+from zephon.work._mixture import KEY_MIGRATIONS, MAX_HISTORY, check_history
+from zephon.work._resolve import resolve
+from zephon.work.static_mixture import StaticMixtureWorkSource
+from zephon.work.tokens import TokenEstimation
+
+REPORT_KIND = "zephon.Migration"
+_ORDER_KEYS = ("seed", "shuffle_shards", "shuffle_within_shard")  # settings that key a dataset's pass order
+
+
+@dataclass(frozen=True)
+class Migration:
+    """The result of :func:`migrate`.
+
+    ``state`` loads into the new template's clone of the same lane (or into the template for a
+    template state) with ``load_state_dict``; ``report`` is JSON: the cut, and per dataset what
+    was read, what was assigned but not read (position ranges of a pass, with counts) and where
+    its cursor continues.
+    """
+
+    state: dict
+    report: dict
+
+
+def _stand_in(entry: Mapping[str, Any], new: Mapping[str, Dataset]) -> Dataset:
+    """The old dataset for scheduling: the new template's if it has the same shards, else its count."""
+    dataset = new.get(entry["name"])
+    if dataset is not None and dataset.total() == entry["total"]:
+        return dataset
+    return Dataset.from_counts(entry["name"], [entry["total"]])
+
+
+def _old_base(fingerprint: Mapping[str, Any], ratios: Any, new: Mapping[str, Dataset]) -> SourceConfig:
+    """The old run's settings as a config (uniform weights; schedule-exact, not pointer-exact)."""
+    names = [d["name"] for d in fingerprint["datasets"]]
+    datasets = [_stand_in(d, new) for d in fingerprint["datasets"]]
+    estimation = None
+    if fingerprint["mode"] == "tokens":
+        missing = [n for n, d in zip(names, datasets) if n not in new or d is not new[n]]
+        if missing or not isinstance(ratios, dict):
+            raise ValueError(f"migrating a token-mode run needs its datasets {missing} in the new template (token "
+                             "costs come from their shards); keep them there, paused if need be")
+        estimation = TokenEstimation(primer={n: ratios[n]["ratio"] for n in names})
+    if fingerprint["allocation"] not in ("accumulator", "fixed"):
+        raise ValueError(f"migrate supports the built-in allocators, this run used {fingerprint['allocation']!r}")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return resolve(
+            datasets, {n: 1.0 for n in names}, chunk_size=fingerprint["chunk_size"], seed=fingerprint["seed"],
+            shuffle_shards=fingerprint["shuffle_shards"], shuffle_within_shard=fingerprint["shuffle_within_shard"],
+            shuffle_block_size=None, exhausted_policy=dict(zip(names, fingerprint["policies"])),
+            reshuffle_on_repeat=dict(zip(names, fingerprint["reshuffle_on_repeat"])),
+            max_repeats=dict(zip(names, fingerprint["max_repeats"])),
+            stop_after_passes=fingerprint["stop_after_passes"], lane_assignment=fingerprint["lane_assignment"],
+            allocation=fingerprint["allocation"], token_estimation=estimation, liveness=False,
+        )
+
+
+def _weights(entry: Mapping[str, Any], names: list[str]) -> dict[str, float]:
+    """A fingerprint's weights by name, in mixture order, positive ones only."""
+    by_name = dict(zip(names, entry["weights"]))
+    return {n: by_name[n] for n in entry["mixture_order"] if by_name[n] > 0}
+
+
+def _parse(state: Any, new: Mapping[str, Dataset]) -> tuple[PhasedConfig, PhasedState, dict]:
+    """The old run's config (bound to the state's lane), its state and its settings fingerprint."""
+    if isinstance(state, dict) and state.get(checkpoint.KEY_KIND) == phased_mixture.KIND:
+        inner = state.get(phased_mixture.KEY_INNER)
+        checkpoint.check_header(inner)
+        settings = inner[checkpoint.KEY_FINGERPRINT]
+        base = _old_base(settings, inner.get(checkpoint.KEY_RATIOS), new)
+        names = list(base.names)
+        config = PhasedConfig(
+            phases=tuple(phased_mixture.phase_config(base, _weights(e, names)) for e in state[phased_mixture.KEY_PHASES]),
+            bounds=tuple(tuple(e["until"]) if e["until"] else None for e in state[phased_mixture.KEY_PHASES]))
+        p = state[phased_mixture.KEY_PHASE]
+        lane, replicas = inner[checkpoint.KEY_LANE], inner[checkpoint.KEY_REPLICAS]
+        config = bind(config, lane, replicas)
+        return config, PhasedState(p, checkpoint.parse_state(inner[checkpoint.KEY_STATE], config.phases[p])), settings
+    checkpoint.check_header(state)
+    settings = state[checkpoint.KEY_FINGERPRINT]
+    base = _old_base(settings, state.get(checkpoint.KEY_RATIOS), new)
+    static = phased_mixture.phase_config(base, _weights(settings, list(base.names)))
+    static = dataclasses.replace(static, lane=state[checkpoint.KEY_LANE], canonical_replicas=state[checkpoint.KEY_REPLICAS])
+    config, phased = as_phased(static, checkpoint.parse_state(state[checkpoint.KEY_STATE], static))
+    return config, phased, settings
+
+
+def _continued_cursors(old: Mapping[str, Any], new: SourceConfig, at_cut: Mapping[str, CursorState]
+                       ) -> tuple[CursorState, ...]:
+    """The new state's cursors: old datasets continue (after checking their order is the same)."""
+    old_names = [d["name"] for d in old["datasets"]]
+    new_fingerprint = new.fingerprint()
+    problems = [f"{k}: {old[k]!r} before, {new_fingerprint[k]!r} now" for k in _ORDER_KEYS if old[k] != new_fingerprint[k]]
+    cursors = []
+    for i, d in enumerate(new.datasets):
+        if d.name not in at_cut:
+            cursors.append(CursorState(epoch=0, position=0))
+            continue
+        j = old_names.index(d.name)
+        if j != i:
+            problems.append(f"dataset {d.name!r} is at position {i}, was at {j} (its order is keyed by position)")
+        if old["datasets"][j]["shards"] != d.digest or old["block_sizes"][j] != d.block_size:
+            problems.append(f"dataset {d.name!r} has other shards or another shuffle block size")
+        if old["reshuffle_on_repeat"][j] != d.reshuffle_on_repeat:
+            problems.append(f"dataset {d.name!r} changed reshuffle_on_repeat")
+        cursor = at_cut[d.name]
+        limit = (d.max_repeats if d.max_repeats is not None else cursor.epoch) if d.policy == REPEAT else 0
+        if cursor.epoch > limit:
+            problems.append(f"dataset {d.name!r} is in pass {cursor.epoch}, which its new policy "
+                            f"({d.policy!r}, max_repeats={d.max_repeats}) does not allow")
+        cursors.append(cursor)
+    if problems:
+        raise ValueError("the new template cannot continue this run's sample order: " + "; ".join(problems)
+                         + ". Keep seed, shuffles, shard tables and dataset positions (add new datasets at the end)")
+    return tuple(cursors)
+
+
+def _digest(value: Any) -> str:
+    return hashlib.sha256(json.dumps(value, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _report(result: Cut, old: PhasedConfig, new: SourceConfig, lanes: list[LaneAt], requeue: bool) -> dict:
+    old_names = list(old.names)
+    datasets = {}
+    for c, name in enumerate(old_names):
+        cursor = result.cursors[c]
+        unread = [[e, a, b, b - a] for e, a, b in result.unread[c]]
+        in_pass = sum(r[3] for r in unread if r[0] == cursor.epoch)
+        datasets[name] = {
+            "status": "continues" if name in new.names else "removed",
+            "cut": {"pass": cursor.epoch, "position": cursor.position},
+            "read_in_pass": cursor.position - in_pass,
+            "unread": unread,
+            "unread_count": sum(r[3] for r in unread),
+            "continues_at": {"pass": cursor.epoch, "position": cursor.position} if name in new.names else None,
+        }
+    for name in new.names:
+        if name not in datasets:
+            datasets[name] = {"status": "new", "cut": None, "read_in_pass": 0, "unread": [], "unread_count": 0,
+                              "continues_at": {"pass": 0, "position": 0}}
+    return {
+        "kind": REPORT_KIND,
+        "cut_chunk": result.chunk_index,
+        "lanes": {str(at.lane): {"chunk_in_flight": result.in_flight[at.lane], "consumed": at.consumed}
+                  for at in lanes},
+        "requeue": requeue,
+        "unread_count": sum(d["unread_count"] for d in datasets.values()),
+        "datasets": datasets,
+    }
+
+
+def migrate_lanes(states: Mapping[int, tuple[dict, int]], new_template: StaticMixtureWorkSource,
+                  requeue: bool = False) -> tuple[SourceState, dict, tuple[dict, ...]]:
+    """The core of :func:`migrate` for several lanes of one run: the new global state, the
+    report and the new history. ``states`` maps lane -> (its state_dict, samples of its chunk read)."""
+    if requeue:
+        raise NotImplementedError("requeue=True is not available yet; the report lists every unread sample")
+    if not isinstance(new_template, StaticMixtureWorkSource) or new_template.lane_id is not None:
+        raise TypeError(f"new_template must be an unbound StaticMixtureWorkSource, got {new_template!r}")
+    new_config = new_template.config
+    new_datasets = {d.name: new_template.datasets_by_id[i] for i, d in enumerate(new_config.datasets)}
+    lanes, settings, history, config = [], None, (), None
+    for lane, (state, consumed) in sorted(states.items()):
+        config, phased, settings = _parse(state, new_datasets)
+        history = check_history(state.get(KEY_MIGRATIONS, []))
+        lanes.append(LaneAt(lane, phased, consumed))
+    result = cut(config, lanes)
+    at_cut = {name: result.cursors[c] for c, name in enumerate(config.names) if name in new_config.names}
+    cursors = _continued_cursors(settings, new_config, at_cut)
+    new_state = SourceState(chunk_index=0, alloc=new_config.allocator.init(len(cursors)) if not new_config.token_mode
+                            else (0,) * len(cursors), cursors=cursors)
+    report = _report(result, config, new_config, lanes, requeue)
+    record = {"cut_chunk": result.chunk_index, "from": _digest(settings), "unread": report["unread_count"],
+              "requeued": requeue}
+    return new_state, report, (history + (record,))[-MAX_HISTORY:]
+
+
+def migrate(state: dict, new_template: StaticMixtureWorkSource, *, requeue: bool = False) -> Migration:
+    """Continue the run that wrote ``state`` under ``new_template``.
+
+    Parameters
+    ----------
+    state : dict
+        A ``state_dict()`` of a template, or of one lane of a run that has one lane per
+        reader (for a multi-lane loader checkpoint use ``zephon.torch.migrate_checkpoint``,
+        which cuts every lane at once). The lane is taken as the only reader: its own chunks
+        before its position count as read.
+    new_template : StaticMixtureWorkSource
+        The unbound source to continue with: datasets that keep their name continue their
+        pass where it stood (they must keep their position in the list, shards, seed and
+        shuffles); new datasets start at pass 0; datasets left out are reported.
+    requeue : bool, default False
+        Re-serve the assigned-but-unread samples first (not available yet: raises).
+
+    Returns
+    -------
+    Migration
+        ``state`` for the new template's clone of the same lane (the template for a template
+        state), and the JSON ``report``. Deterministic: a pure function of the arguments.
+    """
+    if not isinstance(state, dict):
+        raise TypeError(f"state must be a state_dict() (a dict), got {type(state).__name__}")
+    lane, replicas = state.get(checkpoint.KEY_LANE), state.get(checkpoint.KEY_REPLICAS)
+    new_state, report, history = migrate_lanes({0 if lane is None else lane: (state, 0)}, new_template, requeue)
+    target = new_template if lane is None else new_template.clone_for_lane(lane, replicas)
+    out = checkpoint.state_to_json(new_state, target.config)
+    out[KEY_MIGRATIONS] = list(history)
+    return Migration(out, report)
