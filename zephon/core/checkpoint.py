@@ -33,6 +33,8 @@ KEY_FINGERPRINT, KEY_STATE, KEY_DIGEST = "fingerprint", "state", "digest"
 KEY_CHUNK, KEY_ALLOC, KEY_CURSORS, KEY_EPOCH, KEY_POSITION = "chunk_index", "alloc", "cursors", "epoch", "position"
 KEY_TAILS = "tails"
 KEY_RATIOS, KEY_RATIO, KEY_ORIGIN = "token_ratios", "ratio", "origin"
+KEY_REQUEUE = "requeue"  # present only while a migrated lane still has samples to re-serve
+MAX_REQUEUE = 1 << 16  # ranges a requeue region may hold
 ORIGINS = ("measured", "pinned", "fallback")
 
 
@@ -54,6 +56,8 @@ def state_to_json(state: SourceState, config: SourceConfig) -> dict[str, Any]:
             },
         },
     }
+    if state.requeue:
+        checkpoint[KEY_STATE][KEY_REQUEUE] = [list(r) for r in state.requeue]
     if config.token_mode and config.primed:
         checkpoint[KEY_RATIOS] = {d.name: {KEY_RATIO: d.token_ratio, KEY_ORIGIN: d.ratio_origin} for d in config.datasets}
     return sealed(checkpoint)
@@ -155,19 +159,41 @@ def state_from_json(checkpoint: dict[str, Any], config: SourceConfig) -> SourceS
 
 def parse_state(body: Any, config: SourceConfig) -> SourceState:
     """Validate a checkpoint's ``state`` part against ``config`` (no fingerprint check) and build it."""
-    if not isinstance(body, dict) or set(body) != {KEY_CHUNK, KEY_ALLOC, KEY_CURSORS}:
-        raise ValueError(f"checkpoint state must have exactly {[KEY_CHUNK, KEY_ALLOC, KEY_CURSORS]}; it is corrupted")
+    if not isinstance(body, dict) or set(body) - {KEY_REQUEUE} != {KEY_CHUNK, KEY_ALLOC, KEY_CURSORS}:
+        raise ValueError(f"checkpoint state must have exactly {[KEY_CHUNK, KEY_ALLOC, KEY_CURSORS]} (and "
+                         f"{KEY_REQUEUE!r} after a migration); it is corrupted")
+    cursors = _cursors_from_json(body[KEY_CURSORS], config)
     return SourceState(
         chunk_index=_count(KEY_CHUNK, body[KEY_CHUNK], MAX_CHUNK_INDEX),
         alloc=_alloc_from_json(body[KEY_ALLOC], config),
-        cursors=_cursors_from_json(body[KEY_CURSORS], config),
+        cursors=cursors,
+        requeue=_requeue_from_json(body.get(KEY_REQUEUE, []), config, cursors),
     )
 
 
-def _count(what: str, value: Any, upper: int) -> int:
-    if type(value) is not int or not 0 <= value <= upper:
-        raise ValueError(f"checkpoint {what} must be an int in [0, {upper}], got {show(value)}; the checkpoint is "
-                         "corrupted")
+def _requeue_from_json(value: Any, config: SourceConfig, cursors: tuple[CursorState, ...]) -> tuple:
+    """Ranges ``[dataset, pass, start, stop]`` inside passes the cursors have reached, sorted, disjoint."""
+    if not isinstance(value, list) or len(value) > MAX_REQUEUE:
+        raise ValueError(f"checkpoint requeue must be a list of at most {MAX_REQUEUE} ranges, got "
+                         f"{type(value).__name__}; the checkpoint is corrupted")
+    out = []
+    for entry in value:
+        ok = isinstance(entry, list) and len(entry) == 4 and all(type(v) is int for v in entry)
+        if ok:
+            c, epoch, start, stop = entry
+            ok = 0 <= c < len(config.datasets) and 0 <= epoch <= cursors[c].epoch and 0 <= start < stop \
+                <= config.datasets[c].total and (not out or tuple(entry) > out[-1])
+        if not ok:
+            raise ValueError(f"checkpoint requeue range {entry!r} must be [dataset, pass, start, stop] inside a pass "
+                             "the cursor has reached, in ascending order; the checkpoint is corrupted")
+        out.append(tuple(entry))
+    return tuple(out)
+
+
+def _count(what: str, value: Any, upper: int | None = None) -> int:
+    if type(value) is not int or value < 0 or (upper is not None and value > upper):
+        bound = "" if upper is None else f" and <= {upper}"
+        raise ValueError(f"checkpoint {what} must be an int >= 0{bound}, got {value!r}; the checkpoint is corrupted")
     return value
 
 

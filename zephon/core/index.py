@@ -54,7 +54,8 @@ from zephon._ext.lookup import Lookup
 from zephon.core.config import REDISTRIBUTE, REPEAT, STOP, SourceConfig
 from zephon.core.cursor import epoch_layout, in_pass, pointer_reference, take_at
 from zephon.core.readorder import read_order, round_robin_reference
-from zephon.core.schedule import WALK_STEPS, Ended, SourceState, initial_state, plan_next_reference, state_arrays
+from zephon.core.requeue import past_region, region_samples
+from zephon.core.schedule import Ended, SourceState, initial_state, plan_next_reference, state_arrays
 from zephon.core.step import step
 from zephon.core.tokens import plan_next_tokens
 from zephon.limits import MAX_INDEX_CHUNKS
@@ -201,6 +202,8 @@ def _python_walk(config: SourceConfig, state: SourceState, every: int) -> tuple[
 
 def remaining_samples(state: SourceState, config: SourceConfig) -> int:
     """Samples the lane will still produce from ``state`` on (walks the schedule; pure)."""
+    if state.requeue:
+        return region_samples(state, config) + remaining_samples(past_region(state, config), config)
     if config.token_mode:
         return _token_samples(state, config)
     _check_indexable(config)

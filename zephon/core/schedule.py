@@ -44,6 +44,7 @@ class SourceState:
     chunk_index: int  # the next global chunk to plan, >= 0
     alloc: Any  # the allocator's state (JSON-able; floats for the accumulator)
     cursors: tuple[CursorState, ...]  # one per dataset, in dataset order
+    requeue: tuple[tuple[int, int, int, int], ...] = ()  # samples served first (zephon.core.requeue)
 
 
 def initial_state(config: SourceConfig) -> SourceState:

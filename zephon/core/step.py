@@ -7,6 +7,7 @@ from zephon.core.chunk import WorkChunk
 from zephon.core.config import REDISTRIBUTE, REPEAT, SourceConfig
 from zephon.core.cursor import take
 from zephon.core.keys import derive
+from zephon.core.requeue import step_region
 from zephon.core.schedule import CursorState, Ended, Planned, SourceState, plan_next
 from zephon.core.tokens import plan_next_tokens
 
@@ -26,11 +27,16 @@ def step(state: SourceState, config: SourceConfig) -> tuple[WorkChunk | None, So
     """
     if not config.primed:
         raise RuntimeError("this token-aware source is not primed yet: call prime() before reading from it")
+    before = state
+    if state.requeue:
+        chunk, state = step_region(state, config)
+        if chunk is not None:
+            return chunk, state
     planned = plan_next_tokens(state, config) if config.token_mode else plan_next(state, config)
     if isinstance(planned, Ended):
         if planned.chunk_index == 0:
             raise ValueError(first_chunk_error(config, planned))
-        return None, state
+        return None, before
     return materialize(planned, config), planned.state
 
 

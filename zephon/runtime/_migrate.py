@@ -24,7 +24,7 @@ def migrate_checkpoint(checkpoint: Any, new_pipeline_or_source: Any, *, canonica
     canonical_replicas : int or None, default None
         The new run's lane count; None keeps the checkpoint's.
     requeue : bool, default False
-        Re-serve the assigned-but-unread samples first (not available yet: raises).
+        Re-serve the assigned-but-unread samples first (see ``zephon.work.migrate``).
 
     Returns
     -------

@@ -156,6 +156,7 @@ def _report(result: Cut, old: PhasedConfig, new: SourceConfig, lanes: list[LaneA
             "read_in_pass": cursor.position - in_pass,
             "unread": unread,
             "unread_count": sum(r[3] for r in unread),
+            "requeued": requeue and name in new.names and bool(unread),
             "continues_at": {"pass": cursor.epoch, "position": cursor.position} if name in new.names else None,
         }
     for name in new.names:
@@ -177,8 +178,6 @@ def migrate_lanes(states: Mapping[int, tuple[dict, int]], new_template: StaticMi
                   requeue: bool = False) -> tuple[SourceState, dict, tuple[dict, ...]]:
     """The core of :func:`migrate` for several lanes of one run: the new global state, the
     report and the new history. ``states`` maps lane -> (its state_dict, samples of its chunk read)."""
-    if requeue:
-        raise NotImplementedError("requeue=True is not available yet; the report lists every unread sample")
     if not isinstance(new_template, StaticMixtureWorkSource) or new_template.lane_id is not None:
         raise TypeError(f"new_template must be an unbound StaticMixtureWorkSource, got {new_template!r}")
     new_config = new_template.config
@@ -186,13 +185,18 @@ def migrate_lanes(states: Mapping[int, tuple[dict, int]], new_template: StaticMi
     lanes, settings, history, config = [], None, (), None
     for lane, (state, consumed) in sorted(states.items()):
         config, phased, settings = _parse(state, new_datasets)
+        if phased.inner.requeue:
+            raise ValueError(f"lane {lane} is still re-serving the samples of an earlier migration; migrate after it "
+                             "has served them (a few chunks)")
         history = check_history(state.get(KEY_MIGRATIONS, []))
         lanes.append(LaneAt(lane, phased, consumed))
     result = cut(config, lanes)
     at_cut = {name: result.cursors[c] for c, name in enumerate(config.names) if name in new_config.names}
     cursors = _continued_cursors(settings, new_config, at_cut)
-    new_state = SourceState(chunk_index=0, alloc=new_config.allocator.init(len(cursors)) if not new_config.token_mode
-                            else (0,) * len(cursors), cursors=cursors)
+    served = tuple(sorted((new_config.names.index(name), *r) for c, name in enumerate(config.names)
+                          if name in new_config.names for r in result.unread[c])) if requeue else ()
+    alloc = (0,) * len(cursors) if new_config.token_mode else new_config.allocator.init(len(cursors))
+    new_state = SourceState(chunk_index=0, alloc=alloc, cursors=cursors, requeue=served)
     report = _report(result, config, new_config, lanes, requeue)
     record = {"cut_chunk": result.chunk_index, "from": _digest(settings), "unread": report["unread_count"],
               "requeued": requeue}
@@ -214,7 +218,9 @@ def migrate(state: dict, new_template: StaticMixtureWorkSource, *, requeue: bool
         pass where it stood (they must keep their position in the list, shards, seed and
         shuffles); new datasets start at pass 0; datasets left out are reported.
     requeue : bool, default False
-        Re-serve the assigned-but-unread samples first (not available yet: raises).
+        Re-serve the assigned-but-unread samples of the datasets that continue first, as the
+        first chunks of the new stream (shared by the lanes like any chunk); the report still
+        lists them, marked ``requeued``.
 
     Returns
     -------
