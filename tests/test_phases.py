@@ -11,36 +11,10 @@ from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from zephon import Dataset, StaticMixtureWorkSource
-from zephon.testing import assert_lanes_partition, assert_replay_equivalent, collect, source_configs
+from zephon.testing import assert_lanes_partition, assert_replay_equivalent, collect
 from zephon.work import Phase, PhasedMixtureWorkSource, TokenEstimation
 
-from helpers import three_datasets
-
-
-@st.composite
-def phased_configs(draw, max_phases: int = 3):
-    """Keyword arguments of a finite phased source: a static config whose mixture is replaced by
-    1..max_phases phases, each over a random non-empty subset of the datasets."""
-    kwargs = draw(source_configs(num_datasets=st.integers(1, 3)))
-    names = [d.name for d in kwargs["datasets"]]
-    count = draw(st.integers(1, max_phases))
-    phases = []
-    for k in range(count):
-        chosen = draw(st.lists(st.sampled_from(names), min_size=1, max_size=len(names), unique=True))
-        mixture = {n: draw(st.floats(0.05, 1.0)) for n in chosen}
-        if k == count - 1:
-            phases.append(Phase(mixture))
-        elif draw(st.booleans()):
-            phases.append(Phase(mixture, until_chunk=draw(st.integers(1, 6)) * (k + 1)))
-        else:
-            phases.append(Phase(mixture, until_sample=draw(st.integers(1, 60)) * (k + 1)))
-    del kwargs["mixture"]
-    kwargs["phases"] = phases
-    try:
-        PhasedMixtureWorkSource(**kwargs).clone_for_lane(0, 1).next_chunk()
-    except ValueError:
-        assume(False)
-    return kwargs
+from helpers import phased_configs, three_datasets
 
 
 def _read_order(chunks) -> np.ndarray:

@@ -125,9 +125,9 @@ def _continued_cursors(old: Mapping[str, Any], new: SourceConfig, at_cut: Mappin
             problems.append(f"dataset {d.name!r} is at position {i}, was at {j} (its order is keyed by position)")
         if old["datasets"][j]["shards"] != d.digest or old["block_sizes"][j] != d.block_size:
             problems.append(f"dataset {d.name!r} has other shards or another shuffle block size")
-        if old["reshuffle_on_repeat"][j] != d.reshuffle_on_repeat:
-            problems.append(f"dataset {d.name!r} changed reshuffle_on_repeat")
         cursor = at_cut[d.name]
+        if cursor.epoch and old["reshuffle_on_repeat"][j] != d.reshuffle_on_repeat:
+            problems.append(f"dataset {d.name!r} is in pass {cursor.epoch} and changed reshuffle_on_repeat")
         limit = (d.max_repeats if d.max_repeats is not None else cursor.epoch) if d.policy == REPEAT else 0
         if cursor.epoch > limit:
             problems.append(f"dataset {d.name!r} is in pass {cursor.epoch}, which its new policy "

@@ -1,0 +1,242 @@
+"""migrate / migrate_checkpoint: random runs, random progress per lane, random new configurations.
+
+Old runs read one pass of each dataset, so a sample's pass is known: the samples read before
+the cut plus those read after it hold no duplicate, the unread ones are exactly the report's
+ranges (or are re-served when requeued), and the report agrees with what the lanes read.
+"""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from hypothesis import assume, given
+from hypothesis import strategies as st
+
+from zephon import Dataset, StaticMixtureWorkSource
+from zephon.core.cursor import take_at
+from zephon.runtime import make_state
+from zephon.runtime._state import dataset_fingerprints
+from zephon.testing import assert_replay_equivalent, collect, source_configs
+from zephon.torch import migrate_checkpoint
+from zephon.work import Phase, PhasedMixtureWorkSource, migrate
+
+from helpers import phased_configs, three_datasets
+
+
+def _one_pass(kwargs: dict) -> dict:
+    """The configuration with no repeats (so every sample read is of pass 0)."""
+    kwargs = {k: v for k, v in kwargs.items() if k not in ("stop_after_passes", "max_repeats", "exhausted_policy")}
+    policies = ("stop", "redistribute")
+    kwargs["exhausted_policy"] = {d.name: policies[i % 2] for i, d in enumerate(kwargs["datasets"])}
+    return kwargs
+
+
+@st.composite
+def old_runs(draw):
+    """``(template factory, R)`` of a one-pass static or phased run that can start."""
+    if draw(st.booleans()):
+        kwargs = _one_pass(draw(phased_configs()))
+        make = lambda: PhasedMixtureWorkSource(**kwargs)  # noqa: E731
+    else:
+        kwargs = _one_pass(draw(source_configs(num_datasets=st.integers(1, 3))))
+        make = lambda: StaticMixtureWorkSource(**kwargs)  # noqa: E731
+    try:
+        make().clone_for_lane(0, 1).next_chunk()
+    except ValueError:
+        assume(False)
+    return make, kwargs, draw(st.integers(1, 4))
+
+
+def _named(chunk, pointers: np.ndarray, components: np.ndarray) -> list[tuple]:
+    names = chunk.component_names
+    return [(names[c], *p) for c, p in zip(components.tolist(), pointers.tolist())]
+
+
+def _progress(draw, template, replicas: int) -> tuple[dict, list[tuple]]:
+    """Read a random number of chunks per lane, then part of the next: the ledger and what was read."""
+    entries, read = {}, []
+    for lane in range(replicas):
+        clone = template.clone_for_lane(lane, replicas)
+        for _ in range(draw(st.integers(0, 4))):
+            chunk = clone.next_chunk()
+            if chunk is None:
+                break
+            read += _named(chunk, *chunk.read_order())
+        state = clone.state_dict()
+        chunk = clone.next_chunk()
+        consumed = 0 if chunk is None else draw(st.integers(0, len(chunk)))
+        if consumed:
+            pointers, components = chunk.read_order()
+            read += _named(chunk, pointers[:consumed], components[:consumed])
+        entries[lane] = (json.loads(json.dumps(state)), consumed, 0)
+    return entries, read
+
+
+@st.composite
+def migrations(draw):
+    make, kwargs, replicas = draw(old_runs())
+    template = make()
+    entries, read = _progress(draw, template, replicas)
+    data = kwargs["datasets"]
+    keep = len(data) if kwargs.get("shuffle_block_size") == "auto" else draw(st.integers(1, len(data)))
+    new_data = list(data[:keep]) + [Dataset.from_counts("extra", [7, 5])]
+    new = StaticMixtureWorkSource(
+        new_data, {d.name: draw(st.floats(0.1, 1.0)) for d in new_data}, chunk_size=draw(st.integers(1, 20)),
+        seed=kwargs["seed"], shuffle_shards=kwargs["shuffle_shards"],
+        shuffle_within_shard=kwargs["shuffle_within_shard"], shuffle_block_size=kwargs["shuffle_block_size"],
+        exhausted_policy="redistribute", lane_assignment=draw(st.sampled_from(["permute", "modulo"])))
+    checkpoint = make_state(replicas, entries, dataset_fingerprints(template.datasets_by_id), {})
+    return template, checkpoint, read, new, draw(st.integers(1, 4)), draw(st.booleans())
+
+
+def _read_all(new, state: dict) -> list[tuple]:
+    out = []
+    for row in state["lanes"]:
+        clone = new.clone_for_lane(row[0], state["canonical_replicas"])
+        clone.load_state_dict({**state["source"], **row[3]})
+        for chunk in collect(clone, 10**5):
+            out += _named(chunk, *chunk.read_order())
+    return out
+
+
+def _positions(template, name: str, ranges) -> set[tuple]:
+    config = getattr(template.config, "base", template.config)  # a phased config's shared settings
+    c = list(config.names).index(name)
+    out = set()
+    for epoch, start, stop, _ in ranges:
+        out |= {(name, *p) for p in take_at(config, c, epoch, np.arange(start, stop)).tolist()}
+    return out
+
+
+@given(migrations())
+def test_nothing_twice_and_the_unread_report_is_exact(case):
+    template, checkpoint, read, new, replicas, requeue = case
+    migration = migrate_checkpoint(checkpoint, new, canonical_replicas=replicas, requeue=requeue)
+    assert migration == migrate_checkpoint(checkpoint, new, canonical_replicas=replicas, requeue=requeue)
+    report = json.loads(json.dumps(migration.report))
+    after = _read_all(new, json.loads(json.dumps(migration.state)))
+    assert len(set(read)) == len(read) and len(set(after)) == len(after)
+    assert not set(read) & set(after)  # nothing read twice (every old run reads one pass)
+    for name, entry in report["datasets"].items():
+        if entry["status"] == "new":
+            continue
+        assert entry["cut"]["pass"] == 0
+        unread = _positions(template, name, entry["unread"])
+        assigned = _positions(template, name, [(0, 0, entry["cut"]["position"], None)])
+        read_here = {r for r in read if r[0] == name}
+        assert unread == assigned - read_here and read_here <= assigned
+        assert entry["unread_count"] == len(unread) and entry["read_in_pass"] == len(read_here)
+        if requeue and entry["status"] == "continues":
+            assert unread <= set(after)  # re-served first
+        else:
+            assert not unread & set(after)
+        if entry["status"] == "continues":
+            assert entry["continues_at"] == entry["cut"]
+
+
+def _lane_run(read_chunks: int, replicas: int = 3):
+    template = StaticMixtureWorkSource(three_datasets(), {"web": 2, "code": 1, "math": 1}, chunk_size=12, seed=9,
+                                       exhausted_policy="repeat")
+    lanes = [template.clone_for_lane(lane, replicas) for lane in range(replicas)]
+    for lane in lanes:
+        for _ in range(read_chunks):
+            lane.next_chunk()
+    return template, lanes
+
+
+def test_migrate_a_lane_state_continues_its_cursors_and_keeps_a_bounded_history():
+    _, lanes = _lane_run(4, replicas=1)
+    new = StaticMixtureWorkSource(three_datasets(), {"web": 1, "code": 3, "math": 1}, chunk_size=5, seed=9,
+                                  exhausted_policy="repeat")
+    state = lanes[0].state_dict()
+    for round_ in range(12):
+        migration = migrate(state, new)
+        clone = new.clone_for_lane(0, 1)
+        clone.load_state_dict(json.loads(json.dumps(migration.state)))
+        clone.next_chunk()
+        state = clone.state_dict()
+        assert len(state["migrations"]) == min(round_ + 1, 8)
+        assert migration.report["unread_count"] == 0  # one lane: everything before the cut was read
+    first = migrate(lanes[0].state_dict(), new).report["datasets"]
+    assert first["web"]["continues_at"] == {"pass": 0, "position": lanes[0].state.cursors[0].position}
+
+
+def test_migrate_reports_removed_and_new_datasets():
+    template, lanes = _lane_run(2, replicas=1)
+    new_data = three_datasets()[:2] + [Dataset.from_counts("fresh", [30])]
+    new = StaticMixtureWorkSource(new_data, {"web": 1, "code": 1, "fresh": 1}, chunk_size=12, seed=9,
+                                  exhausted_policy="repeat")
+    report = migrate(lanes[0].state_dict(), new).report
+    assert report["datasets"]["math"]["status"] == "removed" and report["datasets"]["math"]["continues_at"] is None
+    assert report["datasets"]["fresh"] == {"status": "new", "cut": None, "read_in_pass": 0, "unread": [],
+                                           "unread_count": 0, "continues_at": {"pass": 0, "position": 0}}
+    json.dumps(report)
+
+
+def test_migrate_refuses_a_template_that_would_change_the_sample_order():
+    _, lanes = _lane_run(2, replicas=1)
+    data = three_datasets()
+    for new, match in (
+        (StaticMixtureWorkSource(data, {"web": 1, "code": 1, "math": 1}, chunk_size=12, seed=10,
+                                 exhausted_policy="repeat"), "seed"),
+        (StaticMixtureWorkSource([data[1], data[0], data[2]], {"web": 1, "code": 1, "math": 1}, chunk_size=12,
+                                 seed=9, exhausted_policy="repeat"), "position"),
+    ):
+        with pytest.raises(ValueError, match=match):
+            migrate(lanes[0].state_dict(), new)
+
+
+def test_a_migrated_state_is_strict_like_any_other():
+    _, lanes = _lane_run(2, replicas=1)
+    new = StaticMixtureWorkSource(three_datasets(), {"web": 1, "code": 1, "math": 1}, chunk_size=12, seed=9,
+                                  exhausted_policy="repeat")
+    state = migrate(lanes[0].state_dict(), new).state
+    with pytest.raises(ValueError, match="migration record"):
+        new.clone_for_lane(0, 1).load_state_dict({**state, "migrations": [{"cut_chunk": "x"}]})
+    with pytest.raises(ValueError, match="different configuration"):
+        lanes[0].load_state_dict(state)
+
+
+def test_migrate_checkpoint_needs_every_lane():
+    template, lanes = _lane_run(1)
+    entries = {lane.lane_id: (lane.state_dict(), 0, 0) for lane in lanes[:2]}
+    checkpoint = make_state(3, entries, dataset_fingerprints(template.datasets_by_id), {})
+    with pytest.raises(ValueError, match="every lane"):
+        migrate_checkpoint(checkpoint, template)
+
+
+def _loaded(template, state: dict, lane: int, replicas: int):
+    clone = template.clone_for_lane(lane, replicas)
+    clone.load_state_dict(json.loads(json.dumps(state)))
+    return clone
+
+
+def test_checkpoints_inside_the_requeue_region_replay_exactly():
+    template, lanes = _lane_run(3)
+    checkpoint = make_state(3, {lane.lane_id: (lane.state_dict(), 5, 0) for lane in lanes},
+                            dataset_fingerprints(template.datasets_by_id), {})
+    migration = migrate_checkpoint(checkpoint, template, canonical_replicas=2, requeue=True)
+    assert migration.report["unread_count"] > 0
+    for row in migration.state["lanes"]:
+        state = {**migration.state["source"], **row[3]}
+        assert state["state"]["requeue"]
+        assert_replay_equivalent(lambda: _loaded(template, state, row[0], 2), [0, 1, 2, 3, 5], max_chunks=12)
+
+
+def test_migrating_a_phased_run_walks_its_phases():
+    data = three_datasets()
+    phases = [Phase({"web": 1}, until_chunk=3), Phase({"web": 1, "math": 1})]
+    old = PhasedMixtureWorkSource(data, phases, chunk_size=10, seed=2, exhausted_policy="repeat")
+    lanes = [old.clone_for_lane(lane, 2) for lane in range(2)]
+    for lane, count in zip(lanes, (1, 3)):
+        for _ in range(count):
+            lane.next_chunk()
+    checkpoint = make_state(2, {lane.lane_id: (lane.state_dict(), 0, 0) for lane in lanes},
+                            dataset_fingerprints(old.datasets_by_id), {})
+    new = StaticMixtureWorkSource(data, {"web": 1, "code": 1, "math": 1}, chunk_size=10, seed=2,
+                                  exhausted_policy="repeat")
+    report = migrate_checkpoint(checkpoint, new).report
+    assert report["cut_chunk"] == max(lane.state.chunk_index for lane in lanes)  # the lane that is furthest
+    assert report["datasets"]["code"]["cut"] == {"pass": 0, "position": 0}  # paused throughout
+    assert report["unread_count"] > 0  # lane 0 had chunks before the cut it did not read
