@@ -32,7 +32,7 @@ from zephon.core import index
 from zephon.core.chunk import WorkChunk
 from zephon.core.config import SourceConfig
 from zephon.core.cursor import shard_runs
-from zephon.core.schedule import Ended, Planned, SourceState, initial_state, plan_next, state_arrays
+from zephon.core.schedule import CursorState, Ended, Planned, SourceState, initial_state, plan_next, state_arrays
 from zephon.core.step import first_chunk_error, materialize
 from zephon.core.tokens import _cost_of_shard_id, plan_next_tokens
 
@@ -188,6 +188,8 @@ def _resolve_next(config: PhasedConfig, p: int, start: Start) -> Start | None:
     None if the stream ends first."""
     phase = dataclasses.replace(config.phases[p], lane=None, canonical_replicas=None)
     bound = config.bounds[p]
+    if phase.scheduler is not None:
+        return _resolve_in_kernel(config.phases[p + 1], phase, bound, start)
     g, samples, tokens, state = start.chunk_index, start.samples, start.tokens, start.state
     while not _reached(bound, g, samples, tokens):
         planned = plan(state, phase)
@@ -197,6 +199,26 @@ def _resolve_next(config: PhasedConfig, p: int, start: Start) -> Start | None:
         samples += sum(planned.quotas)
         tokens += chunk_cost(phase, planned)
     return Start(g, samples, tokens, restart(config.phases[p + 1], state))
+
+
+def _resolve_in_kernel(following: SourceConfig, phase: SourceConfig, bound: tuple[str, int], start: Start
+                       ) -> Start | None:
+    """``_resolve_next`` for sample mode: the scheduling kernel snapshots the state before every
+    chunk, in batches, and the bound is searched in the snapshots (numbers only)."""
+    n = len(phase.datasets)
+    acc, epochs, positions = state_arrays(start.state, n)
+    ints, accs = np.empty((_BATCH, 2 + 2 * n), dtype=np.int64), np.empty((_BATCH, n), dtype=np.float64)
+    g, own, samples, column = start.chunk_index, 0, start.samples, 0 if bound[0] == CHUNK else 1
+    while True:
+        filled, g, own, samples, ended = phase.scheduler.index(g, acc, epochs, positions, own, samples, 1, ints, accs)
+        k = int(np.searchsorted(ints[:filled, column], bound[1], side="left"))
+        if k < filled:
+            row = ints[k].tolist()
+            cursors = tuple(CursorState(epoch=e, position=q) for e, q in zip(row[2:2 + n], row[2 + n:]))
+            state = SourceState(chunk_index=row[0], alloc=(), cursors=cursors)
+            return Start(row[0], row[1], 0, restart(following, state))
+        if ended:
+            return None
 
 
 def phase_start(config: PhasedConfig, p: int) -> Start | None:
