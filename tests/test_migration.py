@@ -19,7 +19,7 @@ from zephon.runtime import make_state
 from zephon.runtime._state import dataset_fingerprints
 from zephon.testing import assert_replay_equivalent, collect, source_configs
 from zephon.torch import migrate_checkpoint
-from zephon.work import Phase, PhasedMixtureWorkSource, migrate
+from zephon.work import Phase, PhasedMixtureWorkSource, TokenEstimation, migrate
 
 from helpers import phased_configs, three_datasets
 
@@ -240,3 +240,28 @@ def test_migrating_a_phased_run_walks_its_phases():
     assert report["cut_chunk"] == max(lane.state.chunk_index for lane in lanes)  # the lane that is furthest
     assert report["datasets"]["code"]["cut"] == {"pass": 0, "position": 0}  # paused throughout
     assert report["unread_count"] > 0  # lane 0 had chunks before the cut it did not read
+
+
+def test_a_token_mode_phased_run_migrates_when_its_datasets_stay():
+    data = [Dataset.from_records(n, [[{"text": "x" * (k + 1) * size} for k in range(20)] for _ in range(3)])
+            for n, size in (("short", 2), ("long", 9))]
+    estimation = TokenEstimation(primer=0.5)
+    old = PhasedMixtureWorkSource(data, [Phase({"short": 1}, until_token=300), Phase({"short": 1, "long": 1})],
+                                  chunk_size=8, token_estimation=estimation, exhausted_policy="repeat")
+    old.prime()
+    lane = old.clone_for_lane(0, 1)
+    read = [p for _ in range(4) for p in lane.next_chunk().read_order()[0].tolist()]
+    new = StaticMixtureWorkSource(data, {"short": 1, "long": 3}, chunk_size=8, token_estimation=estimation,
+                                  exhausted_policy="repeat")
+    new.prime()
+    migration = migrate(json.loads(json.dumps(lane.state_dict())), new)
+    cursors = {name: entry["cut"] for name, entry in migration.report["datasets"].items()}
+    assert cursors == {d.name: {"pass": c.epoch, "position": c.position}
+                       for d, c in zip(old.config.datasets, lane.state.inner.cursors)}
+    clone = new.clone_for_lane(0, 1)
+    clone.load_state_dict(migration.state)
+    after = [p for _ in range(2) for p in clone.next_chunk().read_order()[0].tolist()]
+    assert not {tuple(p) for p in read} & {tuple(p) for p in after}  # still inside the first passes
+    with pytest.raises(ValueError, match="token-mode run needs its datasets"):
+        migrate(lane.state_dict(), StaticMixtureWorkSource(data[:1], {"short": 1}, chunk_size=8,
+                                                           token_estimation=estimation))

@@ -136,11 +136,15 @@ class PhasedMixtureWorkSource(MixtureShell):
         The datasets of every phase (dataset ids are positions in this list).
     phases : Sequence[Phase]
         The curriculum; every phase but the last ends at a bound (see :class:`Phase`).
-    **settings
-        Every other argument of :class:`StaticMixtureWorkSource`, with the same defaults
-        (``chunk_size=16384``, ``seed=0``, ``shuffle_shards=True``, ...); they apply to every
-        phase. ``stop_after_passes`` counts every dataset, so the last phase must give each
-        dataset a weight when it is set.
+    chunk_size, seed, shuffle_shards, shuffle_within_shard, shuffle_block_size, exhausted_policy, \
+    reshuffle_on_repeat, max_repeats, stop_after_passes, lane_assignment, allocation, token_estimation
+        As for :class:`StaticMixtureWorkSource`, with the same defaults (``chunk_size=16384``,
+        ``seed=0``, ``shuffle_shards=True``, ``shuffle_within_shard=False``,
+        ``shuffle_block_size=None``, ``exhausted_policy=None``, ``reshuffle_on_repeat`` and
+        ``stop_after_passes`` unset, ``max_repeats=None``, ``lane_assignment="permute"``,
+        ``allocation="accumulator"``, ``token_estimation=None``); they apply to every phase.
+        ``stop_after_passes`` counts every dataset, so the last phase must then give each
+        dataset a weight.
 
     Datasets keep their cursors across phases; allocator state restarts at each boundary.
     Liveness is checked per phase at construction (token mode: once primed).
