@@ -62,6 +62,19 @@ def _read_prefix(quotas: tuple[int, ...], consumed: int) -> list[int]:
     return taken
 
 
+def in_passes(epoch: int, start: int, stop: int, total: int) -> list[Range]:
+    """Positions ``[start, stop)`` counted from the start of pass ``epoch`` as ranges inside
+    passes: a draw that runs past the end of a pass continues in the next one."""
+    out = []
+    while start < stop:
+        if start >= total:
+            epoch, start, stop = epoch + start // total, start % total, stop - start // total * total
+            continue
+        out.append((epoch, start, min(stop, total)))
+        start = min(stop, total)
+    return out
+
+
 def _merge(ranges: list[Range]) -> tuple[Range, ...]:
     merged: list[list[int]] = []
     for e, start, stop in sorted(ranges):
@@ -110,7 +123,8 @@ def _unread_of_lane(config: PhasedConfig, at: LaneAt, frontier: int, ranges: lis
         taken = _read_prefix(planned.quotas, consumed)
         for c, (quota, start) in enumerate(zip(planned.quotas, planned.starts)):
             if quota > taken[c]:
-                ranges[c].append((start.epoch, start.position + taken[c], start.position + quota))
+                total = config.datasets[c].total
+                ranges[c].extend(in_passes(start.epoch, start.position + taken[c], start.position + quota, total))
         state, consumed = PhasedState(p, planned.state), 0
 
 
