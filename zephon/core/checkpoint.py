@@ -13,8 +13,7 @@ its numbers are trusted. Error messages quote values abbreviated (``zephon.limit
 """
 from __future__ import annotations
 
-import hashlib
-import json
+import dataclasses
 import math
 from typing import Any
 
@@ -33,6 +32,7 @@ KEY_FINGERPRINT, KEY_STATE, KEY_DIGEST = "fingerprint", "state", "digest"
 KEY_CHUNK, KEY_ALLOC, KEY_CURSORS, KEY_EPOCH, KEY_POSITION = "chunk_index", "alloc", "cursors", "epoch", "position"
 KEY_TAILS = "tails"
 KEY_RATIOS, KEY_RATIO, KEY_ORIGIN = "token_ratios", "ratio", "origin"
+KEY_ORDERS = "orders"  # present only after a migration kept some datasets' older sample order
 KEY_REQUEUE = "requeue"  # present only while a migrated lane still has samples to re-serve
 MAX_REQUEUE = 1 << 16  # ranges a requeue region may hold
 ORIGINS = ("measured", "pinned", "fallback")
@@ -56,6 +56,9 @@ def state_to_json(state: SourceState, config: SourceConfig) -> dict[str, Any]:
             },
         },
     }
+    if any(d.order is not None for d in config.datasets):
+        checkpoint[KEY_ORDERS] = {d.name: [*d.order, d.block_size, d.reshuffle_on_repeat]
+                                  for d in config.datasets if d.order is not None}
     if state.requeue:
         checkpoint[KEY_STATE][KEY_REQUEUE] = [list(r) for r in state.requeue]
     if config.token_mode and config.primed:
@@ -93,12 +96,31 @@ def ratios_from_json(checkpoint: dict[str, Any], config: SourceConfig) -> dict[s
     return out
 
 
-def check_header(checkpoint: Any, config: SourceConfig) -> None:
-    """Refuse anything that is not an intact zephon mixture checkpoint of this version.
+def with_orders(config: SourceConfig, orders: Any) -> SourceConfig:
+    """``config`` with the kept sample orders of some datasets: name -> ``[seed, key id,
+    shuffle_shards, shuffle_within_shard, block size, reshuffle_on_repeat]`` (validated)."""
+    if not orders:
+        return config
+    if not isinstance(orders, dict) or not set(orders) <= set(config.names):
+        raise ValueError(f"checkpoint orders must map datasets of {list(config.names)} to their order, got "
+                         f"{orders!r}; the checkpoint is corrupted")
+    plans = []
+    for d in config.datasets:
+        entry = orders.get(d.name)
+        if entry is None:
+            plans.append(d)
+            continue
+        types = (int, int, bool, bool, int, bool)
+        if (not isinstance(entry, list) or len(entry) != len(types) or not all(type(v) is t for v, t in zip(entry, types))
+                or entry[1] < 0 or not 0 <= entry[4] <= d.total):
+            raise ValueError(f"checkpoint order of {d.name!r} must be [seed, key id, shuffle_shards, "
+                             f"shuffle_within_shard, block size, reshuffle_on_repeat], got {entry!r}")
+        plans.append(dataclasses.replace(d, order=tuple(entry[:4]), block_size=entry[4], reshuffle_on_repeat=entry[5]))
+    return dataclasses.replace(config, datasets=tuple(plans))
 
-    Checks, in order: a bounded plain-JSON dict, the kind, the version, exactly the keys
-    ``state_to_json`` writes for ``config``, and the digest.
-    """
+
+def check_header(checkpoint: Any) -> None:
+    """Refuse anything that is not a zephon mixture checkpoint of a known version."""
     if not isinstance(checkpoint, dict):
         raise ValueError(f"checkpoint must be a dict (from state_dict()), got {type(checkpoint).__name__}")
     check_json(checkpoint, "checkpoint", MAX_STATE_NODES + STATE_NODES_PER_DATASET * len(config.datasets))

@@ -70,6 +70,9 @@ class DatasetPlan:
     shard_bytes: np.ndarray | None = None  # int64 raw bytes per shard (token mode's cost model)
     token_ratio: float | None = None  # tokens per raw byte, once primed (token mode)
     ratio_origin: str | None = None  # "measured", "pinned" or "fallback"
+    order: tuple[int, int, bool, bool] | None = None  # (seed, key id, shuffle_shards, shuffle_within_shard)
+    # that key this dataset's pass order instead of the source's (its id is its position): a
+    # migrated run keeps each dataset's order (zephon.work.migrate)
     costs: np.ndarray | None = field(init=False, repr=False)  # int64 cost units per draw per shard
     total: int = field(init=False)  # samples in one pass
     layouts: dict = field(init=False, repr=False)  # the cursor's per-dataset memo (core.cursor)
@@ -193,4 +196,6 @@ class SourceConfig:
             "stop_after_passes": self.stop_after_passes,
             "lane_assignment": self.lane_assignment,
             "allocation": self.allocator.name,
+            **({"orders": [None if d.order is None else list(d.order) for d in self.datasets]}
+               if any(d.order is not None for d in self.datasets) else {}),
         }

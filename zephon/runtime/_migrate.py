@@ -3,10 +3,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from zephon.core import checkpoint as source_checkpoint
 from zephon.runtime._state import dataset_fingerprints, make_state, missing_lanes, parse_state
-from zephon.work._mixture import KEY_MIGRATIONS
-from zephon.work.migration import Migration, migrate_lanes
+from zephon.work.migration import Migration, lane_state, migrate_lanes
 
 
 def migrate_checkpoint(checkpoint: Any, new_pipeline_or_source: Any, *, canonical_replicas: int | None = None,
@@ -40,12 +38,9 @@ def migrate_checkpoint(checkpoint: Any, new_pipeline_or_source: Any, *, canonica
                          "global checkpoint (merge_states / all_gather_state of every rank's state)")
     source = getattr(new_pipeline_or_source, "source", new_pipeline_or_source)
     replicas = parsed.canonical_replicas if canonical_replicas is None else canonical_replicas
-    new_state, report, history = migrate_lanes(
+    new_state, report, history, orders = migrate_lanes(
         {lane: (entry[0], entry[1]) for lane, entry in parsed.entries.items()}, source, requeue)
-    entries = {}
-    for lane in range(replicas):
-        state = source_checkpoint.state_to_json(new_state, source.clone_for_lane(lane, replicas).config)
-        state[KEY_MIGRATIONS] = list(history)
-        entries[lane] = (state, 0, 0)
+    entries = {lane: (lane_state(new_state, source.clone_for_lane(lane, replicas).config, history, orders), 0, 0)
+               for lane in range(replicas)}
     report["canonical_replicas"] = {"before": parsed.canonical_replicas, "after": replicas}
     return Migration(make_state(replicas, entries, dataset_fingerprints(source.datasets_by_id), {}), report)

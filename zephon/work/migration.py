@@ -28,7 +28,6 @@ from zephon.work.static_mixture import StaticMixtureWorkSource
 from zephon.work.tokens import TokenEstimation
 
 REPORT_KIND = "zephon.Migration"
-_ORDER_KEYS = ("seed", "shuffle_shards", "shuffle_within_shard")  # settings that key a dataset's pass order
 
 
 @dataclass(frozen=True)
@@ -109,34 +108,36 @@ def _parse(state: Any, new: Mapping[str, Dataset]) -> tuple[PhasedConfig, Phased
     return config, phased, settings
 
 
-def _continued_cursors(old: Mapping[str, Any], new: SourceConfig, at_cut: Mapping[str, CursorState]
-                       ) -> tuple[CursorState, ...]:
-    """The new state's cursors: old datasets continue (after checking their order is the same)."""
+def _continued(old: Mapping[str, Any], new: SourceConfig, at_cut: Mapping[str, CursorState]
+               ) -> tuple[tuple[CursorState, ...], dict[str, list]]:
+    """The new state's cursors (old datasets continue, new ones start) and the sample orders
+    kept for continuing datasets whose order the new template would key otherwise (another
+    seed, position, shuffle or block size; ``reshuffle_on_repeat`` once past pass 0)."""
     old_names = [d["name"] for d in old["datasets"]]
-    new_fingerprint = new.fingerprint()
-    problems = [f"{k}: {old[k]!r} before, {new_fingerprint[k]!r} now" for k in _ORDER_KEYS if old[k] != new_fingerprint[k]]
-    cursors = []
+    old_orders = old.get("orders") or [None] * len(old_names)
+    problems, cursors, orders = [], [], {}
     for i, d in enumerate(new.datasets):
         if d.name not in at_cut:
             cursors.append(CursorState(epoch=0, position=0))
             continue
-        j = old_names.index(d.name)
-        if j != i:
-            problems.append(f"dataset {d.name!r} is at position {i}, was at {j} (its order is keyed by position)")
-        if old["datasets"][j]["shards"] != d.digest or old["block_sizes"][j] != d.block_size:
-            problems.append(f"dataset {d.name!r} has other shards or another shuffle block size")
-        cursor = at_cut[d.name]
-        if cursor.epoch and old["reshuffle_on_repeat"][j] != d.reshuffle_on_repeat:
-            problems.append(f"dataset {d.name!r} is in pass {cursor.epoch} and changed reshuffle_on_repeat")
+        j, cursor = old_names.index(d.name), at_cut[d.name]
+        if old["datasets"][j]["shards"] != d.digest:
+            problems.append(f"dataset {d.name!r} has other shards than in the run, so its cursor cannot continue "
+                            "(give it another name to start it afresh)")
+        kept = tuple(old_orders[j]) if old_orders[j] else (old["seed"], j, old["shuffle_shards"],
+                                                             old["shuffle_within_shard"])
+        reshuffle = old["reshuffle_on_repeat"][j] if cursor.epoch else d.reshuffle_on_repeat
+        if (kept != (new.seed, i, new.shuffle_shards, new.shuffle_within_shard)
+                or old["block_sizes"][j] != d.block_size or reshuffle != d.reshuffle_on_repeat):
+            orders[d.name] = [*kept, old["block_sizes"][j], reshuffle]
         limit = (d.max_repeats if d.max_repeats is not None else cursor.epoch) if d.policy == REPEAT else 0
         if cursor.epoch > limit:
             problems.append(f"dataset {d.name!r} is in pass {cursor.epoch}, which its new policy "
-                            f"({d.policy!r}, max_repeats={d.max_repeats}) does not allow")
+                            f"({d.policy!r}, max_repeats={d.max_repeats}) does not allow; let it repeat")
         cursors.append(cursor)
     if problems:
-        raise ValueError("the new template cannot continue this run's sample order: " + "; ".join(problems)
-                         + ". Keep seed, shuffles, shard tables and dataset positions (add new datasets at the end)")
-    return tuple(cursors)
+        raise ValueError("the new template cannot continue this run: " + "; ".join(problems))
+    return tuple(cursors), orders
 
 
 def _digest(value: Any) -> str:
@@ -175,9 +176,10 @@ def _report(result: Cut, old: PhasedConfig, new: SourceConfig, lanes: list[LaneA
 
 
 def migrate_lanes(states: Mapping[int, tuple[dict, int]], new_template: StaticMixtureWorkSource,
-                  requeue: bool = False) -> tuple[SourceState, dict, tuple[dict, ...]]:
+                  requeue: bool = False) -> tuple[SourceState, dict, tuple[dict, ...], dict]:
     """The core of :func:`migrate` for several lanes of one run: the new global state, the
-    report and the new history. ``states`` maps lane -> (its state_dict, samples of its chunk read)."""
+    report, the new history and the kept sample orders (see :func:`lane_state`). ``states``
+    maps lane -> (its state_dict, samples of its chunk read)."""
     if not isinstance(new_template, StaticMixtureWorkSource) or new_template.lane_id is not None:
         raise TypeError(f"new_template must be an unbound StaticMixtureWorkSource, got {new_template!r}")
     new_config = new_template.config
@@ -192,7 +194,7 @@ def migrate_lanes(states: Mapping[int, tuple[dict, int]], new_template: StaticMi
         lanes.append(LaneAt(lane, phased, consumed))
     result = cut(config, lanes)
     at_cut = {name: result.cursors[c] for c, name in enumerate(config.names) if name in new_config.names}
-    cursors = _continued_cursors(settings, new_config, at_cut)
+    cursors, orders = _continued(settings, new_config, at_cut)
     served = tuple(sorted((new_config.names.index(name), *r) for c, name in enumerate(config.names)
                           if name in new_config.names for r in result.unread[c])) if requeue else ()
     alloc = (0,) * len(cursors) if new_config.token_mode else new_config.allocator.init(len(cursors))
@@ -200,7 +202,15 @@ def migrate_lanes(states: Mapping[int, tuple[dict, int]], new_template: StaticMi
     report = _report(result, config, new_config, lanes, requeue)
     record = {"cut_chunk": result.chunk_index, "from": _digest(settings), "unread": report["unread_count"],
               "requeued": requeue}
-    return new_state, report, (history + (record,))[-MAX_HISTORY:]
+    return new_state, report, (history + (record,))[-MAX_HISTORY:], orders
+
+
+def lane_state(new_state: SourceState, config: SourceConfig, history: tuple[dict, ...], orders: dict) -> dict:
+    """The state_dict of the migrated stream for ``config``'s lane: the state, the kept orders
+    and the history."""
+    out = checkpoint.state_to_json(new_state, checkpoint.with_orders(config, orders))
+    out[KEY_MIGRATIONS] = list(history)
+    return out
 
 
 def migrate(state: dict, new_template: StaticMixtureWorkSource, *, requeue: bool = False) -> Migration:
@@ -214,9 +224,10 @@ def migrate(state: dict, new_template: StaticMixtureWorkSource, *, requeue: bool
         which cuts every lane at once). The lane is taken as the only reader: its own chunks
         before its position count as read.
     new_template : StaticMixtureWorkSource
-        The unbound source to continue with: datasets that keep their name continue their
-        pass where it stood (they must keep their position in the list, shards, seed and
-        shuffles); new datasets start at pass 0; datasets left out are reported.
+        The unbound source to continue with. A dataset that keeps its name (and its shards)
+        continues its pass where it stood, in the same order: the state keeps the seed,
+        position and shuffles that key its order if the template would key it otherwise.
+        New datasets start at pass 0; datasets left out are reported.
     requeue : bool, default False
         Re-serve the assigned-but-unread samples of the datasets that continue first, as the
         first chunks of the new stream (shared by the lanes like any chunk); the report still
@@ -231,8 +242,7 @@ def migrate(state: dict, new_template: StaticMixtureWorkSource, *, requeue: bool
     if not isinstance(state, dict):
         raise TypeError(f"state must be a state_dict() (a dict), got {type(state).__name__}")
     lane, replicas = state.get(checkpoint.KEY_LANE), state.get(checkpoint.KEY_REPLICAS)
-    new_state, report, history = migrate_lanes({0 if lane is None else lane: (state, 0)}, new_template, requeue)
+    new_state, report, history, orders = migrate_lanes({0 if lane is None else lane: (state, 0)}, new_template,
+                                                       requeue)
     target = new_template if lane is None else new_template.clone_for_lane(lane, replicas)
-    out = checkpoint.state_to_json(new_state, target.config)
-    out[KEY_MIGRATIONS] = list(history)
-    return Migration(out, report)
+    return Migration(lane_state(new_state, target.config, history, orders), report)

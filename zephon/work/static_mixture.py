@@ -84,18 +84,22 @@ class StaticMixtureWorkSource(MixtureShell):
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore a checkpoint; a token-mode one brings its ratios (nothing is measured again).
 
-        A state made by ``zephon.work.migrate`` carries the run's migration history, kept here.
+        A state made by ``zephon.work.migrate`` carries the run's migration history, kept here,
+        and the sample order of each dataset that continues an older one (its seed, position and
+        shuffles then), which the restored source keeps.
         """
         state, history = self._split_history(state)
         checkpoint.check_header(state)
         self._check_lane_header(state)
-        ratios = checkpoint.ratios_from_json(state, self._config)
-        config = self._core_with_ratios(ratios) if ratios else self._config
+        config = checkpoint.with_orders(self._config, state.get(checkpoint.KEY_ORDERS))
+        ratios = checkpoint.ratios_from_json(state, config)
+        config = self._core_with_ratios(ratios, config) if ratios else config
         self._state = checkpoint.state_from_json(state, config)
         self._config, self._index, self._history = config, None, history
 
-    def _core_with_ratios(self, ratios: dict[str, tuple[float, str]]) -> SourceConfig:
-        """The config with these token ratios, checked for liveness."""
-        config = with_ratios(self._config, ratios)
+    def _core_with_ratios(self, ratios: dict[str, tuple[float, str]], config: SourceConfig | None = None
+                          ) -> SourceConfig:
+        """The config (this source's by default) with these token ratios, checked for liveness."""
+        config = with_ratios(config or self._config, ratios)
         check_liveness(config.datasets, config.chunk_size, config.allocator.name, token_shares(config.datasets))
         return config
