@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from zephon import Dataset, StaticMixtureWorkSource
 from zephon.core.cursor import take_at
+from zephon.core.schedule import lane_of
 from zephon.runtime import make_state
 from zephon.runtime._state import dataset_fingerprints
 from zephon.testing import assert_replay_equivalent, collect, source_configs
@@ -84,11 +85,18 @@ def migrations(draw):
     kept = draw(st.lists(st.sampled_from(data), min_size=0, max_size=len(data), unique_by=lambda d: d.name))
     extra = [Dataset.from_counts("extra", [7, 5])]
     new_data = draw(st.permutations(kept + extra))
-    new = StaticMixtureWorkSource(
-        new_data, {d.name: draw(st.floats(0.1, 1.0)) for d in new_data}, chunk_size=draw(st.integers(1, 20)),
-        seed=draw(st.sampled_from([kwargs["seed"], 77])), shuffle_shards=draw(st.booleans()),
-        shuffle_within_shard=draw(st.booleans()), shuffle_block_size=draw(st.none() | st.integers(1, 9)),
-        exhausted_policy="redistribute", lane_assignment=draw(st.sampled_from(["permute", "modulo"])))
+    settings = dict(
+        chunk_size=draw(st.integers(1, 20)), seed=draw(st.sampled_from([kwargs["seed"], 77])),
+        shuffle_shards=draw(st.booleans()), shuffle_within_shard=draw(st.booleans()),
+        shuffle_block_size=draw(st.none() | st.integers(1, 9)), exhausted_policy="redistribute",
+        lane_assignment=draw(st.sampled_from(["permute", "modulo"])))
+    mixture = {d.name: draw(st.floats(0.1, 1.0)) for d in new_data}
+    if draw(st.booleans()):
+        new = StaticMixtureWorkSource(new_data, mixture, **settings)
+    else:  # a curriculum from the cut on: the first phase over some of the datasets
+        first = draw(st.lists(st.sampled_from(list(mixture)), min_size=1, unique=True))
+        phases = [Phase({n: mixture[n] for n in first}, until_chunk=draw(st.integers(1, 5))), Phase(mixture)]
+        new = PhasedMixtureWorkSource(new_data, phases, **settings)
     checkpoint = make_state(replicas, entries, dataset_fingerprints(template.datasets_by_id), {})
     return template, checkpoint, read, new, draw(st.integers(1, 4)), draw(st.booleans())
 
@@ -290,3 +298,28 @@ def test_a_token_mode_phased_run_migrates_when_its_datasets_stay():
     with pytest.raises(ValueError, match="token-mode run needs its datasets"):
         migrate(lane.state_dict(), StaticMixtureWorkSource(data[:1], {"short": 1}, chunk_size=8,
                                                            token_estimation=estimation))
+
+
+def test_a_migrated_curriculum_starts_at_the_cut_partitions_and_replays():
+    template, lanes = _lane_run(3)
+    checkpoint = make_state(3, {lane.lane_id: (lane.state_dict(), 4, 0) for lane in lanes},
+                            dataset_fingerprints(template.datasets_by_id), {})
+    new = PhasedMixtureWorkSource(three_datasets(), [Phase({"web": 1}, until_chunk=4),
+                                                     Phase({"web": 1, "code": 1, "math": 2})],
+                                  chunk_size=10, seed=9, exhausted_policy="repeat")
+    one = migrate_checkpoint(checkpoint, new, canonical_replicas=1, requeue=True)
+    three = migrate_checkpoint(checkpoint, new, canonical_replicas=3, requeue=True).state
+    region = -(-one.report["unread_count"] // 10)  # requeued chunks come first
+    single_lane = _loaded(new, {**one.state["source"], **one.state["lanes"][0][3]}, 0, 1)
+    assert single_lane.phase_starts() == [region, region + 4]
+    single = collect(single_lane, 30)
+    assert all(set(c.components) == {"web"} for c in single[region:region + 4])
+    streams = [collect(_loaded(new, {**three["source"], **three["lanes"][lane][3]}, lane, 3), 30)
+               for lane in range(3)]
+    routing, taken = new.clone_for_lane(0, 3).config, [0, 0, 0]
+    for g, chunk in enumerate(single[:20]):
+        owner = lane_of(routing, g)
+        assert streams[owner][taken[owner]] == chunk
+        taken[owner] += 1
+    state = {**three["source"], **three["lanes"][1][3]}
+    assert_replay_equivalent(lambda: _loaded(new, state, 1, 3), [0, 1, 2, 5, 8], max_chunks=12)

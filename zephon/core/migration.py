@@ -125,7 +125,7 @@ def _unread_of_lane(config: PhasedConfig, at: LaneAt, frontier: int, ranges: lis
             if quota > taken[c]:
                 total = config.datasets[c].total
                 ranges[c].extend(in_passes(start.epoch, start.position + taken[c], start.position + quota, total))
-        state, consumed = PhasedState(p, planned.state), 0
+        state, consumed = PhasedState(p, planned.state, state.origin), 0
 
 
 def _global_state_at(config: PhasedConfig, lanes: list[LaneAt], frontier: int) -> PhasedState:
@@ -136,5 +136,5 @@ def _global_state_at(config: PhasedConfig, lanes: list[LaneAt], frontier: int) -
         planned, p = plan_phased(state, template)
         if isinstance(planned, Ended):
             break
-        state = PhasedState(p, planned.state)
+        state = PhasedState(p, planned.state, state.origin)
     return state

@@ -33,6 +33,7 @@ from zephon.core.chunk import WorkChunk
 from zephon.core.config import SourceConfig
 from zephon.core.cursor import shard_runs
 from zephon.core.schedule import CursorState, Ended, Planned, SourceState, initial_state, plan_next, state_arrays
+from zephon.core.requeue import past_region, region_samples, step_region
 from zephon.core.step import first_chunk_error, materialize
 from zephon.core.tokens import _cost_of_shard_id, plan_next_tokens
 
@@ -53,9 +54,12 @@ class Start:
 
 @dataclass(eq=False)
 class Starts:
-    """The memo of phase starts, shared by a template and its clones; ``None``: never reached."""
+    """The memo of phase starts, shared by a template and its clones; ``None``: never reached.
 
-    known: list = field(default_factory=list)
+    Keyed by the stream's origin: None for a stream from its start, else the state a migrated
+    stream starts its phase 0 from."""
+
+    known: dict = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True, eq=False)
@@ -140,6 +144,7 @@ class PhasedState:
 
     phase: int
     inner: SourceState
+    origin: SourceState | None = None  # where a migrated stream's phase 0 starts; None: the stream's start
 
     @property
     def chunk_index(self) -> int:
@@ -183,11 +188,12 @@ def _reached(bound: tuple[str, int], g: int, samples: int, tokens: int) -> bool:
     return tokens >= value
 
 
-def _resolve_next(config: PhasedConfig, p: int, start: Start) -> Start | None:
+def _resolve_next(config: PhasedConfig, p: int, start: Start, first_chunk: int) -> Start | None:
     """Walk phase ``p`` (whole stream) from its start to its bound: the next phase's start, or
-    None if the stream ends first."""
+    None if the stream ends first. Chunk bounds count from ``first_chunk`` (phase 0's start)."""
     phase = dataclasses.replace(config.phases[p], lane=None, canonical_replicas=None)
-    bound = config.bounds[p]
+    kind, value = config.bounds[p]
+    bound = (kind, value + first_chunk if kind == CHUNK else value)
     if phase.scheduler is not None:
         return _resolve_in_kernel(config.phases[p + 1], phase, bound, start)
     g, samples, tokens, state = start.chunk_index, start.samples, start.tokens, start.state
@@ -221,22 +227,27 @@ def _resolve_in_kernel(following: SourceConfig, phase: SourceConfig, bound: tupl
             return None
 
 
-def phase_start(config: PhasedConfig, p: int) -> Start | None:
-    """Where phase ``p`` starts (resolving the earlier ones on first need), or None if never reached."""
-    known = config.starts.known
+def phase_start(config: PhasedConfig, p: int, origin: SourceState | None = None) -> Start | None:
+    """Where phase ``p`` starts (resolving the earlier ones on first need), or None if never reached.
+
+    ``origin``: the state phase 0 starts from (a migrated stream); the bounds count chunks,
+    samples and tokens from there."""
+    known = config.starts.known.setdefault(origin, [])
     if not known:
-        known.append(Start(0, 0, 0, initial_state(config.base)))
+        known.append(Start(0, 0, 0, initial_state(config.base)) if origin is None
+                     else Start(origin.chunk_index, 0, 0, origin))
     while len(known) <= p:
         previous = known[-1]
-        known.append(None if previous is None else _resolve_next(config, len(known) - 1, previous))
+        known.append(None if previous is None else _resolve_next(config, len(known) - 1, previous,
+                                                                  known[0].chunk_index))
     return known[p]
 
 
-def phase_end(config: PhasedConfig, p: int) -> int | None:
+def phase_end(config: PhasedConfig, p: int, origin: SourceState | None = None) -> int | None:
     """The global chunk where phase ``p`` ends (the next one starts), or None (it never does)."""
     if p + 1 >= len(config.phases):
         return None
-    start = phase_start(config, p + 1)
+    start = phase_start(config, p + 1, origin)
     return None if start is None else start.chunk_index
 
 
@@ -245,22 +256,28 @@ def plan_phased(state: PhasedState, config: PhasedConfig) -> tuple[Planned | End
     p, inner = state.phase, state.inner
     while True:
         planned = plan(inner, config.phases[p])
-        end = phase_end(config, p)
+        end = phase_end(config, p, state.origin)
         if end is None or planned.chunk_index < end:
             return planned, p
-        p, inner = p + 1, phase_start(config, p + 1).state
+        p, inner = p + 1, phase_start(config, p + 1, state.origin).state
 
 
 def step_phased(state: PhasedState, config: PhasedConfig) -> tuple[WorkChunk | None, PhasedState]:
     """``zephon.core.step`` for a phased config: ``(chunk, state')``, ``(None, state)`` at the end."""
     if not config.primed:
         raise RuntimeError("this token-aware source is not primed yet: call prime() before reading from it")
+    before = state
+    if state.inner.requeue:
+        chunk, inner = step_region(state.inner, config.phases[state.phase])
+        state = dataclasses.replace(state, inner=inner)
+        if chunk is not None:
+            return chunk, state
     planned, p = plan_phased(state, config)
     if isinstance(planned, Ended):
         if planned.chunk_index == 0:
             raise ValueError(first_chunk_error(config.phases[p], planned))
-        return None, state
-    return materialize(planned, config.phases[p]), PhasedState(p, planned.state)
+        return None, before
+    return materialize(planned, config.phases[p]), PhasedState(p, planned.state, state.origin)
 
 
 def phase_of_chunk(config: PhasedConfig, g: int) -> int:
@@ -289,13 +306,17 @@ def remaining_samples(state: PhasedState, config: PhasedConfig) -> int:
     if not is_finite(config):
         raise TypeError("this source repeats forever, so it has no length; set stop_after_passes, max_repeats "
                         "or a 'stop' policy to make it finite")
+    total = 0
+    if state.inner.requeue:
+        total = region_samples(state.inner, config.phases[state.phase])
+        state = dataclasses.replace(state, inner=past_region(state.inner, config.phases[state.phase]))
     chunk, state = step_phased(state, config)  # raises if the stream cannot start
-    total = 0 if chunk is None else len(chunk)
+    total += 0 if chunk is None else len(chunk)
     while chunk is not None:
         planned, p = plan_phased(state, config)
         if isinstance(planned, Ended):
             break
-        total, state = total + sum(planned.quotas), PhasedState(p, planned.state)
+        total, state = total + sum(planned.quotas), PhasedState(p, planned.state, state.origin)
     return total
 
 

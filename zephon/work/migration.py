@@ -19,11 +19,13 @@ from zephon.core import checkpoint
 from zephon.core.config import REPEAT, SourceConfig
 from zephon.core.migration import Cut, LaneAt, as_phased, cut
 from zephon.core.phases import PhasedConfig, PhasedState, bind
-from zephon.core.schedule import CursorState, SourceState
+from zephon.core.requeue import past_region
+from zephon.core.schedule import CursorState, SourceState, initial_state
 from zephon.io import Dataset
 from zephon.work import phased_mixture
 from zephon.work._mixture import KEY_MIGRATIONS, MAX_HISTORY, check_history
 from zephon.work._resolve import resolve
+from zephon.work.phased_mixture import PhasedMixtureWorkSource
 from zephon.work.static_mixture import StaticMixtureWorkSource
 from zephon.work.tokens import TokenEstimation
 
@@ -98,7 +100,10 @@ def _parse(state: Any, new: Mapping[str, Dataset]) -> tuple[PhasedConfig, Phased
         p = state[phased_mixture.KEY_PHASE]
         lane, replicas = inner[checkpoint.KEY_LANE], inner[checkpoint.KEY_REPLICAS]
         config = bind(config, lane, replicas)
-        return config, PhasedState(p, checkpoint.parse_state(inner[checkpoint.KEY_STATE], config.phases[p])), settings
+        origin = state.get(phased_mixture.KEY_ORIGIN)
+        phased = PhasedState(p, checkpoint.parse_state(inner[checkpoint.KEY_STATE], config.phases[p]),
+                             None if origin is None else checkpoint.parse_state(origin, config.base))
+        return config, phased, settings
     checkpoint.check_header(state)
     settings = state[checkpoint.KEY_FINGERPRINT]
     base = _old_base(settings, state.get(checkpoint.KEY_RATIOS), new)
@@ -175,14 +180,17 @@ def _report(result: Cut, old: PhasedConfig, new: SourceConfig, lanes: list[LaneA
     }
 
 
-def migrate_lanes(states: Mapping[int, tuple[dict, int]], new_template: StaticMixtureWorkSource,
+def migrate_lanes(states: Mapping[int, tuple[dict, int]], new_template: StaticMixtureWorkSource | PhasedMixtureWorkSource,
                   requeue: bool = False) -> tuple[SourceState, dict, tuple[dict, ...], dict]:
     """The core of :func:`migrate` for several lanes of one run: the new global state, the
     report, the new history and the kept sample orders (see :func:`lane_state`). ``states``
     maps lane -> (its state_dict, samples of its chunk read)."""
-    if not isinstance(new_template, StaticMixtureWorkSource) or new_template.lane_id is not None:
-        raise TypeError(f"new_template must be an unbound StaticMixtureWorkSource, got {new_template!r}")
+    if not isinstance(new_template, (StaticMixtureWorkSource, PhasedMixtureWorkSource)) \
+            or new_template.lane_id is not None:
+        raise TypeError(f"new_template must be an unbound StaticMixtureWorkSource or PhasedMixtureWorkSource, "
+                        f"got {new_template!r}")
     new_config = new_template.config
+    base = new_config.base if isinstance(new_config, PhasedConfig) else new_config
     new_datasets = {d.name: new_template.datasets_by_id[i] for i, d in enumerate(new_config.datasets)}
     lanes, settings, history, config = [], None, (), None
     for lane, (state, consumed) in sorted(states.items()):
@@ -194,26 +202,32 @@ def migrate_lanes(states: Mapping[int, tuple[dict, int]], new_template: StaticMi
         lanes.append(LaneAt(lane, phased, consumed))
     result = cut(config, lanes)
     at_cut = {name: result.cursors[c] for c, name in enumerate(config.names) if name in new_config.names}
-    cursors, orders = _continued(settings, new_config, at_cut)
-    served = tuple(sorted((new_config.names.index(name), *r) for c, name in enumerate(config.names)
-                          if name in new_config.names for r in result.unread[c])) if requeue else ()
-    alloc = (0,) * len(cursors) if new_config.token_mode else new_config.allocator.init(len(cursors))
-    new_state = SourceState(chunk_index=0, alloc=alloc, cursors=cursors, requeue=served)
+    cursors, orders = _continued(settings, base, at_cut)
+    served = tuple(sorted((base.names.index(name), *r) for c, name in enumerate(config.names)
+                          if name in base.names for r in result.unread[c])) if requeue else ()
+    new_state: Any = SourceState(chunk_index=0, alloc=initial_state(base).alloc, cursors=cursors,
+                                 requeue=served)
+    if isinstance(new_config, PhasedConfig):  # its phase 0 starts after the requeued chunks, from the cut's cursors
+        new_state = PhasedState(0, new_state, past_region(new_state, base))
     report = _report(result, config, new_config, lanes, requeue)
     record = {"cut_chunk": result.chunk_index, "from": _digest(settings), "unread": report["unread_count"],
               "requeued": requeue}
     return new_state, report, (history + (record,))[-MAX_HISTORY:], orders
 
 
-def lane_state(new_state: SourceState, config: SourceConfig, history: tuple[dict, ...], orders: dict) -> dict:
+def lane_state(new_state: Any, config: SourceConfig | PhasedConfig, history: tuple[dict, ...], orders: dict) -> dict:
     """The state_dict of the migrated stream for ``config``'s lane: the state, the kept orders
     and the history."""
-    out = checkpoint.state_to_json(new_state, checkpoint.with_orders(config, orders))
+    if isinstance(config, PhasedConfig):
+        out = phased_mixture.state_to_json(new_state, phased_mixture.with_orders(config, orders))
+    else:
+        out = checkpoint.state_to_json(new_state, checkpoint.with_orders(config, orders))
     out[KEY_MIGRATIONS] = list(history)
     return out
 
 
-def migrate(state: dict, new_template: StaticMixtureWorkSource, *, requeue: bool = False) -> Migration:
+def migrate(state: dict, new_template: StaticMixtureWorkSource | PhasedMixtureWorkSource, *,
+            requeue: bool = False) -> Migration:
     """Continue the run that wrote ``state`` under ``new_template``.
 
     Parameters
@@ -223,8 +237,9 @@ def migrate(state: dict, new_template: StaticMixtureWorkSource, *, requeue: bool
         reader (for a multi-lane loader checkpoint use ``zephon.torch.migrate_checkpoint``,
         which cuts every lane at once). The lane is taken as the only reader: its own chunks
         before its position count as read.
-    new_template : StaticMixtureWorkSource
-        The unbound source to continue with. A dataset that keeps its name (and its shards)
+    new_template : StaticMixtureWorkSource or PhasedMixtureWorkSource
+        The unbound source to continue with (a phased one starts its phase 0 at the cut, after
+        the requeued chunks: its bounds count from there). A dataset that keeps its name (and its shards)
         continues its pass where it stood, in the same order: the state keeps the seed,
         position and shuffles that key its order if the template would key it otherwise.
         New datasets start at pass 0; datasets left out are reported.

@@ -22,7 +22,7 @@ from zephon.work.spec import MixtureSpec
 
 KIND = "zephon.PhasedMixtureWorkSource"
 VERSION = 1
-KEY_PHASES, KEY_PHASE, KEY_INNER = "phases", "phase", "inner"
+KEY_PHASES, KEY_PHASE, KEY_INNER, KEY_ORIGIN = "phases", "phase", "inner", "origin"
 _BOUNDS = (("until_chunk", phases.CHUNK), ("until_sample", phases.SAMPLE), ("until_token", phases.TOKEN))
 
 
@@ -200,18 +200,14 @@ class PhasedMixtureWorkSource(MixtureShell):
 
     def state_dict(self) -> dict[str, Any]:
         """The checkpoint: the phase, the static checkpoint inside it and the phases' fingerprint."""
-        return self._with_history({
-            checkpoint.KEY_KIND: KIND,
-            checkpoint.KEY_VERSION: VERSION,
-            checkpoint.KEY_LANE: self._config.lane,
-            checkpoint.KEY_REPLICAS: self._config.canonical_replicas,
-            KEY_PHASES: self._config.fingerprint()[KEY_PHASES],
-            KEY_PHASE: self._state.phase,
-            KEY_INNER: checkpoint.state_to_json(self._state.inner, self._config.phases[self._state.phase]),
-        })
+        return self._with_history(state_to_json(self._state, self._config))
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore a checkpoint (strict: same datasets, settings and phases, same lane)."""
+        """Restore a checkpoint (strict: same datasets, settings and phases, same lane).
+
+        A state made by ``zephon.work.migrate`` carries the run's migration history, where the
+        migrated stream's phase 0 started, and the sample orders it kept; they are restored.
+        """
         state, history = self._split_history(state)
         if not isinstance(state, dict) or state.get(checkpoint.KEY_KIND) != KIND:
             got = state.get(checkpoint.KEY_KIND) if isinstance(state, dict) else type(state).__name__
@@ -221,8 +217,9 @@ class PhasedMixtureWorkSource(MixtureShell):
                              f"zephon reads version {VERSION}); restore it with the zephon version that wrote it")
         expected = {checkpoint.KEY_KIND, checkpoint.KEY_VERSION, checkpoint.KEY_LANE, checkpoint.KEY_REPLICAS,
                     KEY_PHASES, KEY_PHASE, KEY_INNER}
-        if set(state) != expected:
-            raise ValueError(f"checkpoint keys must be {sorted(expected)}, got {sorted(state)}; it is corrupted")
+        if not expected <= set(state) <= expected | {KEY_ORIGIN}:
+            raise ValueError(f"checkpoint keys must be {sorted(expected)} (and {KEY_ORIGIN!r} after a migration), "
+                             f"got {sorted(state)}; it is corrupted")
         self._check_lane_header(state)
         if state[KEY_PHASES] != self._config.fingerprint()[KEY_PHASES]:
             raise ValueError(f"checkpoint was taken with other phases: {state[KEY_PHASES]!r}, this source has "
@@ -234,23 +231,54 @@ class PhasedMixtureWorkSource(MixtureShell):
         inner = state[KEY_INNER]
         checkpoint.check_header(inner)
         self._check_lane_header(inner)
-        ratios = checkpoint.ratios_from_json(inner, self._config.phases[p])
-        config = self._core_with_ratios(ratios) if ratios else self._config
-        self._state = PhasedState(p, checkpoint.state_from_json(inner, config.phases[p]))
+        config = with_orders(self._config, inner.get(checkpoint.KEY_ORDERS))
+        ratios = checkpoint.ratios_from_json(inner, config.phases[p])
+        config = self._core_with_ratios(ratios, config) if ratios else config
+        origin = state.get(KEY_ORIGIN)
+        self._state = PhasedState(p, checkpoint.state_from_json(inner, config.phases[p]),
+                                  None if origin is None else checkpoint.parse_state(origin, config.base))
         self._config, self._index, self._history = config, None, history
 
-    def _core_with_ratios(self, ratios: dict[str, tuple[float, str]]) -> PhasedConfig:
-        """The config with these token ratios in every phase, each phase checked for liveness."""
-        updated = tuple(with_ratios(phase, ratios) for phase in self._config.phases)
+    def _core_with_ratios(self, ratios: dict[str, tuple[float, str]], config: PhasedConfig | None = None
+                          ) -> PhasedConfig:
+        """The config (this source's by default) with these token ratios in every phase, each
+        phase checked for liveness."""
+        config = config or self._config
+        updated = tuple(with_ratios(phase, ratios) for phase in config.phases)
         for k, phase in enumerate(updated):
             _check_phase(phase, k)
-        return phases.with_phases(self._config, updated)
+        return phases.with_phases(config, updated)
 
     def phase_of_chunk(self, chunk_index: int) -> int:
         """The phase that governs global chunk ``chunk_index`` (resolves the phase bounds once)."""
         return phases.phase_of_chunk(self._config, chunk_index)
 
     def phase_starts(self) -> list[int | None]:
-        """The global chunk where each phase starts (None: the stream ends before it)."""
+        """The global chunk where each phase starts (None: the stream ends before it); for a
+        migrated stream, counted from where it started."""
+        origin = self._state.origin
         return [None if s is None else s.chunk_index
-                for s in (phases.phase_start(self._config, p) for p in range(len(self._config.phases)))]
+                for s in (phases.phase_start(self._config, p, origin) for p in range(len(self._config.phases)))]
+
+
+def state_to_json(state: PhasedState, config: PhasedConfig) -> dict[str, Any]:
+    """The checkpoint of ``state`` under ``config`` (plain JSON)."""
+    out = {
+        checkpoint.KEY_KIND: KIND,
+        checkpoint.KEY_VERSION: VERSION,
+        checkpoint.KEY_LANE: config.lane,
+        checkpoint.KEY_REPLICAS: config.canonical_replicas,
+        KEY_PHASES: config.fingerprint()[KEY_PHASES],
+        KEY_PHASE: state.phase,
+        KEY_INNER: checkpoint.state_to_json(state.inner, config.phases[state.phase]),
+    }
+    if state.origin is not None:
+        out[KEY_ORIGIN] = checkpoint.state_to_json(state.origin, config.base)[checkpoint.KEY_STATE]
+    return out
+
+
+def with_orders(config: PhasedConfig, orders: Any) -> PhasedConfig:
+    """``config`` with the sample orders a migration kept, in every phase."""
+    if not orders:
+        return config
+    return phases.with_phases(config, tuple(checkpoint.with_orders(phase, orders) for phase in config.phases))
