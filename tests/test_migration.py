@@ -323,3 +323,19 @@ def test_a_migrated_curriculum_starts_at_the_cut_partitions_and_replays():
         taken[owner] += 1
     state = {**three["source"], **three["lanes"][1][3]}
     assert_replay_equivalent(lambda: _loaded(new, state, 1, 3), [0, 1, 2, 5, 8], max_chunks=12)
+
+
+def test_malformed_states_and_mixed_runs_are_refused_before_anything_else():
+    template, lanes = _lane_run(1, replicas=2)
+    state = lanes[0].state_dict()
+    broken = {**state, "fingerprint": {**state["fingerprint"], "chunk_size": "twelve"}}
+    with pytest.raises((ValueError, TypeError), match="chunk_size|malformed"):
+        migrate(broken, template)
+    with pytest.raises(ValueError, match="malformed"):
+        migrate({**state, "fingerprint": {}}, template)
+    other = StaticMixtureWorkSource(three_datasets(), {"web": 1, "code": 1, "math": 1}, chunk_size=12, seed=9,
+                                    exhausted_policy="repeat").clone_for_lane(1, 2)
+    entries = {0: (state, 0, 0), 1: (other.state_dict(), 0, 0)}
+    checkpoint = make_state(2, entries, dataset_fingerprints(template.datasets_by_id), {})
+    with pytest.raises(ValueError, match="other settings"):
+        migrate_checkpoint(checkpoint, template)

@@ -50,6 +50,13 @@ def _read_only(values: Any) -> np.ndarray:
     return array
 
 
+def shard_digest(shard_ids: np.ndarray, shard_counts: np.ndarray) -> str:
+    """sha256 (16 hex digits) of a shard table: ids and counts as int64."""
+    digest = hashlib.sha256(_read_only(shard_ids).tobytes())
+    digest.update(_read_only(shard_counts).tobytes())
+    return digest.hexdigest()[:16]
+
+
 @dataclass(frozen=True, slots=True, kw_only=True, eq=False)
 class DatasetPlan:
     """One dataset as the scheduler sees it: its shard table and its resolved settings.
@@ -88,6 +95,7 @@ class DatasetPlan:
         if self.token_ratio is not None:
             costs = shard_costs(self.shard_counts, self.shard_bytes, self.token_ratio)
         object.__setattr__(self, "costs", costs)
+        object.__setattr__(self, "digest", shard_digest(self.shard_ids, self.shard_counts))
         object.__setattr__(self, "layouts", {})
 
     @property

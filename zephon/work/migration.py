@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 from zephon.core import checkpoint
-from zephon.core.config import REPEAT, SourceConfig
+from zephon.core.config import REPEAT, SourceConfig, shard_digest
 from zephon.core.migration import Cut, LaneAt, as_phased, cut
 from zephon.core.phases import PhasedConfig, PhasedState, bind
 from zephon.core.requeue import past_region
@@ -47,9 +47,10 @@ class Migration:
 
 
 def _stand_in(entry: Mapping[str, Any], new: Mapping[str, Dataset]) -> Dataset:
-    """The old dataset for scheduling: the new template's if it has the same shards, else its count."""
+    """The old dataset for scheduling: the new template's if it has the same shards, else a
+    count-only one of the same size (sample-mode scheduling needs only the count)."""
     dataset = new.get(entry["name"])
-    if dataset is not None and dataset.total() == entry["total"]:
+    if dataset is not None and shard_digest(dataset.ids(), dataset.counts()) == entry["shards"]:
         return dataset
     return Dataset.from_counts(entry["name"], [entry["total"]])
 
@@ -100,6 +101,8 @@ def _parse(state: Any, new: Mapping[str, Dataset]) -> tuple[PhasedConfig, Phased
         p = state[phased_mixture.KEY_PHASE]
         lane, replicas = inner[checkpoint.KEY_LANE], inner[checkpoint.KEY_REPLICAS]
         config = bind(config, lane, replicas)
+        settings = {**{k: v for k, v in settings.items() if k not in ("weights", "mixture_order")},
+                    phased_mixture.KEY_PHASES: state[phased_mixture.KEY_PHASES]}  # the same on every lane
         origin = state.get(phased_mixture.KEY_ORIGIN)
         phased = PhasedState(p, checkpoint.parse_state(inner[checkpoint.KEY_STATE], config.phases[p]),
                              None if origin is None else checkpoint.parse_state(origin, config.base))
@@ -194,7 +197,15 @@ def migrate_lanes(states: Mapping[int, tuple[dict, int]], new_template: StaticMi
     new_datasets = {d.name: new_template.datasets_by_id[i] for i, d in enumerate(new_config.datasets)}
     lanes, settings, history, config = [], None, (), None
     for lane, (state, consumed) in sorted(states.items()):
-        config, phased, settings = _parse(state, new_datasets)
+        first = settings
+        try:
+            config, phased, settings = _parse(state, new_datasets)
+        except (KeyError, TypeError, AttributeError, IndexError) as error:
+            raise ValueError(f"lane {lane}: the state is malformed ({error!r}); pass the state_dict() of a mixture "
+                             "source, or a loader checkpoint") from None
+        if first is not None and settings != first:
+            raise ValueError(f"lane {lane} was taken with other settings than the lanes before it; migrate the "
+                             "lanes of one run together")
         if phased.inner.requeue:
             raise ValueError(f"lane {lane} is still re-serving the samples of an earlier migration; migrate after it "
                              "has served them (a few chunks)")
