@@ -207,21 +207,33 @@ def _resolve_next(config: PhasedConfig, p: int, start: Start, first_chunk: int) 
     return Start(g, samples, tokens, restart(config.phases[p + 1], state))
 
 
+def _walk_arrays(state: SourceState, n: int) -> tuple[tuple[np.ndarray, ...], np.ndarray, np.ndarray]:
+    """The kernel's in-place state arrays for ``state`` and a batch of snapshot rows
+    (``[g, samples before, one column block per cursor field]`` and the accumulators)."""
+    arrays = state_arrays(state, n)
+    rows = np.empty((_BATCH, 2 + (len(arrays) - 1) * n), dtype=np.int64)
+    return arrays, rows, np.empty((_BATCH, n), dtype=np.float64)
+
+
+def _cursors_of_row(row: list[int], n: int) -> tuple[CursorState, ...]:
+    """The cursors of a snapshot row (its column blocks follow CursorState's fields)."""
+    names = [f.name for f in dataclasses.fields(CursorState)]
+    blocks = [row[2 + k * n:2 + (k + 1) * n] for k in range(len(names))]
+    return tuple(CursorState(**dict(zip(names, values))) for values in zip(*blocks))
+
+
 def _resolve_in_kernel(following: SourceConfig, phase: SourceConfig, bound: tuple[str, int], start: Start
                        ) -> Start | None:
     """``_resolve_next`` for sample mode: the scheduling kernel snapshots the state before every
     chunk, in batches, and the bound is searched in the snapshots (numbers only)."""
-    n = len(phase.datasets)
-    acc, epochs, positions = state_arrays(start.state, n)
-    ints, accs = np.empty((_BATCH, 2 + 2 * n), dtype=np.int64), np.empty((_BATCH, n), dtype=np.float64)
+    arrays, ints, accs = _walk_arrays(start.state, len(phase.datasets))
     g, own, samples, column = start.chunk_index, 0, start.samples, 0 if bound[0] == CHUNK else 1
     while True:
-        filled, g, own, samples, ended = phase.scheduler.index(g, acc, epochs, positions, own, samples, 1, ints, accs)
+        filled, g, own, samples, ended = phase.scheduler.index(g, *arrays, own, samples, 1, ints, accs)
         k = int(np.searchsorted(ints[:filled, column], bound[1], side="left"))
         if k < filled:
             row = ints[k].tolist()
-            cursors = tuple(CursorState(epoch=e, position=q) for e, q in zip(row[2:2 + n], row[2 + n:]))
-            state = SourceState(chunk_index=row[0], alloc=(), cursors=cursors)
+            state = SourceState(chunk_index=row[0], alloc=(), cursors=_cursors_of_row(row, len(phase.datasets)))
             return Start(row[0], row[1], 0, restart(following, state))
         if ended:
             return None
@@ -334,14 +346,12 @@ class PhasedIndex:
 
 def _part(config: SourceConfig, start: SourceState, end: int | None, every: int) -> index.StreamIndex:
     """Index the lane's chunks of one phase: from ``start`` until its own chunk reaches ``end``."""
-    n = len(config.datasets)
-    acc, epochs, positions = state_arrays(start, n)
-    ints, accs = np.empty((_BATCH, 2 + 2 * n), dtype=np.int64), np.empty((_BATCH, n), dtype=np.float64)
+    arrays, ints, accs = _walk_arrays(start, len(config.datasets))
     kept_ints, kept_acc = [], []
     g, own, samples = start.chunk_index, 0, 0
     while True:
         first = own
-        filled, g, own, samples, ended = config.scheduler.index(g, acc, epochs, positions, own, samples, 1, ints, accs)
+        filled, g, own, samples, ended = config.scheduler.index(g, *arrays, own, samples, 1, ints, accs)
         done = own - first  # chunks completed by this call; row k is the state before chunk first + k
         after = np.append(ints[1:filled, 0], g)[:done]  # the state's next global chunk after each of them
         inside = done if end is None else int(np.searchsorted(after, end, side="right"))
