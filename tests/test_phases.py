@@ -51,7 +51,7 @@ def test_boundaries_fall_where_configured_on_every_lane(kwargs, replicas):
     samples = np.cumsum([0] + [len(c) for c in single])
     for k, phase in enumerate(kwargs["phases"][:-1]):
         end = starts[k + 1]
-        if end is None:
+        if end is None or end >= len(samples):
             continue
         kind, value = phase.bound()
         if kind == "chunk":
@@ -60,16 +60,17 @@ def test_boundaries_fall_where_configured_on_every_lane(kwargs, replicas):
             assert samples[end] >= value and (end == starts[k] or samples[end - 1] < value)
     for lane in range(replicas):
         clone = template.clone_for_lane(lane, replicas)
-        g = -1
-        while (chunk := clone.next_chunk()) is not None and g < 400:
+        while (chunk := clone.next_chunk()) is not None:
             g = clone.state.chunk_index - 1  # the chunk just produced
+            if g >= len(single):
+                break
             weights = kwargs["phases"][template.phase_of_chunk(g)].weights([d.name for d in kwargs["datasets"]])
             assert set(chunk.components) <= set(weights)
             assert chunk == single[g]
 
 
-@given(phased_configs(), st.integers(1, 3))
-def test_per_phase_mixture_within_the_static_prefix_bound(kwargs, every):
+@given(phased_configs())
+def test_per_phase_mixture_within_the_static_prefix_bound(kwargs):
     """Inside a phase the accumulator starts from zero: every prefix of the phase's chunks is
     within one sample of the phase's weights per dataset (full chunks, repeating datasets)."""
     assume(kwargs.get("stop_after_passes") is not None and kwargs["allocation"] == "accumulator")

@@ -34,7 +34,7 @@ from zephon.core.config import SourceConfig
 from zephon.core.cursor import shard_runs
 from zephon.core.schedule import CursorState, Ended, Planned, SourceState, initial_state, plan_next, state_arrays
 from zephon.core.requeue import past_region, region_samples, step_region
-from zephon.core.step import first_chunk_error, materialize
+from zephon.core.step import at_start, first_chunk_error, materialize
 from zephon.core.tokens import _cost_of_shard_id, plan_next_tokens
 
 CHUNK, SAMPLE, TOKEN = "chunk", "sample", "token"
@@ -286,7 +286,7 @@ def step_phased(state: PhasedState, config: PhasedConfig) -> tuple[WorkChunk | N
             return chunk, state
     planned, p = plan_phased(state, config)
     if isinstance(planned, Ended):
-        if planned.chunk_index == 0:
+        if planned.chunk_index == 0 and at_start(state.inner):
             raise ValueError(first_chunk_error(config.phases[p], planned))
         return None, before
     return materialize(planned, config.phases[p]), PhasedState(p, planned.state, state.origin)
