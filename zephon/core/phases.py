@@ -16,6 +16,10 @@ the next phase's start is dropped and planning resumes from that start, in the n
 Lanes therefore stay disjoint with the single-lane union, and a checkpoint is the phase
 index and a static state: O(1).
 
+A migrated stream (``zephon.work.migrate``) first re-serves its requeued samples
+(``zephon.core.requeue``), then starts phase 0 from the cursors of the cut: its *origin*,
+kept in the state; its phase starts are resolved from there (bounds count from the origin).
+
 Random access walks each phase's part of the lane's stream once (the scheduling kernel)
 and keeps a :class:`~zephon.core.index.StreamIndex` per phase; a lookup finds the phase by
 binary search and asks that phase's lookup kernel (``zephon.core.index``).
