@@ -339,3 +339,15 @@ def test_malformed_states_and_mixed_runs_are_refused_before_anything_else():
     checkpoint = make_state(2, entries, dataset_fingerprints(template.datasets_by_id), {})
     with pytest.raises(ValueError, match="other settings"):
         migrate_checkpoint(checkpoint, template)
+
+
+def test_a_template_state_migrates_to_the_new_template():
+    template, _ = _lane_run(0, replicas=1)
+    new = StaticMixtureWorkSource(three_datasets(), {"web": 1, "code": 2, "math": 1}, chunk_size=7, seed=9,
+                                  exhausted_policy="repeat")
+    migration = migrate(template.state_dict(), new)
+    assert migration.state["lane"] is None and migration.report["cut_chunk"] == 0
+    new.load_state_dict(migration.state)
+    fresh = StaticMixtureWorkSource(three_datasets(), {"web": 1, "code": 2, "math": 1}, chunk_size=7, seed=9,
+                                    exhausted_policy="repeat")
+    assert collect(new.clone_for_lane(0, 1), 5) == collect(fresh.clone_for_lane(0, 1), 5)
