@@ -14,6 +14,8 @@ its numbers are trusted. Error messages quote values abbreviated (``zephon.limit
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import json
 import math
 from typing import Any
 
@@ -34,7 +36,8 @@ KEY_TAILS = "tails"
 KEY_RATIOS, KEY_RATIO, KEY_ORIGIN = "token_ratios", "ratio", "origin"
 KEY_ORDERS = "orders"  # present only after a migration kept some datasets' older sample order
 KEY_REQUEUE = "requeue"  # present only while a migrated lane still has samples to re-serve
-MAX_REQUEUE = 1 << 16  # ranges a requeue region may hold
+KEY_MIGRATIONS = "migrations"  # the run's migration history (zephon.work.migrate), if it has one
+MAX_REQUEUE = 1 << 13  # ranges a requeue region may hold (5 JSON values each, inside MAX_STATE_NODES)
 ORIGINS = ("measured", "pinned", "fallback")
 
 
@@ -102,8 +105,8 @@ def with_orders(config: SourceConfig, orders: Any) -> SourceConfig:
     if not orders:
         return config
     if not isinstance(orders, dict) or not set(orders) <= set(config.names):
-        raise ValueError(f"checkpoint orders must map datasets of {list(config.names)} to their order, got "
-                         f"{orders!r}; the checkpoint is corrupted")
+        raise ValueError(f"checkpoint orders must map datasets of {show(list(config.names))} to their order, got "
+                         f"{show(orders)}; the checkpoint is corrupted")
     plans = []
     for d in config.datasets:
         entry = orders.get(d.name)
@@ -114,13 +117,18 @@ def with_orders(config: SourceConfig, orders: Any) -> SourceConfig:
         if (not isinstance(entry, list) or len(entry) != len(types) or not all(type(v) is t for v, t in zip(entry, types))
                 or entry[1] < 0 or not 0 <= entry[4] <= d.total):
             raise ValueError(f"checkpoint order of {d.name!r} must be [seed, key id, shuffle_shards, "
-                             f"shuffle_within_shard, block size, reshuffle_on_repeat], got {entry!r}")
+                             f"shuffle_within_shard, block size, reshuffle_on_repeat], got {show(entry)}")
         plans.append(dataclasses.replace(d, order=tuple(entry[:4]), block_size=entry[4], reshuffle_on_repeat=entry[5]))
     return dataclasses.replace(config, datasets=tuple(plans))
 
 
-def check_header(checkpoint: Any) -> None:
-    """Refuse anything that is not a zephon mixture checkpoint of a known version."""
+def check_header(checkpoint: Any, config: SourceConfig) -> None:
+    """Refuse anything that is not an intact zephon mixture checkpoint of this version.
+
+    Checks, in order: a bounded plain-JSON dict, the kind, the version, exactly the keys
+    ``state_to_json`` writes for ``config`` (and those a migration adds: ``orders``,
+    ``migrations``), and the digest.
+    """
     if not isinstance(checkpoint, dict):
         raise ValueError(f"checkpoint must be a dict (from state_dict()), got {type(checkpoint).__name__}")
     check_json(checkpoint, "checkpoint", MAX_STATE_NODES + STATE_NODES_PER_DATASET * len(config.datasets))
@@ -135,7 +143,8 @@ def check_header(checkpoint: Any) -> None:
         )
     required = {KEY_KIND, KEY_VERSION, KEY_LANE, KEY_REPLICAS, KEY_FINGERPRINT, KEY_STATE, KEY_DIGEST}
     saved = checkpoint[KEY_FINGERPRINT] if isinstance(checkpoint.get(KEY_FINGERPRINT), dict) else {}
-    allowed = required | ({KEY_RATIOS} if config.token_mode or saved.get("mode") == "tokens" else set())
+    allowed = required | {KEY_ORDERS, KEY_MIGRATIONS} | (
+        {KEY_RATIOS} if config.token_mode or saved.get("mode") == "tokens" else set())
     missing, unknown = sorted(required - set(checkpoint)), sorted(set(checkpoint) - allowed)
     if missing or unknown:
         raise ValueError(f"checkpoint is missing {show(missing)} and has unknown keys {show(unknown)}; it is "
@@ -206,16 +215,16 @@ def _requeue_from_json(value: Any, config: SourceConfig, cursors: tuple[CursorSt
             ok = 0 <= c < len(config.datasets) and 0 <= epoch <= cursors[c].epoch and 0 <= start < stop \
                 <= config.datasets[c].total and (not out or tuple(entry) > out[-1])
         if not ok:
-            raise ValueError(f"checkpoint requeue range {entry!r} must be [dataset, pass, start, stop] inside a pass "
+            raise ValueError(f"checkpoint requeue range {show(entry)} must be [dataset, pass, start, stop] inside a pass "
                              "the cursor has reached, in ascending order; the checkpoint is corrupted")
         out.append(tuple(entry))
     return tuple(out)
 
 
-def _count(what: str, value: Any, upper: int | None = None) -> int:
-    if type(value) is not int or value < 0 or (upper is not None and value > upper):
-        bound = "" if upper is None else f" and <= {upper}"
-        raise ValueError(f"checkpoint {what} must be an int >= 0{bound}, got {value!r}; the checkpoint is corrupted")
+def _count(what: str, value: Any, upper: int) -> int:
+    if type(value) is not int or not 0 <= value <= upper:
+        raise ValueError(f"checkpoint {what} must be an int in [0, {upper}], got {show(value)}; the checkpoint is "
+                         "corrupted")
     return value
 
 

@@ -95,7 +95,6 @@ class DatasetPlan:
         if self.token_ratio is not None:
             costs = shard_costs(self.shard_counts, self.shard_bytes, self.token_ratio)
         object.__setattr__(self, "costs", costs)
-        object.__setattr__(self, "digest", shard_digest(self.shard_ids, self.shard_counts))
         object.__setattr__(self, "layouts", {})
 
     @property
@@ -103,9 +102,7 @@ class DatasetPlan:
         """sha256 (16 hex digits) of the shard ids and counts, computed on first use."""
         digest = self.layouts.get(_DIGEST)
         if digest is None:
-            hashed = hashlib.sha256(self.shard_ids.tobytes())
-            hashed.update(self.shard_counts.tobytes())
-            digest = self.layouts[_DIGEST] = hashed.hexdigest()[:16]
+            digest = self.layouts[_DIGEST] = shard_digest(self.shard_ids, self.shard_counts)
         return digest
 
 

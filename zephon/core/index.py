@@ -55,7 +55,7 @@ from zephon.core.config import REDISTRIBUTE, REPEAT, STOP, SourceConfig
 from zephon.core.cursor import epoch_layout, in_pass, pointer_reference, take_at
 from zephon.core.readorder import read_order, round_robin_reference
 from zephon.core.requeue import past_region, region_samples
-from zephon.core.schedule import Ended, SourceState, initial_state, plan_next_reference, state_arrays
+from zephon.core.schedule import WALK_STEPS, Ended, SourceState, initial_state, plan_next_reference, state_arrays
 from zephon.core.step import step
 from zephon.core.tokens import plan_next_tokens
 from zephon.limits import MAX_INDEX_CHUNKS

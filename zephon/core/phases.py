@@ -120,13 +120,12 @@ class PhasedConfig:
 
     def fingerprint(self) -> dict[str, Any]:
         """JSON summary of what shapes the stream: the shared settings and every phase."""
+        prints = [phase.fingerprint() for phase in self.phases]
         return {
-            "settings": {k: v for k, v in self.base.fingerprint().items() if k not in ("weights", "mixture_order")},
+            "settings": {k: v for k, v in prints[0].items() if k not in ("weights", "mixture_order")},
             "phases": [
-                {"weights": [d.weight for d in phase.datasets],
-                 "mixture_order": [phase.datasets[c].name for c in phase.summing_order],
-                 "until": list(bound) if bound else None}
-                for phase, bound in zip(self.phases, self.bounds)
+                {"weights": fp["weights"], "mixture_order": fp["mixture_order"], "until": list(bound) if bound else None}
+                for fp, bound in zip(prints, self.bounds)
             ],
         }
 
@@ -233,7 +232,7 @@ def _resolve_in_kernel(following: SourceConfig, phase: SourceConfig, bound: tupl
     arrays, ints, accs = _walk_arrays(start.state, len(phase.datasets))
     g, own, samples, column = start.chunk_index, 0, start.samples, 0 if bound[0] == CHUNK else 1
     while True:
-        filled, g, own, samples, ended = phase.scheduler.index(g, *arrays, own, samples, 1, ints, accs)
+        filled, g, own, samples, ended = phase.scheduler.index(g, *arrays, own, samples, 1, ints, accs, _BATCH)
         k = int(np.searchsorted(ints[:filled, column], bound[1], side="left"))
         if k < filled:
             row = ints[k].tolist()
@@ -355,7 +354,7 @@ def _part(config: SourceConfig, start: SourceState, end: int | None, every: int)
     g, own, samples = start.chunk_index, 0, 0
     while True:
         first = own
-        filled, g, own, samples, ended = config.scheduler.index(g, *arrays, own, samples, 1, ints, accs)
+        filled, g, own, samples, ended = config.scheduler.index(g, *arrays, own, samples, 1, ints, accs, _BATCH)
         done = own - first  # chunks completed by this call; row k is the state before chunk first + k
         after = np.append(ints[1:filled, 0], g)[:done]  # the state's next global chunk after each of them
         inside = done if end is None else int(np.searchsorted(after, end, side="right"))

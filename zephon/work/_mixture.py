@@ -12,13 +12,14 @@ from typing import Any, Callable
 
 import numpy as np
 
+from zephon.core import checkpoint
+from zephon.core.checkpoint import KEY_MIGRATIONS
 from zephon.core.chunk import SampleId, WorkChunk
 from zephon.io import Dataset
 from zephon.limits import show
 from zephon.work._priming import cached_ratio
 from zephon.work.source import WorkSource
 
-KEY_MIGRATIONS = "migrations"
 MAX_HISTORY = 8  # migrations a state remembers (the most recent)
 _HISTORY_KEYS = {"cut_chunk": int, "from": str, "unread": int, "requeued": bool}
 
@@ -37,6 +38,13 @@ def check_history(value: Any) -> tuple[dict, ...]:
 
 
 
+def with_history(state: dict[str, Any], history: tuple[dict, ...]) -> dict[str, Any]:
+    """A sealed checkpoint with the run's migration history, if it has one (the digest covers it)."""
+    if not history:
+        return state
+    return checkpoint.sealed({**state, KEY_MIGRATIONS: [dict(h) for h in history]})
+
+
 class MixtureShell(WorkSource):
     """Shared behaviour of the mixture sources; see :class:`StaticMixtureWorkSource`."""
 
@@ -52,16 +60,7 @@ class MixtureShell(WorkSource):
     _history: tuple[dict, ...] = ()  # the migrations this run went through (zephon.work.migrate)
 
     def _with_history(self, state: dict[str, Any]) -> dict[str, Any]:
-        """``state`` with the migration history, if the run has one."""
-        if self._history:
-            state[KEY_MIGRATIONS] = [dict(h) for h in self._history]
-        return state
-
-    def _split_history(self, state: Any) -> tuple[Any, tuple[dict, ...]]:
-        """``state`` without its migration history, and the history (validated)."""
-        if not isinstance(state, dict) or KEY_MIGRATIONS not in state:
-            return state, ()
-        return {k: v for k, v in state.items() if k != KEY_MIGRATIONS}, check_history(state[KEY_MIGRATIONS])
+        return with_history(state, self._history)
 
     def _setup(self, config: Any, datasets: Any, estimation: Any) -> None:
         self._config, self._datasets, self._estimation = config, tuple(datasets), estimation

@@ -23,7 +23,7 @@ from zephon.core.requeue import past_region
 from zephon.core.schedule import CursorState, SourceState, initial_state
 from zephon.io import Dataset
 from zephon.work import phased_mixture
-from zephon.work._mixture import KEY_MIGRATIONS, MAX_HISTORY, check_history
+from zephon.work._mixture import KEY_MIGRATIONS, MAX_HISTORY, check_history, with_history
 from zephon.work._resolve import resolve
 from zephon.work.phased_mixture import PhasedMixtureWorkSource
 from zephon.work.static_mixture import StaticMixtureWorkSource
@@ -84,20 +84,22 @@ def _old_base(fingerprint: Mapping[str, Any], ratios: Any, new: Mapping[str, Dat
 def _weights(entry: Mapping[str, Any], names: list[str]) -> dict[str, float]:
     """A fingerprint's weights by name, in mixture order, positive ones only."""
     by_name = dict(zip(names, entry["weights"]))
-    return {n: by_name[n] for n in entry["mixture_order"] if by_name[n] > 0}
+    return {n: by_name[n] for n in entry["mixture_order"] or names if by_name[n] > 0}
 
 
 def _parse(state: Any, new: Mapping[str, Dataset]) -> tuple[PhasedConfig, PhasedState, dict]:
     """The old run's config (bound to the state's lane), its state and its settings fingerprint."""
     if isinstance(state, dict) and state.get(checkpoint.KEY_KIND) == phased_mixture.KIND:
-        inner = state.get(phased_mixture.KEY_INNER)
-        checkpoint.check_header(inner)
+        phases_ = state[phased_mixture.KEY_PHASES]
+        phased_mixture.check_state(state, len(phases_), len(phases_[0]["weights"]))
+        inner = state[phased_mixture.KEY_INNER]
         settings = inner[checkpoint.KEY_FINGERPRINT]
         base = _old_base(settings, inner.get(checkpoint.KEY_RATIOS), new)
+        checkpoint.check_header(inner, base)
         names = list(base.names)
         config = PhasedConfig(
-            phases=tuple(phased_mixture.phase_config(base, _weights(e, names)) for e in state[phased_mixture.KEY_PHASES]),
-            bounds=tuple(tuple(e["until"]) if e["until"] else None for e in state[phased_mixture.KEY_PHASES]))
+            phases=tuple(phased_mixture.phase_config(base, _weights(e, names)) for e in phases_),
+            bounds=tuple(tuple(e["until"]) if e["until"] else None for e in phases_))
         p = state[phased_mixture.KEY_PHASE]
         lane, replicas = inner[checkpoint.KEY_LANE], inner[checkpoint.KEY_REPLICAS]
         config = bind(config, lane, replicas)
@@ -107,9 +109,9 @@ def _parse(state: Any, new: Mapping[str, Dataset]) -> tuple[PhasedConfig, Phased
         phased = PhasedState(p, checkpoint.parse_state(inner[checkpoint.KEY_STATE], config.phases[p]),
                              None if origin is None else checkpoint.parse_state(origin, config.base))
         return config, phased, settings
-    checkpoint.check_header(state)
     settings = state[checkpoint.KEY_FINGERPRINT]
     base = _old_base(settings, state.get(checkpoint.KEY_RATIOS), new)
+    checkpoint.check_header(state, base)
     static = phased_mixture.phase_config(base, _weights(settings, list(base.names)))
     static = dataclasses.replace(static, lane=state[checkpoint.KEY_LANE], canonical_replicas=state[checkpoint.KEY_REPLICAS])
     config, phased = as_phased(static, checkpoint.parse_state(state[checkpoint.KEY_STATE], static))
@@ -233,8 +235,7 @@ def lane_state(new_state: Any, config: SourceConfig | PhasedConfig, history: tup
         out = phased_mixture.state_to_json(new_state, phased_mixture.with_orders(config, orders))
     else:
         out = checkpoint.state_to_json(new_state, checkpoint.with_orders(config, orders))
-    out[KEY_MIGRATIONS] = list(history)
-    return out
+    return with_history(out, history)
 
 
 def migrate(state: dict, new_template: StaticMixtureWorkSource | PhasedMixtureWorkSource, *,

@@ -16,7 +16,8 @@ from zephon.core.config import REPEAT, SourceConfig
 from zephon.core.phases import PhasedConfig, PhasedState
 from zephon.core.tokens import token_shares, with_ratios
 from zephon.io import Dataset
-from zephon.work._mixture import MixtureShell
+from zephon.limits import MAX_STATE_NODES, STATE_NODES_PER_DATASET, check_json, show
+from zephon.work._mixture import MixtureShell, check_history
 from zephon.work._resolve import UNSET, check_liveness, resolve
 from zephon.work.spec import MixtureSpec
 
@@ -208,29 +209,16 @@ class PhasedMixtureWorkSource(MixtureShell):
         A state made by ``zephon.work.migrate`` carries the run's migration history, where the
         migrated stream's phase 0 started, and the sample orders it kept; they are restored.
         """
-        state, history = self._split_history(state)
-        if not isinstance(state, dict) or state.get(checkpoint.KEY_KIND) != KIND:
-            got = state.get(checkpoint.KEY_KIND) if isinstance(state, dict) else type(state).__name__
-            raise ValueError(f"checkpoint kind is {got!r}, expected {KIND!r}; pass a state_dict() of this source type")
-        if state.get(checkpoint.KEY_VERSION) != VERSION:
-            raise ValueError(f"checkpoint version {state.get(checkpoint.KEY_VERSION)!r} is not supported (this "
-                             f"zephon reads version {VERSION}); restore it with the zephon version that wrote it")
-        expected = {checkpoint.KEY_KIND, checkpoint.KEY_VERSION, checkpoint.KEY_LANE, checkpoint.KEY_REPLICAS,
-                    KEY_PHASES, KEY_PHASE, KEY_INNER}
-        if not expected <= set(state) <= expected | {KEY_ORIGIN}:
-            raise ValueError(f"checkpoint keys must be {sorted(expected)} (and {KEY_ORIGIN!r} after a migration), "
-                             f"got {sorted(state)}; it is corrupted")
+        check_state(state, len(self._config.phases), len(self._config.datasets))
         self._check_lane_header(state)
         if state[KEY_PHASES] != self._config.fingerprint()[KEY_PHASES]:
-            raise ValueError(f"checkpoint was taken with other phases: {state[KEY_PHASES]!r}, this source has "
-                             f"{self._config.fingerprint()[KEY_PHASES]!r}; restore it into a source with the same "
-                             "phases, or change course with zephon.work.migrate")
-        p = state[KEY_PHASE]
-        if type(p) is not int or not 0 <= p < len(self._config.phases):
-            raise ValueError(f"checkpoint phase must be an int in [0, {len(self._config.phases)}), got {p!r}")
-        inner = state[KEY_INNER]
-        checkpoint.check_header(inner)
+            raise ValueError(f"checkpoint was taken with other phases: {show(state[KEY_PHASES])}, this source has "
+                             f"{show(self._config.fingerprint()[KEY_PHASES])}; restore it into a source with the "
+                             "same phases, or change course with zephon.work.migrate")
+        p, inner = state[KEY_PHASE], state[KEY_INNER]
+        checkpoint.check_header(inner, self._config.phases[p])
         self._check_lane_header(inner)
+        history = check_history(state.get(checkpoint.KEY_MIGRATIONS, []))
         config = with_orders(self._config, inner.get(checkpoint.KEY_ORDERS))
         ratios = checkpoint.ratios_from_json(inner, config.phases[p])
         config = self._core_with_ratios(ratios, config) if ratios else config
@@ -261,6 +249,33 @@ class PhasedMixtureWorkSource(MixtureShell):
                 for s in (phases.phase_start(self._config, p, origin) for p in range(len(self._config.phases)))]
 
 
+def check_state(state: Any, count: int, datasets: int) -> None:
+    """Refuse anything but an intact phased checkpoint of this version for ``count`` phases:
+    bounded plain JSON, kind, version, exactly the keys ``state_to_json`` writes (and those a
+    migration adds), a phase index in range, and the digest."""
+    if not isinstance(state, dict):
+        raise ValueError(f"checkpoint must be a dict (from state_dict()), got {type(state).__name__}")
+    check_json(state, "checkpoint", MAX_STATE_NODES + STATE_NODES_PER_DATASET * datasets * (count + 1))
+    if state.get(checkpoint.KEY_KIND) != KIND:
+        raise ValueError(f"checkpoint kind is {show(state.get(checkpoint.KEY_KIND))}, expected {KIND!r}; pass a "
+                         "state_dict() of this source type")
+    if type(state.get(checkpoint.KEY_VERSION)) is not int or state[checkpoint.KEY_VERSION] != VERSION:
+        raise ValueError(f"checkpoint version {show(state.get(checkpoint.KEY_VERSION))} is not supported (this "
+                         f"zephon reads version {VERSION}); restore it with the zephon version that wrote it")
+    required = {checkpoint.KEY_KIND, checkpoint.KEY_VERSION, checkpoint.KEY_LANE, checkpoint.KEY_REPLICAS,
+                KEY_PHASES, KEY_PHASE, KEY_INNER, checkpoint.KEY_DIGEST}
+    if not required <= set(state) <= required | {KEY_ORIGIN, checkpoint.KEY_MIGRATIONS}:
+        raise ValueError(f"checkpoint keys must be {sorted(required)} (and {KEY_ORIGIN!r}, "
+                         f"{checkpoint.KEY_MIGRATIONS!r} after a migration), got {show(sorted(state))}; it is "
+                         "truncated, edited or was not written by state_dict() of this source")
+    if state[checkpoint.KEY_DIGEST] != checkpoint.digest(state):
+        raise ValueError("state digest mismatch: the checkpoint was changed after state_dict() wrote it; restore "
+                         "an unedited state_dict()")
+    p = state[KEY_PHASE]
+    if type(p) is not int or not 0 <= p < count:
+        raise ValueError(f"checkpoint phase must be an int in [0, {count}), got {show(p)}")
+
+
 def state_to_json(state: PhasedState, config: PhasedConfig) -> dict[str, Any]:
     """The checkpoint of ``state`` under ``config`` (plain JSON)."""
     out = {
@@ -274,7 +289,7 @@ def state_to_json(state: PhasedState, config: PhasedConfig) -> dict[str, Any]:
     }
     if state.origin is not None:
         out[KEY_ORIGIN] = checkpoint.state_to_json(state.origin, config.base)[checkpoint.KEY_STATE]
-    return out
+    return checkpoint.sealed(out)
 
 
 def with_orders(config: PhasedConfig, orders: Any) -> PhasedConfig:

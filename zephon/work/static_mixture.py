@@ -15,7 +15,7 @@ from zephon.core.schedule import initial_state
 from zephon.core.step import step
 from zephon.core.tokens import token_shares, with_ratios
 from zephon.io import Dataset
-from zephon.work._mixture import MixtureShell
+from zephon.work._mixture import MixtureShell, check_history
 from zephon.work._resolve import UNSET, check_liveness, resolve
 
 
@@ -88,9 +88,9 @@ class StaticMixtureWorkSource(MixtureShell):
         and the sample order of each dataset that continues an older one (its seed, position and
         shuffles then), which the restored source keeps.
         """
-        state, history = self._split_history(state)
-        checkpoint.check_header(state)
+        checkpoint.check_header(state, self._config)
         self._check_lane_header(state)
+        history = check_history(state.get(checkpoint.KEY_MIGRATIONS, []))
         config = checkpoint.with_orders(self._config, state.get(checkpoint.KEY_ORDERS))
         ratios = checkpoint.ratios_from_json(state, config)
         config = self._core_with_ratios(ratios, config) if ratios else config
