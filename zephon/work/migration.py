@@ -218,6 +218,9 @@ def migrate_lanes(states: Mapping[int, tuple[dict, int]], new_template: StaticMi
     cursors, orders = _continued(settings, base, at_cut)
     served = tuple(sorted((base.names.index(name), *r) for c, name in enumerate(config.names)
                           if name in base.names for r in result.unread[c])) if requeue else ()
+    if len(served) > checkpoint.MAX_REQUEUE:
+        raise ValueError(f"requeue=True would put {len(served)} ranges of unread samples in every lane's state, "
+                         f"more than {checkpoint.MAX_REQUEUE}; migrate with requeue=False (the report lists them)")
     new_state: Any = SourceState(chunk_index=0, alloc=initial_state(base).alloc, cursors=cursors,
                                  requeue=served)
     if isinstance(new_config, PhasedConfig):  # its phase 0 starts after the requeued chunks, from the cut's cursors
