@@ -13,8 +13,7 @@
 | :func:`detect_topology` | rank / world size as zephon sees them |
 | :class:`WorkerDiedError` | a DataLoader worker died mid-run (names it, its pid, lanes and signal) |
 """
-from zephon.runtime import load_checkpoint, merge_states, save_checkpoint
-from zephon.runtime._migrate import migrate_checkpoint
+from zephon.runtime import load_checkpoint, merge_states, migrate_checkpoint, save_checkpoint
 from zephon.torch._collate import collate
 from zephon.torch._datasets import IndexedDataset, StreamDataset
 from zephon.torch._dist import all_gather_state, stateful_dataloader_state
