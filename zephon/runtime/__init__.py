@@ -19,6 +19,6 @@ from zephon.runtime._stream import Event, ItemStream, LaneMux, Segment, Tracker,
 
 __all__ = [
     "CONTIGUOUS", "Event", "INTERLEAVED", "ItemStream", "LaneBook", "LaneMux", "LoaderState", "MAPPINGS",
-    "Segment", "Tracker", "initial_entries", "load_checkpoint", "log_once", "make_state", "merge_states", "migrate_checkpoint",
-    "parse_state", "rank_lanes", "save_checkpoint", "worker_lanes",
+    "Segment", "Tracker", "initial_entries", "load_checkpoint", "log_once", "make_state", "merge_states",
+    "migrate_checkpoint", "parse_state", "rank_lanes", "save_checkpoint", "worker_lanes",
 ]
