@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from zephon.core import index
 from zephon.core.config import SourceConfig
 from zephon.core.phases import PhasedConfig, PhasedState, bind, plan_phased
-from zephon.core.schedule import CursorState, Ended, SourceState
+from zephon.core.schedule import CursorState, Ended, SourceState, draw_start
 
 Range = tuple[int, int, int]  # (pass, start, stop): positions [start, stop) of a dataset's pass
 
@@ -109,8 +109,16 @@ def cut(config: PhasedConfig, lanes: list[LaneAt]) -> Cut:
     ranges: list[list[Range]] = [[] for _ in config.datasets]
     for at in lanes:
         _unread_of_lane(bind(config, at.lane, replicas), at, frontier, ranges)
-    return Cut(frontier, _global_state_at(config, lanes, frontier).inner.cursors,
+    cursors = _global_state_at(config, lanes, frontier).inner.cursors
+    return Cut(frontier, tuple(_draw_position(d, cur) for d, cur in zip(config.datasets, cursors)),
                tuple(_merge(r) for r in ranges), firsts)
+
+
+def _draw_position(plan, cursor: CursorState) -> CursorState:
+    """Where the dataset's next draw begins (under ``pass_tail="carry"`` a cursor's draws stand
+    its ``tails`` behind it): everything before was assigned, nothing after."""
+    start = draw_start(plan, cursor)
+    return CursorState(epoch=start.epoch, position=start.position)
 
 
 def _unread_of_lane(config: PhasedConfig, at: LaneAt, frontier: int, ranges: list[list[Range]]) -> None:

@@ -56,6 +56,7 @@ class MixtureShell(WorkSource):
     _core_samples: Callable
     _core_indexable: Callable
     _core_bind: Callable
+    _core_coverage: Callable
 
     _history: tuple[dict, ...] = ()  # the migrations this run went through (zephon.work.migrate)
 
@@ -170,6 +171,13 @@ class MixtureShell(WorkSource):
         if not 0 <= i < length:
             raise IndexError(f"sample index {show(i)} is out of range [0, {length})")
         return int(i)
+
+    def coverage(self) -> dict[str, dict[str, int]]:
+        """Per dataset name, from the state alone in O(datasets): ``passes_completed``,
+        ``position`` in the current pass, ``pass_length`` and ``never_read``, the samples of
+        its passes so far that were skipped (0 under ``pass_tail="carry"``, the dropped tails
+        under ``"drop"``). A lane's figures count every lane's chunks before its position."""
+        return self._core_coverage(self._state, self._config)
 
     def continues_after_exhaustion(self) -> tuple[str, ...]:
         """The datasets that may drain while the others go on (``exhausted_policy='redistribute'``)."""

@@ -77,7 +77,8 @@ def _old_base(fingerprint: Mapping[str, Any], ratios: Any, new: Mapping[str, Dat
             reshuffle_on_repeat=dict(zip(names, fingerprint["reshuffle_on_repeat"])),
             max_repeats=dict(zip(names, fingerprint["max_repeats"])),
             stop_after_passes=fingerprint["stop_after_passes"], lane_assignment=fingerprint["lane_assignment"],
-            allocation=fingerprint["allocation"], token_estimation=estimation, liveness=False,
+            allocation=fingerprint["allocation"], token_estimation=estimation,
+            pass_tail=dict(zip(names, fingerprint["pass_tail"])), liveness=False,
         )
 
 

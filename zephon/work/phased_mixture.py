@@ -11,7 +11,7 @@ import numbers
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
-from zephon.core import checkpoint, phases
+from zephon.core import checkpoint, coverage, phases
 from zephon.core.config import REPEAT, SourceConfig
 from zephon.core.phases import PhasedConfig, PhasedState
 from zephon.core.tokens import token_shares, with_ratios
@@ -138,12 +138,14 @@ class PhasedMixtureWorkSource(MixtureShell):
     phases : Sequence[Phase]
         The curriculum; every phase but the last ends at a bound (see :class:`Phase`).
     chunk_size, seed, shuffle_shards, shuffle_within_shard, shuffle_block_size, exhausted_policy, \
-    reshuffle_on_repeat, max_repeats, stop_after_passes, lane_assignment, allocation, token_estimation
+    reshuffle_on_repeat, max_repeats, stop_after_passes, lane_assignment, allocation, token_estimation, \
+    pass_tail
         As for :class:`StaticMixtureWorkSource`, with the same defaults (``chunk_size=16384``,
         ``seed=0``, ``shuffle_shards=True``, ``shuffle_within_shard=False``,
         ``shuffle_block_size=None``, ``exhausted_policy=None``, ``reshuffle_on_repeat`` and
         ``stop_after_passes`` unset, ``max_repeats=None``, ``lane_assignment="permute"``,
-        ``allocation="accumulator"``, ``token_estimation=None``); they apply to every phase.
+        ``allocation="accumulator"``, ``token_estimation=None``, ``pass_tail="carry"``); they apply
+        to every phase.
         ``stop_after_passes`` counts every dataset, so the last phase must then give each
         dataset a weight.
 
@@ -159,6 +161,10 @@ class PhasedMixtureWorkSource(MixtureShell):
     _core_samples = staticmethod(phases.samples_at)
     _core_indexable = staticmethod(phases.supports_indexing)
     _core_bind = staticmethod(phases.bind)
+
+    @staticmethod
+    def _core_coverage(state: PhasedState, config: PhasedConfig) -> dict[str, dict[str, int]]:
+        return coverage.coverage(state.inner, config.base)
 
     def __init__(
         self,
@@ -176,6 +182,7 @@ class PhasedMixtureWorkSource(MixtureShell):
         lane_assignment: str = "permute",
         allocation: Any = "accumulator",
         token_estimation: Any = None,
+        pass_tail: str | Mapping[str, str] = "carry",
     ):
         schedule = _phases(phases, token_estimation is not None)
         names = [d.name for d in datasets] if isinstance(datasets, Sequence) else []
@@ -186,7 +193,7 @@ class PhasedMixtureWorkSource(MixtureShell):
             exhausted_policy=exhausted_policy, reshuffle_on_repeat=reshuffle_on_repeat,
             max_repeats=max_repeats, stop_after_passes=stop_after_passes,
             lane_assignment=lane_assignment, allocation=allocation, token_estimation=token_estimation,
-            liveness=False,
+            pass_tail=pass_tail, liveness=False,
         )
         paused = [n for n in names if n not in mixtures[-1]]
         if base.stop_after_passes is not None and paused:

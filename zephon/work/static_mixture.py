@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Mapping, Sequence
 
-from zephon.core import checkpoint, index
+from zephon.core import checkpoint, coverage, index
 from zephon.core.config import SourceConfig
 from zephon.core.schedule import initial_state
 from zephon.core.step import step
@@ -45,6 +45,7 @@ class StaticMixtureWorkSource(MixtureShell):
     _core_sample = staticmethod(index.sample_at)
     _core_samples = staticmethod(index.samples_at)
     _core_indexable = staticmethod(index.supports_indexing)
+    _core_coverage = staticmethod(coverage.coverage)
 
     @staticmethod
     def _core_bind(config: SourceConfig, lane: int, replicas: int) -> SourceConfig:
