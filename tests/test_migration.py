@@ -351,3 +351,29 @@ def test_a_template_state_migrates_to_the_new_template():
     fresh = StaticMixtureWorkSource(three_datasets(), {"web": 1, "code": 2, "math": 1}, chunk_size=7, seed=9,
                                     exhausted_policy="repeat")
     assert collect(new.clone_for_lane(0, 1), 5) == collect(fresh.clone_for_lane(0, 1), 5)
+
+
+def _sequence(source, name: str, chunks: int) -> list[tuple]:
+    return [tuple(p) for c in collect(source, chunks) for p in c.components.get(name, np.zeros((0, 3), int)).tolist()]
+
+
+def test_under_carry_each_dataset_continues_its_sequence_across_pass_ends():
+    data = [Dataset.from_counts("a", [7, 5]), Dataset.from_counts("b", [9])]
+
+    def make():
+        return StaticMixtureWorkSource(data, {"a": 2, "b": 1}, chunk_size=5, seed=4, exhausted_policy="repeat",
+                                       pass_tail="carry")
+
+    def cut_lane():
+        lane = make().clone_for_lane(0, 1)
+        for _ in range(7):  # several passes of both, the cut inside a carried tail
+            lane.next_chunk()
+        return lane
+
+    migration = migrate(cut_lane().state_dict(), make())
+    for name in ("a", "b"):
+        moved = make().clone_for_lane(0, 1)
+        moved.load_state_dict(migration.state)
+        going_on, resumed = _sequence(cut_lane(), name, 12), _sequence(moved, name, 12)
+        common = min(len(going_on), len(resumed))
+        assert common > 10 and going_on[:common] == resumed[:common]
