@@ -94,6 +94,10 @@ class PhasedConfig:
         return self.base.seed
 
     @property
+    def stop_after_passes(self) -> int | None:
+        return self.base.stop_after_passes
+
+    @property
     def chunk_size(self) -> int:
         return self.base.chunk_size
 
