@@ -24,4 +24,4 @@ bench: install
 	$(BIN)/python bench/core.py
 
 clean:
-	rm -rf $(VENV) build *.egg-info zephon/_ext/*.c zephon/_ext/*.so
+	rm -rf $(VENV) build *.egg-info _ext/*.c _ext/*.so

@@ -1,20 +1,45 @@
-"""Build the Cython kernels in zephon/_ext from one table."""
+"""Build the Cython kernels from one table: sources in the top-level ``_ext/``, built as ``zephon._ext.*``.
+
+The ``.pxd``/``.pyi``/``.h`` files are installed with the modules, so a fork can
+``cimport zephon._ext.perm``. Cython (for a ``.pxd``) and mypy (for a ``.pyi``) find a module's
+interface by its package path, so ``build/interface/zephon/_ext`` links to ``_ext/`` for both
+(``mypy_path`` in pyproject.toml); the sources stay in ``_ext/``.
+"""
+import os
+from pathlib import Path
+
 import numpy as np
 from Cython.Build import cythonize
-from setuptools import Extension, setup
+from setuptools import Extension, find_packages, setup
 
-KERNELS = ["perm", "cursor", "schedule", "readorder", "tokens", "lookup"]  # must match _KERNELS in zephon/_ext/__init__.py
+KERNELS = ["perm", "cursor", "schedule", "readorder", "tokens", "lookup"]  # must match _KERNELS in _ext/__init__.py
+SOURCES = Path("_ext")
+INTERFACE = Path("build") / "interface"
+
+
+def interface_tree() -> str:
+    """``INTERFACE/zephon/_ext``: a link to ``_ext/``, so the kernels' interfaces have their package path."""
+    link = INTERFACE / "zephon" / "_ext"
+    if not os.path.lexists(link):
+        link.parent.mkdir(parents=True, exist_ok=True)
+        link.symlink_to(Path("..", "..", "..", SOURCES), target_is_directory=True)
+    return str(INTERFACE)
+
 
 extensions = [
     Extension(
         f"zephon._ext.{name}",
-        [f"zephon/_ext/{name}.pyx"],
-        include_dirs=[np.get_include()],
+        [str(SOURCES / f"{name}.pyx")],
+        include_dirs=[np.get_include(), str(SOURCES)],
         define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")],
         extra_compile_args=["-O3", "-ffp-contract=off"],
-        depends=["zephon/_ext/feistel.h"],  # cimported through perm.pxd by every kernel
+        depends=[str(SOURCES / "feistel.h")],  # cimported through perm.pxd by every kernel
     )
     for name in KERNELS
 ]
 
-setup(ext_modules=cythonize(extensions, language_level=3))
+setup(
+    packages=find_packages(include=["zephon", "zephon.*"]) + ["zephon._ext"],
+    package_dir={"zephon._ext": str(SOURCES)},
+    ext_modules=cythonize(extensions, language_level=3, include_path=[interface_tree()]),
+)

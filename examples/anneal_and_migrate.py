@@ -21,8 +21,7 @@ import json
 import torch
 
 import zephon.torch as zt
-from zephon import Dataset, StaticMixtureWorkSource
-from zephon.pipeline import Pipeline
+from zephon import Dataset, Pipeline, StaticMixtureWorkSource
 from zephon.work import Phase, PhasedMixtureWorkSource
 
 SETTINGS = {"chunk_size": 64, "seed": 2024, "exhausted_policy": "repeat"}

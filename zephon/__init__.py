@@ -11,7 +11,7 @@
 | ``zephon.testing`` | hypothesis strategies and replay assertions for your own suite |
 """
 from zephon.io import Dataset
-from zephon.pipeline import Pipeline
+from zephon.runtime import Pipeline
 from zephon.work import StaticMixtureWorkSource, WorkChunk, WorkSource
 
 __all__ = ["Dataset", "Pipeline", "StaticMixtureWorkSource", "WorkChunk", "WorkSource"]

@@ -41,6 +41,7 @@ def _show_first_chunks(lane: StaticMixtureWorkSource) -> None:
     print("First chunks of lane 0 (counts per component, first pointers in read order):")
     for _ in range(3):
         chunk = lane.next_chunk()
+        assert chunk is not None  # the demo's datasets repeat forever
         head = ", ".join(f"{name}{ptr}" for ptr, name in list(chunk)[:3])
         print(f"  chunk {lane.state.chunk_index - 1}: {chunk.counts}  {head}, ...")
 
@@ -48,7 +49,7 @@ def _show_first_chunks(lane: StaticMixtureWorkSource) -> None:
 def _show_lane_shares(template: StaticMixtureWorkSource, lanes: int, chunks: int) -> None:
     print(f"\nMixture per lane over {chunks} chunks (target {WEIGHTS}):")
     for lane_id in range(lanes):
-        counts = Counter()
+        counts: Counter[str] = Counter()
         lane = template.clone_for_lane(lane_id, lanes)
         for chunk in islice(iter(lane.next_chunk, None), chunks):
             counts.update(chunk.counts)

@@ -10,7 +10,7 @@ with a JSON-able state. ``weights`` are normalised over the *active* datasets an
 | :class:`FixedAllocator` (legacy) | ``"fixed"`` | none |
 | your own (see :class:`Allocator`) | any string | any JSON value |
 
-The built-in allocators also run inside the scheduling kernel (``zephon/_ext/schedule.pyx``);
+The built-in allocators also run inside the scheduling kernel (``_ext/schedule.pyx``);
 these classes are the definition the kernel is tested against.
 
 **Compatibility**: the accumulator's arithmetic is fixed by SPEC §3 and reproduced bit for bit.
@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import math
 from typing import Any, Protocol, Sequence, runtime_checkable
+
+from zephon.limits import show
 
 Quotas = tuple[int, ...]
 
@@ -29,6 +31,10 @@ class Allocator(Protocol):
 
     ``name`` joins the checkpoint fingerprint; ``init`` returns the starting state (JSON:
     str/int/float/bool/None/list/dict); ``allocate`` must be pure and deterministic.
+
+    Two optional methods let an allocator answer for itself (see :func:`state_from_json` and
+    :func:`check_weights`): ``state_from_json(value, num_datasets)`` validates a checkpoint's
+    state, and ``check_weights(weights, chunk_size, names)`` refuses weights it cannot serve.
     """
 
     name: str
@@ -38,7 +44,18 @@ class Allocator(Protocol):
     def allocate(self, state: Any, weights: Sequence[float], chunk_size: int) -> tuple[Quotas, Any]: ...
 
 
-class AccumulatorAllocator:
+class _Settingless:
+    """A built-in allocator has no settings: all its instances are one allocator (equal, same
+    hash), so configs holding one compare by value, also after pickling."""
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is type(self)
+
+    def __hash__(self) -> int:
+        return hash(type(self).__qualname__)
+
+
+class AccumulatorAllocator(_Settingless):
     """Carry each dataset's fractional share forward, so the mixture is exact in the limit.
 
     Per chunk, over the active datasets in order: ``acc += w·cs``; the integer part is the
@@ -51,6 +68,13 @@ class AccumulatorAllocator:
 
     def init(self, num_datasets: int) -> tuple[float, ...]:
         return (0.0,) * num_datasets
+
+    def state_from_json(self, value: Any, num_datasets: int) -> tuple[float, ...]:
+        if (not isinstance(value, list) or len(value) != num_datasets
+                or not all(type(v) is float and abs(v) <= 1.0 for v in value)):
+            raise ValueError(f"checkpoint alloc must be {num_datasets} accumulators, floats in [-1, 1], "
+                             f"got {show(value)}; the checkpoint is corrupted")
+        return tuple(value)
 
     def allocate(self, state: Sequence[float], weights: Sequence[float], chunk_size: int) -> tuple[Quotas, tuple[float, ...]]:
         acc = list(state)
@@ -84,7 +108,7 @@ def _correct(quotas: list[int], acc: list[float], active: list[int], d: int) -> 
                     d += 1
 
 
-class FixedAllocator:
+class FixedAllocator(_Settingless):
     """The legacy strategy: the same quotas every chunk (while the active set is unchanged).
 
     Every active dataset gets one slot; then, by descending weight (ties by position), up to
@@ -96,6 +120,20 @@ class FixedAllocator:
 
     def init(self, num_datasets: int) -> tuple[()]:
         return ()
+
+    def state_from_json(self, value: Any, num_datasets: int) -> tuple[()]:
+        if value != []:
+            raise ValueError(f"checkpoint alloc must be [] for the fixed allocator, got {show(value)}")
+        return ()
+
+    def check_weights(self, weights: Sequence[float], chunk_size: int, names: Sequence[str]) -> None:
+        total = sum(weights)
+        for name, weight in zip(names, weights):
+            if weight / total * chunk_size < 1:
+                raise ValueError(
+                    f"allocation='fixed' needs weight x chunk_size >= 1 for every dataset, {name!r} has less; "
+                    f"raise chunk_size or use allocation='accumulator'"
+                )
 
     def allocate(self, state: tuple[()], weights: Sequence[float], chunk_size: int) -> tuple[Quotas, tuple[()]]:
         active = [c for c, w in enumerate(weights) if w > 0.0]
@@ -111,4 +149,18 @@ class FixedAllocator:
         return tuple(quotas), state
 
 
+def state_from_json(allocator: Allocator, value: Any, num_datasets: int) -> Any:
+    """The allocator's state from a checkpoint: its own ``state_from_json`` if it has one, else as stored."""
+    read = getattr(allocator, "state_from_json", None)
+    return value if read is None else read(value, num_datasets)
+
+
+def check_weights(allocator: Allocator, weights: Sequence[float], chunk_size: int, names: Sequence[str]) -> None:
+    """Refuse weights the allocator cannot serve (its own ``check_weights``, if it has one)."""
+    check = getattr(allocator, "check_weights", None)
+    if check is not None:
+        check(weights, chunk_size, names)
+
+
 BUILT_IN: dict[str, Allocator] = {"accumulator": AccumulatorAllocator(), "fixed": FixedAllocator()}
+KERNEL_CODES: dict[type, int] = {AccumulatorAllocator: 0, FixedAllocator: 1}  # the scheduling kernel's codes

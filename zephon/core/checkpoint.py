@@ -19,7 +19,8 @@ import json
 import math
 from typing import Any
 
-from zephon.core.config import REPEAT, SourceConfig
+from zephon.core import alloc as allocators
+from zephon.core.config import ORIGINS, REPEAT, SourceConfig
 from zephon.core.schedule import CursorState, SourceState
 from zephon.core.tokens import deficit_bound
 from zephon.limits import MAX_CHUNK_INDEX, MAX_STATE_NODES, STATE_NODES_PER_DATASET, check_json, show
@@ -38,7 +39,6 @@ KEY_ORDERS = "orders"  # present only after a migration kept some datasets' olde
 KEY_REQUEUE = "requeue"  # present only while a migrated lane still has samples to re-serve
 KEY_MIGRATIONS = "migrations"  # the run's migration history (zephon.work.migrate), if it has one
 MAX_REQUEUE = 1 << 13  # ranges a requeue region may hold (5 JSON values each, inside MAX_STATE_NODES)
-ORIGINS = ("measured", "pinned", "fallback")
 
 
 def state_to_json(state: SourceState, config: SourceConfig) -> dict[str, Any]:
@@ -236,18 +236,7 @@ def _alloc_from_json(value: Any, config: SourceConfig) -> Any:
             raise ValueError(f"checkpoint alloc must be {len(config.datasets)} token deficits, ints in "
                              f"[-{bound}, {bound}] summing to 0, got {show(value)}; the checkpoint is corrupted")
         return tuple(value)
-    name = config.allocator.name
-    if name == "accumulator":
-        if (not isinstance(value, list) or len(value) != len(config.datasets)
-                or not all(type(v) is float and abs(v) <= 1.0 for v in value)):
-            raise ValueError(f"checkpoint alloc must be {len(config.datasets)} accumulators, floats in [-1, 1], "
-                             f"got {show(value)}; the checkpoint is corrupted")
-        return tuple(value)
-    if name == "fixed":
-        if value != []:
-            raise ValueError(f"checkpoint alloc must be [] for the fixed allocator, got {show(value)}")
-        return ()
-    return value
+    return allocators.state_from_json(config.allocator, value, len(config.datasets))
 
 
 def _cursors_from_json(value: Any, config: SourceConfig) -> tuple[CursorState, ...]:

@@ -156,8 +156,8 @@ class WorkChunk:
         self._names, self._counts, self._buffer = names, counts, buffer
         self._seed = None if seed is None else int(seed)
         self._target, self._exhausted = target, exhausted
-        self._orders: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}
-        self._pairs: dict[tuple, list[tuple[SampleId, str]]] = {}
+        self._orders: dict[tuple[Any, ...], tuple[np.ndarray, np.ndarray]] = {}
+        self._pairs: dict[tuple[Any, ...], list[tuple[SampleId, str]]] = {}
 
     # -- contents ---------------------------------------------------------------------
 
@@ -237,7 +237,7 @@ class WorkChunk:
             order = self._orders[key] = (pointers, component)
         return order
 
-    def _order_key(self, config: MixtureReadConfig) -> tuple:
+    def _order_key(self, config: MixtureReadConfig) -> tuple[Any, ...]:
         """Cache key: mode, within-component order and the effective seed (0 if unused)."""
         seed = config.seed if config.seed is not None else self._seed or 0
         if (config.mode is MixtureReadMode.WEIGHTED_ROUND_ROBIN

@@ -33,12 +33,13 @@ import bisect
 import numpy as np
 
 from zephon._ext import cursor as _kernel
+from zephon.core.cache import plan_memo
 from zephon.core.config import DatasetPlan, SourceConfig
 from zephon.core.keys import DOMAIN_BLOCK, DOMAIN_SHARD_ORDER, DOMAIN_WITHIN_SHARD, derive, purpose_key
 from zephon.core.perm import perm_reference
 
 _CACHED_LAYOUTS = 2  # per dataset and seed: the pass being read and the next one
-_SHAPE, _PASSES = "shape", "passes"  # keys of a plan's memo (``DatasetPlan.layouts``)
+_SHAPE, _PASSES = "shape", "passes"  # keys of a plan's memo (``cache.plan_memo``)
 
 
 def order_of(config: SourceConfig, dataset_id: int) -> tuple[int, int, bool, bool]:
@@ -95,10 +96,11 @@ def _shape(plan: DatasetPlan) -> tuple[int, int, int]:
     """``(u, odd, t)``: every shard has ``u > 0`` rows except shard index ``odd`` (-1: none),
     which has ``t``; ``(0, -1, 0)`` if the shard table is not of that form. Memoised on the plan.
     """
-    shape = plan.layouts.get(_SHAPE)
+    memo = plan_memo(plan)
+    shape = memo.get(_SHAPE)
     if shape is None:
         shape = _detect_shape(plan.shard_counts)
-        plan.layouts[_SHAPE] = shape
+        memo[_SHAPE] = shape
     return shape
 
 
@@ -115,14 +117,16 @@ def _table(config: SourceConfig, dataset_id: int) -> _kernel.ShardTable:
     """The kernel's view of a dataset under ``config``'s seed and shuffles, memoised on the plan."""
     plan = config.datasets[dataset_id]
     key = order_of(config, dataset_id)
-    table = plan.layouts.get(key)
+    memo = plan_memo(plan)
+    table = memo.get(key)
     if table is None:
         u, odd, t = _shape(plan)
         seed, key_id, shuffle_shards, shuffle_within_shard = key
-        prefixes = [purpose_key(seed, domain, key_id) for domain in (DOMAIN_SHARD_ORDER, DOMAIN_WITHIN_SHARD, DOMAIN_BLOCK)]
+        order, within, block = (purpose_key(seed, domain, key_id)
+                                for domain in (DOMAIN_SHARD_ORDER, DOMAIN_WITHIN_SHARD, DOMAIN_BLOCK))
         table = _kernel.ShardTable(plan.shard_ids, plan.shard_counts, u, odd, t, shuffle_shards,
-                                   shuffle_within_shard, *prefixes, plan.block_size)
-        plan.layouts[key] = table
+                                   shuffle_within_shard, order, within, block, plan.block_size)
+        memo[key] = table
     return table
 
 
@@ -134,9 +138,7 @@ def epoch_layout(config: SourceConfig, dataset_id: int, epoch: int) -> _kernel.P
     """
     plan = config.datasets[dataset_id]
     key = (*order_of(config, dataset_id), epoch if plan.reshuffle_on_repeat else 0)
-    passes = plan.layouts.get(_PASSES)
-    if passes is None:
-        passes = plan.layouts.setdefault(_PASSES, {})
+    passes: dict[tuple[int, ...], _kernel.PassLayout] = plan_memo(plan).setdefault(_PASSES, {})
     layout = passes.get(key)
     if layout is None:
         layout = _table(config, dataset_id).layout(key[-1])

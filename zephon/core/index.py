@@ -8,8 +8,8 @@ bijection, so the i-th sample of the mixed, shuffled, multi-pass stream is arith
    records the state before every ``every``-th chunk of the lane and the samples before it:
    ``16 + 32·datasets`` bytes per snapshot, 14 bytes per chunk for three datasets at the
    default ``every=8``; nothing per sample.
-2. **Lookup** — one kernel (``zephon/_ext/lookup.pyx``, built on first use and kept on the
-   index; a pickled index drops it) answers any batch of indices in one call:
+2. **Lookup** — one kernel (``_ext/lookup.pyx``, built on first use and kept in
+   ``zephon.core.cache`` by config; a pickled index carries none) answers any batch of indices in one call:
 
    * *bucket*: each index gets its snapshot interval and its chunk there as if every chunk
      were full, by arithmetic (chunks are full but where a redistributing dataset drains;
@@ -43,14 +43,15 @@ from __future__ import annotations
 
 import bisect
 import math
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Hashable
+from dataclasses import dataclass
 from functools import lru_cache
 
 import numpy as np
 
 from zephon._ext.cursor import PassLayout
 from zephon._ext.lookup import Lookup
+from zephon.core.cache import memoised, scheduler
 from zephon.core.config import REDISTRIBUTE, REPEAT, STOP, SourceConfig
 from zephon.core.cursor import epoch_layout, in_pass, pointer_reference, take_at
 from zephon.core.readorder import read_order, round_robin_reference
@@ -64,6 +65,7 @@ SNAPSHOT_EVERY = 8  # lane chunks between snapshots
 _FIRST_CAPACITY = 1024  # snapshots; the index grows by doubling
 MAX_SHAPES = 64  # round-robin tables (distinct chunk quota vectors) a Lookup keeps
 SHAPE_BUDGET = 32 << 20  # bytes of round-robin tables a Lookup keeps (8 per sample of a chunk)
+LOOKUP = "random-access lookup"  # this module's key prefix in zephon.core.cache
 
 
 def is_finite(config: SourceConfig) -> bool:
@@ -91,7 +93,7 @@ def least_chunks(config: SourceConfig) -> tuple[float, int]:
     staying = sum(w for w, d in zip(n, config.datasets) if d.policy != REDISTRIBUTE) or 1.0
     def chunks(c: int, passes: int) -> float:
         return passes * config.datasets[c].total / (min(1.0, n[c] / staying) * cs)
-    enders = [(chunks(c, 1 if d.policy == STOP else d.max_repeats + 1), c) for c, d in enumerate(config.datasets)
+    enders = [(chunks(c, 1 if d.policy == STOP or d.max_repeats is None else d.max_repeats + 1), c) for c, d in enumerate(config.datasets)
               if d.policy == STOP or (d.policy == REPEAT and d.max_repeats is not None)]
     if config.stop_after_passes is not None:
         enders.append(max((chunks(c, config.stop_after_passes), c) for c in range(len(n))))
@@ -122,16 +124,13 @@ class StreamIndex:
     acc: np.ndarray  # (m, n) float64: accumulators
     length: int  # samples in the whole stream
     chunks: int  # chunks of the lane in the whole stream
-    states: tuple = ()  # (samples before, state) snapshots instead, for a fork's allocator (Python)
-    cache: list = field(default_factory=list, repr=False)  # [config, Lookup] once looked up (``lookup``)
+    states: tuple[tuple[int, SourceState], ...] = ()  # (samples before, state) snapshots instead, for a fork's allocator (Python)
+    span: Hashable = None  # the part of the lane's stream indexed: None, all of it from its start; else a
+    # value naming the part (a phase of a curriculum: its start state and end), part of the lookup's cache key
 
     @property
     def nbytes(self) -> int:
         return self.ints.nbytes + self.acc.nbytes
-
-    def __reduce__(self):
-        """Pickle without the cache (a DataLoader worker builds its own Lookup on first use)."""
-        return StreamIndex, (self.every, self.ints, self.acc, self.length, self.chunks, self.states)
 
 
 def _check_finite(config: SourceConfig) -> None:
@@ -149,7 +148,8 @@ def _check_indexable(config: SourceConfig) -> None:
     _check_length(config)
 
 
-def _walk(config: SourceConfig, state: SourceState, every: int, capacity: int):
+def _walk(config: SourceConfig, state: SourceState, every: int,
+          capacity: int) -> tuple[np.ndarray, np.ndarray, int, int]:
     """Run the kernel's index walk from ``state`` until the stream ends, growing the arrays.
 
     The kernel walks ``WALK_STEPS`` dataset-chunks per call, so Ctrl-C is answered between calls.
@@ -159,8 +159,10 @@ def _walk(config: SourceConfig, state: SourceState, every: int, capacity: int):
     ints, accs = np.empty((capacity, 2 + 3 * n), dtype=np.int64), np.empty((capacity, n), dtype=np.float64)
     g, own, samples, filled = state.chunk_index, 0, 0, 0
     budget = max(1, WALK_STEPS // n)
+    kernel = scheduler(config)
+    assert kernel is not None  # callers take the Python walk without a kernel
     while True:
-        got, g, own, samples, ended = config.scheduler.index(
+        got, g, own, samples, ended = kernel.index(
             g, acc, epochs, positions, tails, own, samples, every, ints[filled:], accs[filled:], budget)
         filled += got
         if ended:
@@ -177,20 +179,22 @@ def build_index(config: SourceConfig, every: int = SNAPSHOT_EVERY) -> StreamInde
     ``step`` if the stream cannot start.
     """
     _check_indexable(config)
-    if config.scheduler is None:
+    states: list[tuple[int, SourceState]] = []
+    if scheduler(config) is None:
         states, chunks, length = _python_walk(config, initial_state(config), every)
         ints, accs = np.empty((0, 0), dtype=np.int64), np.empty((0, 0))
     else:
-        states, (ints, accs, chunks, length) = (), _walk(config, initial_state(config), every, _FIRST_CAPACITY)
+        ints, accs, chunks, length = _walk(config, initial_state(config), every, _FIRST_CAPACITY)
     if length == 0:
         step(initial_state(config), config)  # raises the first-chunk error if there is one
     return StreamIndex(every=every, ints=ints.copy(), acc=accs.copy(), length=length, chunks=chunks,
                        states=tuple(states))
 
 
-def _python_walk(config: SourceConfig, state: SourceState, every: int) -> tuple[list, int, int]:
+def _python_walk(config: SourceConfig, state: SourceState, every: int) -> tuple[list[tuple[int, SourceState]], int, int]:
     """The index walk for a fork's allocator, with the reference planner: slow but the same."""
-    states, own, samples = [], 0, 0
+    states: list[tuple[int, SourceState]] = []
+    own, samples = 0, 0
     while True:
         if own % every == 0:
             states.append((samples, state))
@@ -207,7 +211,7 @@ def remaining_samples(state: SourceState, config: SourceConfig) -> int:
     if config.token_mode:
         return _token_samples(state, config)
     _check_indexable(config)
-    if config.scheduler is None:
+    if scheduler(config) is None:
         return _python_walk(config, state, 2**62)[2]
     return _walk(config, state, 2**62, 1)[3]
 
@@ -236,8 +240,9 @@ def sample_at_reference(config: SourceConfig, i: int) -> tuple[int, int, int]:
     return _sample_from(config, initial_state(config), 0, i, _draw_reference, pointer_reference)
 
 
-def _sample_from(config: SourceConfig, state: SourceState, before: int, i: int, draw: Callable,
-                 pointer: Callable) -> tuple[int, int, int]:
+def _sample_from(config: SourceConfig, state: SourceState, before: int, i: int,
+                 draw: Callable[[tuple[int, ...], int], tuple[int, int]],
+                 pointer: Callable[[SourceConfig, int, int, int], tuple[int, int, int]]) -> tuple[int, int, int]:
     """Walk the reference planner from ``state`` (``before`` samples into the stream) to sample
     ``i``; ``draw(quotas, offset)`` gives its dataset and rank, ``pointer`` its pointer."""
     while True:
@@ -288,16 +293,16 @@ def _sample_in_python(index: StreamIndex, config: SourceConfig, i: int) -> tuple
 
 
 def lookup(index: StreamIndex, config: SourceConfig) -> Lookup:
-    """The random-access kernel of ``index`` (built by the scheduling kernel for ``config``),
-    built on first use and kept on the index."""
-    cached = index.cache
-    if cached and cached[0] is config:
-        return cached[1]
-    reshuffle = np.array([d.reshuffle_on_repeat for d in config.datasets], dtype=np.int64)
-    kernel = Lookup(config.scheduler, index.ints, index.acc, index.every, index.length, config.chunk_size,
-                    reshuffle, _layouts(config), MAX_SHAPES, SHAPE_BUDGET)
-    cached[:] = [config, kernel]
-    return kernel
+    """The random-access kernel of ``index`` (built by ``build_index(config, index.every)``),
+    built on first use and kept in :mod:`zephon.core.cache` under ``(config, every, span)``."""
+    def build() -> Lookup:
+        kernel = scheduler(config)
+        assert kernel is not None  # callers answer a fork's allocator in Python
+        reshuffle = np.array([d.reshuffle_on_repeat for d in config.datasets], dtype=np.int64)
+        return Lookup(kernel, index.ints, index.acc, index.every, index.length, config.chunk_size,
+                      reshuffle, _layouts(config), MAX_SHAPES, SHAPE_BUDGET)
+
+    return memoised((LOOKUP, config, index.every, index.span), build)
 
 
 def _layouts(config: SourceConfig) -> Callable[[int, int], PassLayout]:
@@ -309,8 +314,8 @@ def _layouts(config: SourceConfig) -> Callable[[int, int], PassLayout]:
 
 def samples_at(index: StreamIndex, config: SourceConfig, indices: np.ndarray) -> np.ndarray:
     """The samples at ``indices`` (any order, repeats allowed, all inside the stream) as an
-    ``(n, 3)`` int64 array. Pure apart from the index's cache; ``Lookup`` does the work."""
-    if config.scheduler is None:
+    ``(n, 3)`` int64 array. Pure apart from the kernel cache; ``Lookup`` does the work."""
+    if scheduler(config) is None:
         return np.array([_sample_in_python(index, config, int(i)) for i in indices], dtype=np.int64).reshape(-1, 3)
     out = np.empty((len(indices), 3), dtype=np.int64)
     lookup(index, config).samples_at(np.ascontiguousarray(indices, dtype=np.int64), out)
@@ -319,6 +324,6 @@ def samples_at(index: StreamIndex, config: SourceConfig, indices: np.ndarray) ->
 
 def sample_at(index: StreamIndex, config: SourceConfig, i: int) -> tuple[int, int, int]:
     """The ``i``-th sample of the lane's stream in default read order (``samples_at`` for one)."""
-    if config.scheduler is None:
+    if scheduler(config) is None:
         return _sample_in_python(index, config, i)
     return lookup(index, config).sample_at(i)

@@ -2,7 +2,7 @@
 
 ``mix64`` is the SplitMix64 finaliser; ``derive(key, value)`` folds one more integer into a
 key. Purposes are separated by the domain constants below, never by shifting small integers
-together. The Cython kernels use the same definitions (``zephon/_ext/_keys.pxd``).
+together. The Cython kernels use the same definitions (``_ext/_keys.pxd``).
 
 **Compatibility**: the constants and both functions define every stream zephon produces;
 changing any of them changes the checkpoint version.
@@ -12,7 +12,7 @@ from __future__ import annotations
 MASK64 = (1 << 64) - 1
 GOLDEN = 0x9E3779B97F4A7C15
 
-# Domain constants, one per purpose. Must match zephon/_ext/_keys.pxd.
+# Domain constants, one per purpose. Must match _ext/_keys.pxd.
 DOMAIN_SEED = 0x5EED5EED0F1E2D3C
 DOMAIN_SHARD_ORDER = 0xA1B2C3D4E5F60718
 DOMAIN_WITHIN_SHARD = 0x1F2E3D4C5B6A7988
@@ -21,6 +21,7 @@ DOMAIN_LANE = 0x2545F4914F6CDD1D
 DOMAIN_CHUNK_SEED = 0xD6E8FEB86659FD93
 DOMAIN_READ_RANDOM = 0x8CB92BA72F3D8DD7
 DOMAIN_READ_SHUFFLE = 0x3C6EF372FE94F82B
+DOMAIN_CALIBRATION = 0x7A3D9E1B5C2F4086  # token priming's calibration draws (zephon.work)
 
 
 def mix64(x: int) -> int:

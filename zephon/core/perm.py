@@ -33,8 +33,8 @@ import numpy as np
 from zephon._ext import perm as _kernel
 from zephon.core.keys import GOLDEN, MASK64
 
-ROUNDS = 6  # must match PERM_ROUNDS in zephon/_ext/perm.pxd
-MIN_BITS = 6  # must match PERM_MIN_BITS in zephon/_ext/perm.pxd
+ROUNDS = 6  # must match PERM_ROUNDS in _ext/perm.pxd
+MIN_BITS = 6  # must match PERM_MIN_BITS in _ext/perm.pxd
 
 
 def perm_shape(n: int) -> tuple[int, int]:

@@ -32,11 +32,14 @@ from typing import Any
 
 import numpy as np
 
+from zephon._ext.schedule import Scheduler
 from zephon.core import index
+from zephon.core.cache import scheduler
 from zephon.core.chunk import WorkChunk
 from zephon.core.config import SourceConfig
 from zephon.core.cursor import shard_runs
 from zephon.core.schedule import CursorState, Ended, Planned, SourceState, initial_state, plan_next, state_arrays
+from zephon.core.routing import Routing
 from zephon.core.requeue import past_region, region_samples, step_region
 from zephon.core.step import at_start, first_chunk_error, materialize
 from zephon.core.tokens import _cost_of_shard_id, plan_next_tokens
@@ -117,6 +120,10 @@ class PhasedConfig:
     @property
     def lane_assignment(self) -> str:
         return self.base.lane_assignment
+
+    @property
+    def routing(self) -> Routing:
+        return self.base.routing
 
     @property
     def lane_key(self) -> int:
@@ -201,8 +208,9 @@ def _resolve_next(config: PhasedConfig, p: int, start: Start, first_chunk: int) 
     phase = dataclasses.replace(config.phases[p], lane=None, canonical_replicas=None)
     kind, value = config.bounds[p]
     bound = (kind, value + first_chunk if kind == CHUNK else value)
-    if phase.scheduler is not None:
-        return _resolve_in_kernel(config.phases[p + 1], phase, bound, start)
+    kernel = scheduler(phase)
+    if kernel is not None:
+        return _resolve_in_kernel(config.phases[p + 1], phase, kernel, bound, start)
     g, samples, tokens, state = start.chunk_index, start.samples, start.tokens, start.state
     while not _reached(bound, g, samples, tokens):
         planned = plan(state, phase)
@@ -229,14 +237,14 @@ def _cursors_of_row(row: list[int], n: int) -> tuple[CursorState, ...]:
     return tuple(CursorState(**dict(zip(names, values))) for values in zip(*blocks))
 
 
-def _resolve_in_kernel(following: SourceConfig, phase: SourceConfig, bound: tuple[str, int], start: Start
-                       ) -> Start | None:
+def _resolve_in_kernel(following: SourceConfig, phase: SourceConfig, kernel: Scheduler, bound: tuple[str, int],
+                       start: Start) -> Start | None:
     """``_resolve_next`` for sample mode: the scheduling kernel snapshots the state before every
     chunk, in batches, and the bound is searched in the snapshots (numbers only)."""
     arrays, ints, accs = _walk_arrays(start.state, len(phase.datasets))
     g, own, samples, column = start.chunk_index, 0, start.samples, 0 if bound[0] == CHUNK else 1
     while True:
-        filled, g, own, samples, ended = phase.scheduler.index(g, *arrays, own, samples, 1, ints, accs, _BATCH)
+        filled, g, own, samples, ended = kernel.index(g, *arrays, own, samples, 1, ints, accs, _BATCH)
         k = int(np.searchsorted(ints[:filled, column], bound[1], side="left"))
         if k < filled:
             row = ints[k].tolist()
@@ -317,7 +325,7 @@ def is_finite(config: PhasedConfig) -> bool:
 
 
 def supports_indexing(config: PhasedConfig) -> bool:
-    return not config.token_mode and config.base.scheduler is not None and is_finite(config)
+    return not config.token_mode and scheduler(config.base) is not None and is_finite(config)
 
 
 def remaining_samples(state: PhasedState, config: PhasedConfig) -> int:
@@ -356,9 +364,11 @@ def _part(config: SourceConfig, start: SourceState, end: int | None, every: int)
     arrays, ints, accs = _walk_arrays(start, len(config.datasets))
     kept_ints, kept_acc = [], []
     g, own, samples = start.chunk_index, 0, 0
+    kernel = scheduler(config)
+    assert kernel is not None  # build_phased_index checks supports_indexing first
     while True:
         first = own
-        filled, g, own, samples, ended = config.scheduler.index(g, *arrays, own, samples, 1, ints, accs, _BATCH)
+        filled, g, own, samples, ended = kernel.index(g, *arrays, own, samples, 1, ints, accs, _BATCH)
         done = own - first  # chunks completed by this call; row k is the state before chunk first + k
         after = np.append(ints[1:filled, 0], g)[:done]  # the state's next global chunk after each of them
         inside = done if end is None else int(np.searchsorted(after, end, side="right"))
@@ -368,7 +378,7 @@ def _part(config: SourceConfig, start: SourceState, end: int | None, every: int)
         kept_acc.append(accs[keep].copy())
         if inside < done or ended:
             return index.StreamIndex(every=every, ints=np.concatenate(kept_ints), acc=np.concatenate(kept_acc),
-                                     length=int(ints[inside, 1]), chunks=first + inside)
+                                     length=int(ints[inside, 1]), chunks=first + inside, span=(start, end))
 
 
 def build_phased_index(config: PhasedConfig, every: int = index.SNAPSHOT_EVERY) -> PhasedIndex:

@@ -22,7 +22,7 @@ from zephon.core.keys import DOMAIN_READ_RANDOM, DOMAIN_READ_SHUFFLE, derive, pu
 from zephon.core.perm import perm_reference
 
 MAX_CHUNK = 2**31  # most pointers per chunk: keeps n_k * t - E_k * N inside int64 (must match lookup.pyx)
-UNIT = 2.0**-53  # must match UNIT in zephon/_ext/readorder.pyx
+UNIT = 2.0**-53  # must match UNIT in _ext/readorder.pyx
 
 
 def random_key(seed: int) -> int:

@@ -15,9 +15,8 @@ from typing import Any, Callable
 
 import numpy as np
 
-from zephon.core.config import CARRY, MODULO, REDISTRIBUTE, STOP, DatasetPlan, SourceConfig
-from zephon.core.keys import derive
-from zephon.core.perm import perm_reference
+from zephon.core.cache import scheduler
+from zephon.core.config import CARRY, REDISTRIBUTE, STOP, DatasetPlan, SourceConfig
 
 
 WALK_STEPS = 1 << 21  # chunks x datasets a kernel walk plans between checks for Ctrl-C (a few ms)
@@ -77,11 +76,9 @@ class Ended:
 
 
 def lane_of(config: SourceConfig, g: int) -> int:
-    """The lane that owns global chunk ``g``: modulo, or a keyed permutation per block of R."""
+    """The lane that owns global chunk ``g`` under the config's routing (zephon.core.routing)."""
     _, replicas = config.lane_binding
-    if config.lane_assignment == MODULO:
-        return g % replicas
-    return perm_reference(derive(config.lane_key, g // replicas), replicas, g % replicas)
+    return config.routing.lane_of(config.lane_key, g, replicas)
 
 
 def active_weights(config: SourceConfig, cursors: tuple[CursorState, ...]) -> tuple[float, ...]:
@@ -106,6 +103,7 @@ def active_weights(config: SourceConfig, cursors: tuple[CursorState, ...]) -> tu
 def passes_done(config: SourceConfig, cursors: list[CursorState], counting: int | None = None) -> bool:
     """Every dataset has completed ``stop_after_passes`` passes (``counting`` finishes its pass now)."""
     n = config.stop_after_passes
+    assert n is not None  # callers check that stop_after_passes is set
     for c, (d, cur) in enumerate(zip(config.datasets, cursors)):
         completed = cur.epoch + (1 if c == counting or cur.position >= d.total else 0)
         if completed < n:
@@ -126,7 +124,12 @@ def start_next_pass(config: SourceConfig, now: list[CursorState], c: int) -> End
     return None
 
 
-def plan_chunk_reference(config: SourceConfig, alloc: Any, cursors: tuple[CursorState, ...]):
+ChunkPlan = tuple[tuple[int, ...], tuple[CursorState, ...], tuple[float, ...], Any, tuple[CursorState, ...]]
+"""One planned global chunk: ``(quotas, starts, weights, alloc', cursors')``."""
+PlanChunk = Callable[[SourceConfig, Any, tuple[CursorState, ...]], "ChunkPlan | Ended"]
+
+
+def plan_chunk_reference(config: SourceConfig, alloc: Any, cursors: tuple[CursorState, ...]) -> ChunkPlan | Ended:
     """Plan one global chunk (SPEC §4): ``(quotas, starts, weights, alloc', cursors')`` or ``Ended``.
 
     Pure; ``Ended`` carries ``chunk_index=-1`` (the caller knows the index).
@@ -138,8 +141,8 @@ def plan_chunk_reference(config: SourceConfig, alloc: Any, cursors: tuple[Cursor
     restart = True
     while restart:
         restart = False
-        quotas, new_alloc = config.allocator.allocate(alloc, weights, config.chunk_size)
-        quotas = list(quotas)
+        allocated, new_alloc = config.allocator.allocate(alloc, weights, config.chunk_size)
+        quotas = list(allocated)
         for c, d in enumerate(config.datasets):
             remaining = d.total - now[c].position
             if remaining >= quotas[c]:
@@ -177,7 +180,7 @@ def draw_start(plan: DatasetPlan, cursor: CursorState) -> CursorState:
     return CursorState(epoch=epoch, position=position)
 
 
-def walk_to_lane(state: SourceState, config: SourceConfig, plan_chunk: Callable) -> Planned | Ended:
+def walk_to_lane(state: SourceState, config: SourceConfig, plan_chunk: PlanChunk) -> Planned | Ended:
     """Plan global chunks with ``plan_chunk(config, alloc, cursors)`` until one belongs to the lane."""
     lane, _ = config.lane_binding
     g, alloc, cursors = state.chunk_index, state.alloc, state.cursors
@@ -228,14 +231,15 @@ def plan_next(state: SourceState, config: SourceConfig) -> Planned | Ended:
 
     Runs the scheduling kernel for the built-in allocators, the reference otherwise.
     """
-    if config.scheduler is None:
+    kernel = scheduler(config)
+    if kernel is None:
         return plan_next_reference(state, config)
     n = len(config.datasets)
     acc, epochs, positions, tails = state_arrays(state, n)
     out, weights = np.empty((3, n), dtype=np.int64), np.empty(n, dtype=np.float64)
     budget = max(1, WALK_STEPS // n)
-    ended, g, dataset = config.scheduler.plan_next(state.chunk_index, acc, epochs, positions, tails, out, weights,
-                                                   budget)
+    ended, g, dataset = kernel.plan_next(state.chunk_index, acc, epochs, positions, tails, out, weights,
+                                         budget)
     if ended:
         return Ended(g, None if dataset < 0 else dataset)
     return planned_from_kernel(g, out, weights, state_from_arrays(g + 1, state.alloc, acc, epochs, positions, tails))

@@ -5,7 +5,7 @@ Each dataset has a measured or pinned *tokens per raw byte* ratio; a draw from a
 sample by sample: the active dataset with the largest token deficit gives the next sample,
 then every active deficit grows by ``(weight − [drawn]) × cost`` of that sample: by
 ``weight × cost``, less the whole cost for the drawn dataset (``draw_reference``; the kernel is
-``zephon/_ext/tokens.pyx``).
+``_ext/tokens.pyx``).
 
 The arithmetic is exact: costs are integer units of 1/16 token (``COST_UNITS``, at most
 ``MAX_COST``) and the active weights integer units summing to ``WEIGHT_SCALE`` (largest
@@ -34,9 +34,11 @@ from typing import Callable, Sequence
 import numpy as np
 
 from zephon._ext import tokens as _kernel
+from zephon.core import cache
 from zephon.core.config import COST_UNITS, MAX_COST, REDISTRIBUTE, STOP, DatasetPlan, SourceConfig
 from zephon.core.cursor import shard_runs
 from zephon.core.schedule import (
+    ChunkPlan,
     CursorState,
     Ended,
     Planned,
@@ -50,20 +52,21 @@ from zephon.core.schedule import (
 )
 
 _DONE = -1
-WEIGHT_SCALE = 2**24  # active weight units (must match zephon/_ext/tokens.pyx); a draw moves a deficit < 2**48
+WEIGHT_SCALE = 2**24  # active weight units (must match _ext/tokens.pyx); a draw moves a deficit < 2**48
 MAX_DATASETS = 2**14  # keeps every deficit inside int64 (deficit_bound)
 
 
-_MEAN_COST, _COST_OF_ID = "mean cost", "costs by id"  # keys of a plan's memo (``DatasetPlan.layouts``)
+_MEAN_COST, _COST_OF_ID = "mean cost", "costs by id"  # keys of a plan's memo (``cache.plan_memo``)
 
 
 def mean_cost(plan: DatasetPlan) -> float:
     """Average tokens of a draw over one pass (row-weighted over shards), memoised on the plan."""
-    cost = plan.layouts.get(_MEAN_COST)
+    memo = cache.plan_memo(plan)
+    cost = memo.get(_MEAN_COST)
     if cost is None:
         rows = plan.shard_counts.astype(np.float64)  # int64 products could wrap
-        cost = float((rows * plan.costs).sum() / plan.total / COST_UNITS) if plan.total else 1.0
-        plan.layouts[_MEAN_COST] = cost
+        cost = float((rows * cache.costs(plan)).sum() / plan.total / COST_UNITS) if plan.total else 1.0
+        memo[_MEAN_COST] = cost
     return cost
 
 
@@ -127,17 +130,19 @@ def draw_reference(deficits: list[int], weights: Sequence[int], costs: Sequence[
 
 def _cost_of_shard_id(plan: DatasetPlan) -> Callable[[np.ndarray], np.ndarray]:
     """Shard ids → draw costs: a direct table when ids are dense (the usual case), else a search."""
-    memo = plan.layouts.get(_COST_OF_ID)
-    if memo is None:
+    memo = cache.plan_memo(plan)
+    lookup = memo.get(_COST_OF_ID)
+    if lookup is None:
         top = int(plan.shard_ids[-1]) if len(plan.shard_ids) else 0
+        shard_costs = cache.costs(plan)
         if top < 4 * len(plan.shard_ids) + 1024:
             table = np.zeros(top + 1, dtype=np.int64)
-            table[plan.shard_ids] = plan.costs
-            memo = table.take
+            table[plan.shard_ids] = shard_costs
+            lookup = table.take
         else:
-            memo = lambda ids: plan.costs[np.searchsorted(plan.shard_ids, ids)]
-        plan.layouts[_COST_OF_ID] = memo
-    return memo
+            lookup = lambda ids: shard_costs[np.searchsorted(plan.shard_ids, ids)]
+        memo[_COST_OF_ID] = lookup
+    return lookup
 
 
 class _Runs:
@@ -189,7 +194,7 @@ class _Runs:
 _NONE = np.zeros(0, dtype=np.int64)
 
 
-def plan_token_chunk(config: SourceConfig, deficits: tuple[int, ...], cursors: tuple[CursorState, ...]):
+def plan_token_chunk(config: SourceConfig, deficits: tuple[int, ...], cursors: tuple[CursorState, ...]) -> ChunkPlan | Ended:
     """Plan one global chunk in token mode: ``(quotas, starts, weights, deficits', cursors')`` or ``Ended``."""
     weights = active_weights(config, cursors)
     if not any(weights):
@@ -213,7 +218,8 @@ def plan_token_chunk(config: SourceConfig, deficits: tuple[int, ...], cursors: t
     return quotas, tuple(now), weights, new_deficits, advance(now, quotas)
 
 
-def _draw_chunk(config: SourceConfig, saved: list[int], weights: Sequence[float], now: list[CursorState]):
+def _draw_chunk(config: SourceConfig, saved: list[int], weights: Sequence[float],
+                now: list[CursorState]) -> tuple[tuple[int, ...], tuple[int, ...]] | Ended | int:
     """Draw one chunk from ``now``: ``(quotas, deficits)``, ``Ended``, or a repeating dataset that ran out."""
     deficits = np.array(saved, dtype=np.int64)
     drawn = np.zeros(len(now), dtype=np.int64)

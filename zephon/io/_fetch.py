@@ -92,6 +92,7 @@ def fetch_table(datasets_by_id: Mapping[int, Dataset], pointers: Any,
         return pa.table({})
     try:
         table = pa.concat_tables(pieces, promote_options="default") if len(pieces) > 1 else pieces[0]
+        assert table is not None  # every group's piece was read
     except (pa.ArrowException, TypeError) as error:
         raise ValueError(f"fetch_table: the datasets' columns do not combine into one table ({error}); "
                          "pass columns= with columns of one type everywhere") from error

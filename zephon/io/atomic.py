@@ -112,7 +112,7 @@ def _named(error: OSError, path: str, what: str) -> AtomicWriteError:
     reason = {errno.ENOSPC: "the disk is full", errno.EFBIG: "the file is larger than this process may write "
               "(RLIMIT_FSIZE or the filesystem's limit)", errno.EDQUOT: "the disk quota is exceeded",
               errno.EACCES: "permission denied", errno.EROFS: "the filesystem is read-only"}
-    why = reason.get(error.errno, error.strerror or str(error))
+    why = reason.get(error.errno or 0, error.strerror or str(error))
     return AtomicWriteError(error.errno or errno.EIO, f"cannot write {path!r}: {what} ({why}); the previous file "
                             "is unchanged: free space or raise the limit and write again", path)
 

@@ -2,23 +2,36 @@
 
 | use | for |
 |---|---|
+| :class:`Pipeline` | items of a work source: records + ``_sample_id`` + ``_component``, with ``map`` steps |
+| ``KEY_SAMPLE_ID``, ``KEY_COMPONENT`` | the item keys of a sample's pointer and component name |
 | :func:`rank_lanes`, :func:`worker_lanes` | which lanes a rank / a DataLoader worker reads |
 | :class:`LaneMux`, :class:`Tracker`, :class:`ItemStream` | a reader's round-robin stream and its ledger |
 | :func:`merge_states`, :func:`parse_state` | loader states: merge per-rank states into a global one |
 | :func:`migrate_checkpoint` | a loader checkpoint continued under a new source (one cut for all lanes) |
+| :class:`LoaderStateDict`, :class:`DatasetRecord` | the JSON types of a loader state |
 | :func:`save_checkpoint`, :func:`load_checkpoint` | atomic, checksummed checkpoint files |
+| ``Entry``, ``SERVED``, ``LOADER_STATE_KIND`` | a lane's ledger entry, its served flag, the ``kind`` of a loader state |
+| ``DROPPED`` | the marker of an item a ``filter`` step rejected |
+| :func:`count_ranks`, :func:`even_target`, :class:`Even` | equal steps: each rank's remaining batches and the common budget |
+| :class:`LoaderStats` | what a rank delivered, as plain JSON |
 
 The torch front ends (``zephon.torch``) are thin layers over this package.
 """
 from zephon.runtime._book import LaneBook, log_once
 from zephon.runtime._checkpoint import load_checkpoint, save_checkpoint
+from zephon.runtime._even import Even, RankCount, count_rank, count_ranks, countable, even_target, maybe_finite
 from zephon.runtime._lanes import CONTIGUOUS, INTERLEAVED, MAPPINGS, rank_lanes, worker_lanes
 from zephon.runtime._migrate import migrate_checkpoint
-from zephon.runtime._state import LoaderState, make_state, merge_states, parse_state
-from zephon.runtime._stream import Event, ItemStream, LaneMux, Segment, Tracker, initial_entries
+from zephon.runtime._state import KIND as LOADER_STATE_KIND
+from zephon.runtime._state import DatasetRecord, LoaderState, LoaderStateDict, make_state, merge_states, parse_state
+from zephon.runtime._stats import LoaderStats
+from zephon.runtime._stream import DROPPED, SERVED, Entry, Event, Items, ItemStream, LaneMux, Segment, Tracker, initial_entries
+from zephon.runtime.pipeline import KEY_COMPONENT, KEY_SAMPLE_ID, Pipeline
 
 __all__ = [
-    "CONTIGUOUS", "Event", "INTERLEAVED", "ItemStream", "LaneBook", "LaneMux", "LoaderState", "MAPPINGS",
-    "Segment", "Tracker", "initial_entries", "load_checkpoint", "log_once", "make_state", "merge_states",
-    "migrate_checkpoint", "parse_state", "rank_lanes", "save_checkpoint", "worker_lanes",
+    "CONTIGUOUS", "DROPPED", "Even", "LoaderStats", "RankCount", "count_rank", "count_ranks", "countable", "even_target",
+    "maybe_finite", "DatasetRecord", "Entry", "Event", "INTERLEAVED", "ItemStream", "Items", "KEY_COMPONENT", "KEY_SAMPLE_ID", "LOADER_STATE_KIND",
+    "LaneBook", "LaneMux", "LoaderState", "LoaderStateDict", "MAPPINGS", "Pipeline", "SERVED", "Segment", "Tracker", "initial_entries",
+    "load_checkpoint", "log_once", "make_state", "merge_states", "migrate_checkpoint", "parse_state", "rank_lanes",
+    "save_checkpoint", "worker_lanes",
 ]

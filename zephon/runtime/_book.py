@@ -4,9 +4,10 @@ from __future__ import annotations
 import logging
 from typing import Any, Mapping, Sequence
 
-from zephon.runtime._lanes import check_count, check_mapping, rank_lanes, worker_lanes
+from zephon.runtime._lanes import check_mapping, rank_lanes, worker_lanes
 from zephon.runtime._state import (
     LoaderState,
+    LoaderStateDict,
     dataset_differences,
     dataset_fingerprints,
     make_state,
@@ -14,6 +15,8 @@ from zephon.runtime._state import (
     parse_state,
 )
 from zephon.runtime._stream import Entry, initial_entries
+from zephon.runtime.pipeline import Pipeline
+from zephon.work import check_replicas
 
 log = logging.getLogger("zephon")
 GROWTH = 8  # default lanes per reader of the first topology: room to grow 8x without an idle reader
@@ -46,10 +49,10 @@ class LaneBook:
     ranks of ``readers`` readers each).
     """
 
-    def __init__(self, pipeline: Any, *, canonical_replicas: int | None, mapping: str, rank: int, world_size: int,
+    def __init__(self, pipeline: Pipeline, *, canonical_replicas: int | None, mapping: str, rank: int, world_size: int,
                  readers: int = 1):
         if canonical_replicas is not None:
-            check_count("canonical_replicas", canonical_replicas)
+            check_replicas(canonical_replicas)
         self.pipeline = pipeline
         self.mapping = check_mapping(mapping)
         self.rank, self.world_size, self.readers = rank, world_size, readers
@@ -94,7 +97,7 @@ class LaneBook:
         current.update(entries)
         self._entries = current
 
-    def state(self, entries: Mapping[int, Entry], num_workers: int | None) -> dict:
+    def state(self, entries: Mapping[int, Entry], num_workers: int | None) -> LoaderStateDict:
         topology = {"world_size": self.world_size, "ranks": [self.rank], "mapping": self.mapping,
                     "num_workers": num_workers}
         return make_state(self.canonical_replicas, entries, self._datasets, topology)

@@ -23,12 +23,6 @@ def check_mapping(mapping: object) -> str:
     return mapping  # type: ignore[return-value]
 
 
-def check_count(name: str, value: object, minimum: int = 1) -> int:
-    if type(value) is not int or value < minimum:
-        raise ValueError(f"{name}={value!r} must be an int >= {minimum}")
-    return value
-
-
 def share(items: Sequence[int], part: int, parts: int, mapping: str) -> list[int]:
     """The items of ``part`` (of ``parts``) under ``mapping``; order kept, parts are disjoint."""
     n = len(items)

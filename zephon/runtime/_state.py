@@ -21,7 +21,7 @@ informational: any topology restores the state.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Mapping, TypedDict
 
 from zephon.limits import MAX_LOADER_STATE_NODES, MAX_REPLICAS, check_json, show
 from zephon.runtime._stream import Entry
@@ -33,24 +33,44 @@ KEY_SOURCE, KEY_LANES, KEY_TOPOLOGY = "source", "lanes", "topology"
 KEYS = (KEY_KIND, KEY_VERSION, KEY_REPLICAS, KEY_DATASETS, KEY_SOURCE, KEY_LANES, KEY_TOPOLOGY)
 
 
+class DatasetRecord(TypedDict):
+    """A dataset as a loader state names it."""
+
+    id: int
+    name: str
+    fingerprint: str | None  # its content fingerprint; None for in-memory and count-only datasets
+
+
+class LoaderStateDict(TypedDict):
+    """The JSON a loader's ``state_dict()`` returns (see the module docstring for each field)."""
+
+    kind: str  # KIND
+    version: int  # VERSION
+    canonical_replicas: int
+    datasets: list[DatasetRecord]
+    source: dict[str, Any]  # the keys every lane's source state shares
+    lanes: list[list[Any]]  # [lane, consumed, turn, the rest of its source state], ascending lanes
+    topology: dict[str, Any]  # where it was taken (informational)
+
+
 @dataclass(frozen=True, slots=True)
 class LoaderState:
     """A parsed and validated loader state."""
 
     canonical_replicas: int
     entries: dict[int, Entry]  # lane -> (source state, consumed, turn flags)
-    datasets: list[dict]  # [{"id", "name", "fingerprint"}] ascending ids
+    datasets: list[DatasetRecord]  # ascending ids
     topology: dict = field(default_factory=dict)
 
 
-def dataset_fingerprints(datasets_by_id: Mapping[int, Any]) -> list[dict]:
+def dataset_fingerprints(datasets_by_id: Mapping[int, Any]) -> list[DatasetRecord]:
     """Name and content fingerprint (None where the dataset has none) of every dataset, by id."""
     out = []
     for dataset_id in sorted(datasets_by_id):
         dataset = datasets_by_id[dataset_id]
         fingerprint = getattr(dataset, "fingerprint", None)
-        out.append({"id": int(dataset_id), "name": dataset.name,
-                    "fingerprint": fingerprint() if callable(fingerprint) else None})
+        out.append(DatasetRecord(id=int(dataset_id), name=dataset.name,
+                                 fingerprint=fingerprint() if callable(fingerprint) else None))
     return out
 
 
@@ -61,8 +81,8 @@ def _common(states: list[dict]) -> dict:
     return {k: v for k, v in first.items() if all(k in s and s[k] == v for s in states[1:])}
 
 
-def make_state(canonical_replicas: int, entries: Mapping[int, Entry], datasets: list[dict],
-               topology: Mapping[str, Any]) -> dict:
+def make_state(canonical_replicas: int, entries: Mapping[int, Entry], datasets: list[DatasetRecord],
+               topology: Mapping[str, Any]) -> LoaderStateDict:
     """The JSON state of ``entries`` (lane -> (source state, consumed, turn flags))."""
     lanes = sorted(entries)
     states = [entries[lane][0] for lane in lanes]
@@ -70,16 +90,16 @@ def make_state(canonical_replicas: int, entries: Mapping[int, Entry], datasets: 
         if not isinstance(state, dict):
             raise TypeError(f"lane {lane}: the source's state_dict() must be a dict, got {type(state).__name__}")
     common = _common(states)
-    return {
-        KEY_KIND: KIND,
-        KEY_VERSION: VERSION,
-        KEY_REPLICAS: canonical_replicas,
-        KEY_DATASETS: [dict(d) for d in datasets],
-        KEY_SOURCE: common,
-        KEY_LANES: [[lane, entries[lane][1], entries[lane][2], {k: v for k, v in state.items() if k not in common}]
-                    for lane, state in zip(lanes, states)],
-        KEY_TOPOLOGY: dict(topology),
-    }
+    return LoaderStateDict(  # the keys are KEYS
+        kind=KIND,
+        version=VERSION,
+        canonical_replicas=canonical_replicas,
+        datasets=[DatasetRecord(id=d["id"], name=d["name"], fingerprint=d["fingerprint"]) for d in datasets],
+        source=common,
+        lanes=[[lane, entries[lane][1], entries[lane][2], {k: v for k, v in state.items() if k not in common}]
+               for lane, state in zip(lanes, states)],
+        topology=dict(topology),
+    )
 
 
 def _bad(what: str) -> ValueError:
@@ -132,7 +152,7 @@ def parse_state(state: Any) -> LoaderState:
     return LoaderState(replicas, entries, datasets, topology)
 
 
-def merge_states(states: Iterable[Any]) -> dict:
+def merge_states(states: Iterable[Any]) -> LoaderStateDict:
     """One state covering the lanes of all ``states`` (e.g. every rank's): pure.
 
     The states must agree on ``canonical_replicas`` and the datasets; a lane may appear in
@@ -168,7 +188,7 @@ def missing_lanes(state: LoaderState, lanes: Iterable[int]) -> list[int]:
     return [lane for lane in lanes if lane not in state.entries]
 
 
-def dataset_differences(saved: list[dict], current: list[dict]) -> list[str]:
+def dataset_differences(saved: list[DatasetRecord], current: list[DatasetRecord]) -> list[str]:
     """What differs between the datasets a state was taken over and the current ones."""
     if [(d["id"], d["name"]) for d in saved] != [(d["id"], d["name"]) for d in current]:
         return [f"datasets: the checkpoint has {[d['name'] for d in saved]}, this pipeline has "

@@ -30,11 +30,37 @@ from __future__ import annotations
 
 import weakref
 from dataclasses import dataclass
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Any, Iterator, Mapping, Protocol, Sequence
 
 import numpy as np
 
+from zephon.work import WorkSource
+
 Entry = tuple  # (lane state at the start of the chunk in flight, samples consumed from it, turn flags)
+
+
+class Items(Protocol):
+    """What a reader needs of a pipeline (``zephon.runtime.Pipeline`` is one)."""
+
+    @property
+    def source(self) -> WorkSource: ...  # the template source
+
+    @property
+    def datasets_by_id(self) -> Mapping[int, Any]: ...
+
+    @property
+    def vocabulary(self) -> dict[str, int]: ...  # component name -> id
+
+    @property
+    def pointer_only(self) -> bool: ...  # an item is just its pointer and component
+
+    def materialize(self, pointers: np.ndarray, components: np.ndarray) -> list[Any]: ...
+
+    def materialize_marked(self, pointers: np.ndarray, components: np.ndarray) -> list[Any]: ...  # DROPPED where filtered
+
+    def readahead(self) -> Any: ...  # a zephon.io readahead of the pipeline's records, or None
+
+
 DELIVERED = 1  # turn flag: the lane already gave its sample of its reader's current round
 SERVED = 2  # turn flag: the lane's reader already gave its batch of the loader's current cycle
 DROPPED = object()  # the place of an item a pipeline's filter step rejected (it still counts as consumed)
@@ -62,7 +88,7 @@ class Event:
 class _Lane:
     __slots__ = ("lane", "source", "pointers", "components", "chunks", "ahead", "fed")
 
-    def __init__(self, lane: int, source: Any):
+    def __init__(self, lane: int, source: WorkSource):
         self.lane, self.source = lane, source
         self.pointers = np.zeros((0, 3), dtype=np.int64)
         self.components = np.zeros(0, dtype=np.int64)
@@ -92,7 +118,7 @@ class LaneMux:
     pulled one chunk early from a clone of the lane's source (the stream is unchanged).
     """
 
-    def __init__(self, template: Any, lanes: Sequence[int], canonical_replicas: int,
+    def __init__(self, template: WorkSource, lanes: Sequence[int], canonical_replicas: int,
                  entries: Mapping[int, Entry], vocabulary: Mapping[str, int], readahead: Any = None):
         self._vocabulary = vocabulary
         self._template, self._replicas, self.readahead = template, canonical_replicas, readahead
@@ -340,10 +366,10 @@ class Tracker:
         delivered = self._delivered(position)
         out = {}
         for lane, (state, consumed) in self._base.items():
-            event = latest.get(lane)
+            last = latest.get(lane)
             flags = DELIVERED if lane in delivered else 0
-            if event is not None:
-                out[lane] = (event.state, self._count(lane, event.position, position), flags)
+            if last is not None:
+                out[lane] = (last.state, self._count(lane, last.position, position), flags)
             else:
                 out[lane] = (state, consumed + self._count(lane, self._base_position, position), flags)
         return out
@@ -368,7 +394,7 @@ class ItemStream(Iterator):
     ``entries()`` is the ledger after the items returned so far (whatever was read ahead).
     """
 
-    def __init__(self, pipeline: Any, lanes: Sequence[int], canonical_replicas: int,
+    def __init__(self, pipeline: Items, lanes: Sequence[int], canonical_replicas: int,
                  entries: Mapping[int, Entry], block: int | None = None):
         self._pipeline = pipeline
         self._mux = LaneMux(pipeline.source, lanes, canonical_replicas, entries, pipeline.vocabulary,
@@ -401,6 +427,6 @@ class ItemStream(Iterator):
         return self._tracker.entries_at(self._position)
 
 
-def initial_entries(template: Any, lanes: Sequence[int], canonical_replicas: int) -> dict[int, Entry]:
+def initial_entries(template: WorkSource, lanes: Sequence[int], canonical_replicas: int) -> dict[int, Entry]:
     """The ledger at the start of the stream: every lane at its initial state, nothing consumed."""
     return {lane: (template.clone_for_lane(lane, canonical_replicas).state_dict(), 0, 0) for lane in lanes}

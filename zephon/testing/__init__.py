@@ -7,6 +7,14 @@
 | :func:`assert_lanes_partition` | lanes are disjoint and merge into the single-lane stream |
 | :func:`collect` | a source's chunks as a list |
 """
+try:
+    import hypothesis as _hypothesis  # noqa: F401  (the optional dependency of the strategies)
+except ModuleNotFoundError as missing:
+    if missing.name != "hypothesis":
+        raise
+    raise ImportError("zephon.testing needs hypothesis, which is not installed: pip install 'zephon[testing]'") \
+        from missing
+
 from zephon.testing._assertions import assert_lanes_partition, assert_replay_equivalent, collect
 from zephon.testing._strategies import cut_points, datasets, mixtures, source_configs
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from typing import Callable, Iterable
+from typing import Any, Callable, Iterable
 
 from zephon.core.chunk import WorkChunk
 from zephon.core.schedule import lane_of
@@ -19,7 +19,7 @@ SourceFactory = Callable[[], WorkSource]
 
 def collect(source: WorkSource, max_chunks: int = 1000) -> list[WorkChunk]:
     """The source's chunks until it ends, or ``max_chunks`` of them."""
-    chunks = []
+    chunks: list[WorkChunk] = []
     while len(chunks) < max_chunks:
         chunk = source.next_chunk()
         if chunk is None:
@@ -35,7 +35,9 @@ def assert_replay_equivalent(factory: SourceFactory, cuts: Iterable[int], *, max
     are taken at the end (where the restored source must return None).
     """
     source = factory()
-    states, chunks, ended = [], [], False
+    states: list[dict[str, Any]] = []
+    chunks: list[WorkChunk | None] = []
+    ended = False
     while len(chunks) < max_chunks and not ended:
         states.append(json.loads(json.dumps(source.state_dict())))
         chunk = source.next_chunk()

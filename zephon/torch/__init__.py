@@ -13,6 +13,13 @@
 | :func:`detect_topology` | rank / world size as zephon sees them |
 | :class:`WorkerDiedError` | a DataLoader worker died mid-run (names it, its pid, lanes and signal) |
 """
+try:
+    import torch as _torch  # noqa: F401  (the optional dependency this package is built on)
+except ModuleNotFoundError as missing:
+    if missing.name != "torch":
+        raise
+    raise ImportError("zephon.torch needs PyTorch, which is not installed: pip install 'zephon[torch]'") from missing
+
 from zephon.runtime import load_checkpoint, merge_states, migrate_checkpoint, save_checkpoint
 from zephon.torch._collate import collate
 from zephon.torch._datasets import IndexedDataset, StreamDataset

@@ -9,7 +9,7 @@ import torch
 from torch.utils.data import default_collate
 
 from zephon.io import fetch_table
-from zephon.pipeline import KEY_COMPONENT, KEY_SAMPLE_ID
+from zephon.runtime import KEY_COMPONENT, KEY_SAMPLE_ID
 
 
 def collate(items: Sequence[Any]) -> Any:
@@ -20,7 +20,7 @@ def collate(items: Sequence[Any]) -> Any:
     first = items[0]
     if not isinstance(first, Mapping) or KEY_SAMPLE_ID not in first:
         return default_collate(list(items))
-    out = {}
+    out: dict[str, Any] = {}
     for key in first:
         try:
             values = [item[key] for item in items]

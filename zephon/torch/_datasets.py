@@ -6,8 +6,7 @@ from typing import Any, Sequence
 import numpy as np
 from torch.utils.data import Dataset, IterableDataset
 
-from zephon.pipeline import Pipeline
-from zephon.runtime import ItemStream, LaneBook, log_once
+from zephon.runtime import ItemStream, LaneBook, LoaderStateDict, Pipeline, log_once
 from zephon.torch._topology import current_worker, detect_topology
 from zephon.work import PointerSequence
 
@@ -63,8 +62,8 @@ class StreamDataset(IterableDataset):
         self._live = ItemStream(self.pipeline, lanes, self._book.canonical_replicas, self._book.entries(lanes))
         return self._live
 
-    def state_dict(self) -> dict:
-        """Where the lanes read in this process stand (JSON; see ``zephon.runtime._state``)."""
+    def state_dict(self) -> LoaderStateDict:
+        """Where the lanes read in this process stand (JSON: a :class:`zephon.runtime.LoaderStateDict`)."""
         lanes, workers = self._lanes()
         entries = self._live.entries() if self._live is not None else self._book.entries(lanes)
         return self._book.state(entries, num_workers=None if workers == 1 else workers)
@@ -98,7 +97,9 @@ class IndexedDataset(Dataset):
                 "or a streaming-only source); use to_torch_dataset() or zephon.torch.DataLoader instead")
         if (lane is None) != (canonical_replicas is None):
             raise ValueError("pass both lane and canonical_replicas (one lane's stream) or neither (the whole stream)")
-        source = pipeline.source if lane is None else pipeline.source.clone_for_lane(lane, canonical_replicas)
+        source = pipeline.source
+        if lane is not None and canonical_replicas is not None:
+            source = source.clone_for_lane(lane, canonical_replicas)
         self._pipeline = pipeline
         self._sequence = PointerSequence(source)
         pipeline.items_at(np.zeros((0, 3), dtype=np.int64))  # fail now if components cannot be named

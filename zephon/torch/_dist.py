@@ -7,8 +7,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from zephon.runtime import merge_states
-from zephon.runtime._state import KIND
+from zephon.runtime import LOADER_STATE_KIND, LoaderStateDict, merge_states
 
 
 def collective_device(group: Any) -> torch.device:
@@ -19,7 +18,7 @@ def collective_device(group: Any) -> torch.device:
     return torch.device("cpu")
 
 
-def all_gather_state(state: dict, group: Any = None) -> dict:
+def all_gather_state(state: LoaderStateDict, group: Any = None) -> LoaderStateDict:
     """Every rank's loader state merged into one global state, on every rank (a collective).
 
     Call it on all ranks of ``group`` (default: the world) with each rank's
@@ -45,7 +44,7 @@ def all_gather_state(state: dict, group: Any = None) -> dict:
     return merge_states(states)
 
 
-def stateful_dataloader_state(state: Any) -> dict:
+def stateful_dataloader_state(state: Any) -> LoaderStateDict:
     """The zephon state inside a torchdata ``StatefulDataLoader.state_dict()``: its readers'
     :class:`StreamDataset` states (one per worker, or the main process's), merged into the
     rank's state. Feed it to :func:`all_gather_state` for a global checkpoint."""
@@ -53,7 +52,7 @@ def stateful_dataloader_state(state: Any) -> dict:
 
     def walk(value: Any) -> None:
         if isinstance(value, dict):
-            if value.get("kind") == KIND:
+            if value.get("kind") == LOADER_STATE_KIND:
                 found.append(value)
                 return
             for item in value.values():

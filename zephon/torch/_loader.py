@@ -37,16 +37,15 @@ import torch
 import torch.utils.data as tud
 from torch.utils.data import IterableDataset, get_worker_info
 
-from zephon.pipeline import KEY_COMPONENT, KEY_SAMPLE_ID, Pipeline
-from zephon.runtime import LaneBook, LaneMux, Tracker, log_once
-from zephon.runtime._even import Even, RankCount, count_rank, count_ranks, countable, even_target, maybe_finite
-from zephon.runtime._stats import LoaderStats
-from zephon.runtime._stream import DROPPED, SERVED, Entry, Event, Segment
+from zephon.runtime import (
+    DROPPED, KEY_COMPONENT, KEY_SAMPLE_ID, SERVED, Entry, Even, Event, LaneBook, LaneMux, LoaderStateDict, LoaderStats,
+    Pipeline, RankCount, Segment, Tracker, count_rank, count_ranks, countable, even_target, log_once, maybe_finite,
+)
 from zephon.torch._collate import collate, columnar_batch
 from zephon.torch._dist import collective_device
 from zephon.torch._topology import Topology, current_worker, detect_topology
 from zephon.torch._workers import WorkerDiedError, dead_worker, guard_worker, watch_workers
-from zephon.work.source import WorkSource
+from zephon.work import WorkSource
 
 POINTER_BUNDLE = 16384  # samples per bundle on the pointer fast path
 RECORD_BUNDLE = 2048  # samples per bundle when records are read
@@ -115,7 +114,7 @@ class _Readers(IterableDataset):
     def __getstate__(self) -> dict:
         """Only with a "spawn" / "forkserver" worker start: the pipeline must then pickle."""
         try:
-            pickle.dumps(self.plan.pipeline)
+            pickle.dumps(None if self.plan is None else self.plan.pipeline)
         except Exception as error:
             raise TypeError(
                 f"the pipeline cannot be pickled ({type(error).__name__}: {error}), so DataLoader workers cannot "
@@ -192,7 +191,9 @@ class _Cursor:
 
     def __init__(self, bundle: Bundle, pipeline: Pipeline, size: int | None):
         self.bundle, self.next, self.size = bundle, 0, size
-        self.pointers = self.names = self.ids = None
+        self.pointers: Any = None  # torch tensor of the bundle's pointers
+        self.names: Any = None  # component names, one per pointer
+        self.ids: Any = None  # pointers as lists (one item at a time)
         if bundle.pointers is not None:
             pointers = bundle.pointers
             if isinstance(pointers, np.ndarray):
@@ -200,20 +201,24 @@ class _Cursor:
             self.pointers = pointers
             n = self.length = len(pointers)
             self.count = n if size is None else -(-n // size)
+            assert bundle.components is not None  # bundles of pointers carry their components
             self.names = pipeline.component_names(bundle.components)
             if size is None:
                 self.ids = pointers.tolist()
         else:
+            assert bundle.units is not None  # a bundle holds pointers or units
             self.count = len(bundle.units)
 
     def take(self, stats: LoaderStats) -> tuple[Any, int]:
         k, bundle = self.next, self.bundle
         self.next += 1
         if bundle.units is not None:
+            assert bundle.ends is not None and bundle.tally is not None and bundle.dropped is not None  # units carry these
             unit, bundle.units[k] = bundle.units[k], None
             stats.count(bundle.tally[k])
             stats.filtered += bundle.dropped[k]
             return unit, bundle.ends[k]
+        assert bundle.components is not None  # a bundle of pointers carries their components
         if self.size is None:
             stats.count(bundle.components[k:k + 1])
             return {KEY_SAMPLE_ID: tuple(self.ids[k]), KEY_COMPONENT: self.names[k]}, bundle.start + k + 1
@@ -303,6 +308,7 @@ class _LoaderIterator:
     def _hold_back(self) -> None:
         """The equal-steps budget ran out: count and say (once) what this rank holds back."""
         even, stats = self._even, self._stats
+        assert even is not None  # only an equal-steps budget runs out
         if even.held_back_units or stats.ended:
             return
         entries = self.entries()
@@ -516,7 +522,7 @@ class DataLoader(tud.DataLoader):
                   "source": source_settings(book.pipeline.source)}
         log.debug("zephon: resolved configuration %s", json.dumps(config, default=str))
 
-    def __iter__(self) -> _LoaderIterator:
+    def __iter__(self) -> _LoaderIterator:  # type: ignore[override]  # zephon's iterator wraps torch's
         self._settle()
         book = self._zephon_book
         readers = self._readers()
@@ -529,9 +535,11 @@ class DataLoader(tud.DataLoader):
         plan = _Plan(book.pipeline, book.canonical_replicas, lanes, book.entries(), batch_size, drop_last, collate_fn)
         even = self._even()
         self._log_config(plan, even)
-        self.dataset.plan = plan
+        readers_dataset = self.dataset
+        assert isinstance(readers_dataset, _Readers)
+        readers_dataset.plan = plan
         if self.persistent_workers and self._iterator is not None:
-            self._iterator._shutdown_workers()  # workers must start from the new position
+            self._iterator._shutdown_workers()  # type: ignore[attr-defined]  # workers must start anew
             self._iterator = None
         live = _LoaderIterator(super().__iter__(), plan, self._zephon_stats, even, self._counter())
         if self.num_workers > 0:
@@ -567,7 +575,7 @@ class DataLoader(tud.DataLoader):
         return self._zephon_stats.as_json(self.canonical_replicas, self._entries(),
                                           None if even is None else even.as_json())
 
-    def state_dict(self) -> dict:
+    def state_dict(self) -> LoaderStateDict:
         """Where this rank's lanes stand after the last batch received (JSON; size ∝ lanes)."""
         return self._zephon_book.state(self._entries(), num_workers=self.num_workers)
 

@@ -33,6 +33,7 @@ def detect_topology(rank: int | None = None, world_size: int | None = None) -> T
         if value is not None and (type(value) is not int or value < 0):
             raise ValueError(f"{name}={value!r} must be an int >= 0")
     local_rank = _env_int("LOCAL_RANK") or 0
+    found: tuple[int, int | None, str]
     if dist.is_available() and dist.is_initialized():
         found = dist.get_rank(), dist.get_world_size(), "torch.distributed"
     elif _env_int("WORLD_SIZE") is not None:
@@ -45,6 +46,7 @@ def detect_topology(rank: int | None = None, world_size: int | None = None) -> T
         r = found[0] if rank is None else rank
         w = found[1] if world_size is None else world_size
         origin = "explicit"
+    assert w is not None  # WORLD_SIZE was set when it was read
     if w < 1 or not 0 <= r < w:
         raise ValueError(f"rank={r} and world_size={w} do not fit: need 0 <= rank < world_size and world_size >= 1")
     return Topology(r, w, local_rank, origin)

@@ -6,6 +6,7 @@
 | :class:`PhasedMixtureWorkSource`, :class:`Phase` | a curriculum: mixtures that change at set points of the run |
 | :func:`migrate`, :class:`Migration` | continue a run under a new mixture or datasets (a report of what was unread) |
 | :class:`WorkSource` | the interface to implement for a custom curriculum |
+| :func:`check_lane`, :func:`check_replicas` | the checks of a lane binding (``lane_id``, ``canonical_replicas``) |
 | :class:`WorkChunk` | a bundle of sample pointers grouped by component |
 | :class:`MixtureSpec` | validated mixture weights |
 | :class:`MixtureReadConfig` and its enums | how a chunk's pointers are interleaved when read |
@@ -16,12 +17,13 @@ from zephon.core.chunk import ComponentOrder, MixtureReadConfig, MixtureReadMode
 from zephon.work.phased_mixture import Phase, PhasedMixtureWorkSource
 from zephon.work.migration import Migration, migrate
 from zephon.work.sequence import PointerSequence
-from zephon.work.source import WorkSource
+from zephon.work.source import WorkSource, check_lane, check_replicas
 from zephon.work.spec import MixtureSpec
 from zephon.work.static_mixture import StaticMixtureWorkSource
 from zephon.work.tokens import TokenEstimation
 
 __all__ = [
-    "ComponentOrder", "MixtureReadConfig", "MixtureReadMode", "Migration", "MixtureSpec", "Phase", "PhasedMixtureWorkSource", "PointerSequence", "SampleId",
-    "StaticMixtureWorkSource", "TokenEstimation", "WorkChunk", "WorkSource", "migrate",
+    "ComponentOrder", "MixtureReadConfig", "MixtureReadMode", "Migration", "MixtureSpec", "Phase",
+    "PhasedMixtureWorkSource", "PointerSequence", "SampleId", "StaticMixtureWorkSource", "TokenEstimation", "WorkChunk",
+    "WorkSource", "check_lane", "check_replicas", "migrate",
 ]

@@ -25,7 +25,8 @@ from pathlib import Path
 
 import numpy as np
 
-from zephon.core.keys import derive, purpose_key
+from zephon.core.config import FALLBACK, MEASURED
+from zephon.core.keys import DOMAIN_CALIBRATION, derive, purpose_key
 from zephon.core.perm import perm_range
 from zephon.io import Dataset
 from zephon.io.atomic import write_atomically
@@ -33,9 +34,7 @@ from zephon.io.catalog import cache_root
 from zephon.io.progress import Progress
 from zephon.work.tokens import TokenEstimation
 
-DOMAIN_CALIBRATION = 0x7A3D9E1B5C2F4086  # keys of calibration draws (a purpose of its own)
 MIN_MEASURED = 32  # fewer tokenized records than this falls back
-MEASURED, PINNED, FALLBACK = "measured", "pinned", "fallback"
 
 
 def tokenizer_identity(estimation: TokenEstimation) -> str:

@@ -7,14 +7,15 @@ from __future__ import annotations
 import math
 import numbers
 import warnings
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
-from zephon.core.alloc import BUILT_IN, Allocator
+from zephon.core.alloc import BUILT_IN, Allocator, check_weights
 from zephon.core.config import (
     CARRY,
     MODULO,
     PASS_TAILS,
     PERMUTE,
+    PINNED,
     POLICIES,
     REDISTRIBUTE,
     REPEAT,
@@ -51,11 +52,11 @@ def _int(parameter: str, value: Any, minimum: int, example: str, maximum: int | 
     """``value`` as an int in ``[minimum, maximum]``; bools, floats and arrays are refused."""
     if type(value) is bool or not isinstance(value, numbers.Integral):
         raise TypeError(f"{parameter} must be an int >= {minimum}, got {show(value)}; pass e.g. {example}")
-    value = int(value)
-    if value < minimum or (maximum is not None and value > maximum):
+    number = int(value)
+    if number < minimum or (maximum is not None and number > maximum):
         bound = f">= {minimum}" if maximum is None else f"in [{minimum}, {maximum}]"
-        raise ValueError(f"{parameter} must be {bound}, got {show(value)}; pass e.g. {example}")
-    return value
+        raise ValueError(f"{parameter} must be {bound}, got {show(number)}; pass e.g. {example}")
+    return number
 
 
 def _bool(parameter: str, value: Any) -> bool:
@@ -64,7 +65,8 @@ def _bool(parameter: str, value: Any) -> bool:
     return value
 
 
-def _per_dataset(parameter: str, value: Any, names: Sequence[str], default: Any, check) -> list[Any]:
+def _per_dataset(parameter: str, value: Any, names: Sequence[str], default: Any,
+                 check: Callable[[str, Any], Any]) -> list[Any]:
     """Expand a value or a mapping name → value (omitted names take ``default``) to a list."""
     if isinstance(value, Mapping):
         known = set(names)
@@ -215,7 +217,7 @@ def _warn_no_effect(plans: list[DatasetPlan], shuffles: bool) -> None:
                           stacklevel=4)
 
 
-def check_liveness(plans: Sequence[DatasetPlan], chunk_size: int, allocation: str,
+def check_liveness(plans: Sequence[DatasetPlan], chunk_size: int, allocator: Allocator,
                    shares: Sequence[float] | None = None) -> None:
     """Refuse datasets that can never fill their share of a chunk (SPEC §1).
 
@@ -225,19 +227,15 @@ def check_liveness(plans: Sequence[DatasetPlan], chunk_size: int, allocation: st
         raise ValueError("every dataset is empty; give at least one dataset samples")
     redistributing = any(d.policy == REDISTRIBUTE for d in plans)
     shares = [d.weight for d in plans] if shares is None else list(shares)
-    all_weights = sum(p.weight for p in plans)
     weight_sum = 0.0
     for d, share in zip(plans, shares):
         if not (redistributing and d.policy == REDISTRIBUTE):
             weight_sum += share
-    for d, share in zip(plans, shares):
+    for d in plans:
         if d.policy == STOP and d.total == 0:
             raise ValueError(f"dataset {d.name!r} is empty and its exhausted_policy is 'stop'; drop it or give it samples")
-        if allocation == "fixed" and d.weight / all_weights * chunk_size < 1:
-            raise ValueError(
-                f"allocation='fixed' needs weight x chunk_size >= 1 for every dataset, {d.name!r} has less; "
-                f"raise chunk_size or use allocation='accumulator'"
-            )
+    check_weights(allocator, [d.weight for d in plans], chunk_size, [d.name for d in plans])
+    for d, share in zip(plans, shares):
         if d.policy != REPEAT:
             continue
         x = share / weight_sum * chunk_size
@@ -282,11 +280,11 @@ def resolve(
         DatasetPlan(name=d.name, shard_ids=d.ids(), shard_counts=d.counts(), weight=w, policy=p,
                     max_repeats=r, reshuffle_on_repeat=s, block_size=b, data_fingerprint=d.fingerprint(),
                     shard_bytes=d.raw_bytes(), token_ratio=pinned.get(d.name),
-                    ratio_origin="pinned" if d.name in pinned else None, pass_tail=t)
+                    ratio_origin=PINNED if d.name in pinned else None, pass_tail=t)
         for d, w, p, r, s, b, t in zip(datasets, weights, policies, repeats, reshuffle, blocks, tails)
     ]
     if liveness and (token_estimation is None or len(pinned) == len(plans)):
-        check_liveness(plans, chunk_size, allocator.name, token_shares(plans) if token_estimation else None)
+        check_liveness(plans, chunk_size, allocator, token_shares(plans) if token_estimation else None)
     _warn_no_effect(plans, shuffle_shards or shuffle_within_shard or any(d.block_size > 1 for d in plans))
     config = SourceConfig(
         datasets=tuple(plans), chunk_size=chunk_size, seed=int(seed), shuffle_shards=shuffle_shards,

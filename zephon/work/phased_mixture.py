@@ -109,11 +109,7 @@ def _phases(value: Any, token_mode: bool) -> list[Phase]:
 def phase_config(base: SourceConfig, weights: dict[str, float]) -> SourceConfig:
     """``base`` with a phase's weights (0 for paused datasets), summed in the phase's order."""
     names = list(base.names)
-    plans = []
-    for d in base.datasets:
-        plan = dataclasses.replace(d, weight=weights.get(d.name, 0.0))
-        object.__setattr__(plan, "layouts", d.layouts)  # the cursor's memo is weight-free: share it
-        plans.append(plan)
+    plans = [dataclasses.replace(d, weight=weights.get(d.name, 0.0)) for d in base.datasets]
     order = tuple(names.index(n) for n in weights) + tuple(c for c, n in enumerate(names) if n not in weights)
     return dataclasses.replace(base, datasets=tuple(plans), weight_order=order)
 
@@ -123,7 +119,7 @@ def _check_phase(config: SourceConfig, k: int) -> None:
     active = [d for d in config.datasets if d.weight > 0.0]
     shares = token_shares(active) if config.token_mode else None
     try:
-        check_liveness(active, config.chunk_size, config.allocator.name, shares)
+        check_liveness(active, config.chunk_size, config.allocator, shares)
     except ValueError as error:
         raise ValueError(f"phase {k}: {error}") from None
 

@@ -14,7 +14,7 @@ from zephon.core.chunk import SampleId
 from zephon.work.source import WorkSource
 
 
-class PointerSequence(Sequence):
+class PointerSequence(Sequence[SampleId]):
     """``seq[i]`` is ``source.sample_id_at(i)``; a slice or an index array gives ``(n, 3)`` int64."""
 
     def __init__(self, source: WorkSource):
@@ -28,7 +28,8 @@ class PointerSequence(Sequence):
     def __len__(self) -> int:
         return len(self._source)
 
-    @overload
+    # A slice or an index array gives one (n, 3) array, not a sequence of tuples.
+    @overload  # type: ignore[override]
     def __getitem__(self, i: int) -> SampleId: ...
 
     @overload

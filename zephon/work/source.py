@@ -5,21 +5,29 @@ import abc
 import copy
 from typing import Any, Mapping
 
+import numpy as np
+
+from zephon.core.checkpoint import KEY_LANE, KEY_REPLICAS
 from zephon.core.chunk import SampleId, WorkChunk
 from zephon.io import Dataset
 from zephon.limits import MAX_REPLICAS, show
 
-KEY_LANE, KEY_REPLICAS = "lane", "canonical_replicas"
+
+def check_replicas(canonical_replicas: Any) -> int:
+    """Refuse a number of lanes that is not an int >= 1 (the one check of ``canonical_replicas``)."""
+    if type(canonical_replicas) is not int:
+        raise TypeError(f"canonical_replicas must be an int, got {show(canonical_replicas)}; pass the number of lanes")
+    if not 1 <= canonical_replicas <= MAX_REPLICAS:
+        raise ValueError(f"canonical_replicas must be in [1, {MAX_REPLICAS}], got {show(canonical_replicas)}; "
+                         "pass the number of lanes")
+    return canonical_replicas
 
 
 def check_lane(lane_id: Any, canonical_replicas: Any) -> None:
     """Refuse a lane binding outside ``0 <= lane_id < canonical_replicas``, ``R >= 1``."""
-    for name, value in (("lane_id", lane_id), ("canonical_replicas", canonical_replicas)):
-        if type(value) is not int:
-            raise TypeError(f"{name} must be an int, got {show(value)}")
-    if not 1 <= canonical_replicas <= MAX_REPLICAS:
-        raise ValueError(f"canonical_replicas must be in [1, {MAX_REPLICAS}], got {show(canonical_replicas)}; "
-                         "pass the number of lanes")
+    check_replicas(canonical_replicas)
+    if type(lane_id) is not int:
+        raise TypeError(f"lane_id must be an int, got {show(lane_id)}")
     if not 0 <= lane_id < canonical_replicas:
         raise ValueError(
             f"lane_id must be in [0, canonical_replicas={canonical_replicas}), got {show(lane_id)}; pick one of the lanes"
@@ -116,3 +124,9 @@ class WorkSource(abc.ABC):
 
     def sample_id_at(self, index: int) -> SampleId:
         raise NotImplementedError(f"{type(self).__name__} is streaming-only; it has no random access")
+
+    def sample_ids_at(self, indices: Any) -> np.ndarray:
+        """The samples at ``indices`` as an ``(n, 3)`` int64 array (``sample_id_at`` for each, unless
+        the source has a batched lookup)."""
+        flat = np.asarray(indices, dtype=np.int64).reshape(-1)
+        return np.array([self.sample_id_at(int(i)) for i in flat], dtype=np.int64).reshape(-1, 3)

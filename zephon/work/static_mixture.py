@@ -102,5 +102,5 @@ class StaticMixtureWorkSource(MixtureShell):
                           ) -> SourceConfig:
         """The config (this source's by default) with these token ratios, checked for liveness."""
         config = with_ratios(config or self._config, ratios)
-        check_liveness(config.datasets, config.chunk_size, config.allocator.name, token_shares(config.datasets))
+        check_liveness(config.datasets, config.chunk_size, config.allocator, token_shares(config.datasets))
         return config

@@ -15,7 +15,7 @@ MEASURE = "measure"
 
 
 def _positive(parameter: str, value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not (math.isfinite(value) and value > 0):
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not (math.isfinite(value) and float(value) > 0):
         raise ValueError(f"TokenEstimation {parameter} must be a positive finite number, got {value!r}")
     return float(value)
 

@@ -23,10 +23,9 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import numpy as np
 
-from zephon.io import fetch
-from zephon.io._readahead import Readahead
+from zephon.io import Readahead, fetch
 from zephon.runtime._stream import DROPPED, ItemStream, component_table, initial_entries
-from zephon.work.source import WorkSource
+from zephon.work import WorkSource
 
 KEY_SAMPLE_ID, KEY_COMPONENT, KEY_RECORD = "_sample_id", "_component", "record"
 PREFETCH_BYTES = 256 << 20  # readahead bound per reader when data is not on a local disk
@@ -55,8 +54,8 @@ def _mapped(fn: Callable[[Any], Any], item: Any) -> Any:
 def _same_columns(datasets: Any, columns: tuple[str, ...] | None) -> bool:
     """Whether every dataset is a path dataset with the same (selected) columns: batches can then
     be read as Arrow columns; otherwise items are collated (which names mixed fields clearly)."""
-    catalogs = [getattr(d, "catalog", None) for d in datasets]
-    if not catalogs or any(c is None for c in catalogs):
+    catalogs = [c for c in (getattr(d, "catalog", None) for d in datasets) if c is not None]
+    if not catalogs or len(catalogs) < len(datasets):
         return False
     schemas = {tuple(sorted((n, t) for n, t in (c.schema() or ()) if columns is None or n in columns))
                for c in catalogs}
@@ -271,6 +270,9 @@ class Pipeline:
         return ItemStream(self, [0], 1, initial_entries(self._source, [0], 1))
 
     # -- torch front ends (import torch) ------------------------------------------------------
+    # The one upward reference of the runtime: the seed names these methods on Pipeline, while
+    # zephon.torch is built on this package. Importing inside the method keeps the module graph
+    # acyclic and torch optional.
 
     def to_torch_dataset(self, *, canonical_replicas: int | None = None, mapping: str = "contiguous",
                          rank: int | None = None, world_size: int | None = None) -> Any:

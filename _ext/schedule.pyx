@@ -201,12 +201,13 @@ cdef int64_t _slot_in_block(int64_t block, int64_t lane, int64_t replicas, uint6
     return <int64_t>perm_invert(&lanes, <uint64_t>lane)
 
 
-cdef int64_t _next_own(int64_t g, int64_t lane, int64_t replicas, bint permute, uint64_t lane_key) noexcept nogil:
-    """The first global chunk >= g that belongs to ``lane`` (lane_of in zephon/core/schedule.py)."""
+cdef int64_t _next_own(int64_t g, int64_t lane, int64_t replicas, int routing, uint64_t lane_key) noexcept nogil:
+    """The first global chunk >= g that belongs to ``lane``: the inverse side of each routing
+    of zephon/core/routing.py (``routing`` is its ``code``)."""
     cdef int64_t block = g // replicas, own
     if replicas == 1:  # every chunk is the lane's, whatever the routing
         return g
-    if not permute:
+    if routing == ROUTE_MODULO:
         return g + (lane - g % replicas + replicas) % replicas
     while True:
         own = block * replicas + _slot_in_block(block, lane, replicas, lane_key)
@@ -254,15 +255,15 @@ cdef void _draw_starts(Schedule* s, const int64_t* tails, int64_t* start_epochs,
             _carry_back(s, c, tails[c], &start_epochs[c], &start_positions[c])
 
 
-cdef Py_ssize_t _walk(Schedule* s, int64_t lane, int64_t replicas, bint permute, uint64_t lane_key,
+cdef Py_ssize_t _walk(Schedule* s, int64_t lane, int64_t replicas, int routing, uint64_t lane_key,
                       int64_t* g, double* acc, int64_t* epochs, int64_t* positions, int64_t* tails,
                       int64_t* quotas, int64_t* start_epochs, int64_t* start_positions) noexcept nogil:
     """Plan chunks from g[0] until the lane's own one; other lanes' chunks only move numbers."""
-    return _walk_some(s, lane, replicas, permute, lane_key, g, acc, epochs, positions, tails, quotas,
+    return _walk_some(s, lane, replicas, routing, lane_key, g, acc, epochs, positions, tails, quotas,
                       start_epochs, start_positions, INT64_MAX)
 
 
-cdef Py_ssize_t _walk_some(Schedule* s, int64_t lane, int64_t replicas, bint permute, uint64_t lane_key,
+cdef Py_ssize_t _walk_some(Schedule* s, int64_t lane, int64_t replicas, int routing, uint64_t lane_key,
                            int64_t* g, double* acc, int64_t* epochs, int64_t* positions, int64_t* tails,
                            int64_t* quotas, int64_t* start_epochs, int64_t* start_positions,
                            int64_t budget) noexcept nogil:
@@ -275,7 +276,7 @@ cdef Py_ssize_t _walk_some(Schedule* s, int64_t lane, int64_t replicas, bint per
     walk, which only counts samples, skips that).
     """
     cdef Py_ssize_t c, status
-    cdef int64_t own = _next_own(g[0], lane, replicas, permute, lane_key)
+    cdef int64_t own = _next_own(g[0], lane, replicas, routing, lane_key)
     cdef int64_t stop = own if budget >= own - g[0] else g[0] + budget  # no pause at or after ``own``
     while True:
         if g[0] >= stop and g[0] < own:
@@ -314,11 +315,13 @@ cdef class Scheduler:
     def __init__(self, int allocator, const double[::1] raw_weights, const int64_t[::1] totals,
                  const int64_t[::1] policies, const int64_t[::1] max_repeats, const int64_t[::1] carry,
                  const int64_t[::1] sum_order, int64_t stop_after, int64_t chunk_size, int64_t lane,
-                 int64_t replicas, bint permute, uint64_t lane_key):
+                 int64_t replicas, int routing, uint64_t lane_key):
+        if routing != ROUTE_MODULO and routing != ROUTE_PERMUTE:
+            raise ValueError(f"routing code {routing} is not a kernel routing (zephon/core/routing.py)")
         self.allocator, self.raw_weights, self.totals, self.sum_order = allocator, raw_weights, totals, sum_order
         self.policies, self.max_repeats, self.carry, self.stop_after = policies, max_repeats, carry, stop_after
         self.chunk_size, self.lane, self.replicas = chunk_size, lane, replicas
-        self.permute, self.lane_key = permute, lane_key
+        self.routing, self.lane_key = routing, lane_key
 
     def __reduce__(self):
         """Pickle by the constructor's arguments (for spawned DataLoader workers)."""
@@ -326,7 +329,7 @@ cdef class Scheduler:
                            np.asarray(self.policies), np.asarray(self.max_repeats), np.asarray(self.carry),
                            np.asarray(self.sum_order),
                            self.stop_after,
-                           self.chunk_size, self.lane, self.replicas, self.permute, self.lane_key)
+                           self.chunk_size, self.lane, self.replicas, self.routing, self.lane_key)
 
     cdef int _open(self, Schedule* s, double* weights) except -1:
         cdef Py_ssize_t c, n = self.totals.shape[0]
@@ -356,7 +359,7 @@ cdef class Scheduler:
                           int64_t* tails, int64_t* out) noexcept nogil:
         """``_walk`` for this lane; ``out`` holds three rows of n (pointers, not memoryviews: this
         runs once per chunk of an index walk)."""
-        return _walk(s, self.lane, self.replicas, self.permute, self.lane_key, g, acc, epochs, positions, tails,
+        return _walk(s, self.lane, self.replicas, self.routing, self.lane_key, g, acc, epochs, positions, tails,
                      out, out + s.n, out + 2 * s.n)
 
     def plan_next(self, int64_t chunk_index, double[::1] acc, int64_t[::1] epochs, int64_t[::1] positions,
@@ -377,7 +380,7 @@ cdef class Scheduler:
         try:
             while True:
                 with nogil:
-                    status = _walk_some(&s, self.lane, self.replicas, self.permute, self.lane_key, &g, &acc[0],
+                    status = _walk_some(&s, self.lane, self.replicas, self.routing, self.lane_key, &g, &acc[0],
                                         &epochs[0], &positions[0], &tails[0], &out[0, 0], &out[1, 0], &out[2, 0],
                                         budget)
                     if status == PLANNED:

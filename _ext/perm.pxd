@@ -45,22 +45,23 @@ cdef inline Perm perm_make(uint64_t key, uint64_t n) noexcept nogil:
     return p
 
 
+cdef extern from "feistel.h" nogil:
+    # The one C definition of the network (the twin is zephon/core/perm.py): the round
+    # function, one scalar pass, and the batched network, SIMD where the CPU has it.
+    uint64_t zephon_f(uint64_t round_key, uint64_t v)
+    uint64_t zephon_network(uint64_t key, uint64_t bits, uint64_t b, uint64_t x)
+    void zephon_perm_many(uint64_t* x, size_t m, uint64_t key, uint64_t n)
+    void zephon_perm_each(uint64_t* x, const uint64_t* keys, const uint64_t* ns, size_t m)
+
+
 cdef inline uint64_t _round(uint64_t key, int r, uint64_t v) noexcept nogil:
-    """F_r(v): 32 bits of v < 2**32; must match zephon/core/perm.py::_round and feistel.h."""
-    cdef uint64_t z = (v ^ (key + <uint64_t>r * GOLDEN)) * <uint64_t>0xBF58476D1CE4E5B9ULL
-    z = (z ^ (z >> 32)) * <uint64_t>0x94D049BB133111EBULL
-    return z >> 32
+    """F_r(v): 32 bits of v < 2**32 (``zephon_f`` of round key ``key + r·GOLDEN``)."""
+    return zephon_f(key + <uint64_t>r * GOLDEN, v)
 
 
 cdef inline uint64_t _scale(uint64_t f, uint64_t b) noexcept nogil:
     """Lemire's multiply-shift: a 32-bit f mapped to [0, b), b <= 2**32, without division."""
     return (f * b) >> 32
-
-
-cdef inline uint64_t _add_mod(uint64_t x, uint64_t y, uint64_t b) noexcept nogil:
-    """(x + y) mod b for x, y < b (a conditional move, not a branch)."""
-    x += y
-    return x - b if x >= b else x
 
 
 cdef inline uint64_t _sub_mod(uint64_t x, uint64_t y, uint64_t b) noexcept nogil:
@@ -69,19 +70,8 @@ cdef inline uint64_t _sub_mod(uint64_t x, uint64_t y, uint64_t b) noexcept nogil
 
 
 cdef inline uint64_t _network(const Perm* p, uint64_t x) noexcept nogil:
-    """One pass of the network on x = high·a + low < a·b: even rounds move high, odd rounds low.
-
-    Must match zephon_network in feistel.h.
-    """
-    cdef uint64_t mask = ((<uint64_t>1) << p.bits) - 1
-    cdef uint64_t low = x & mask, high = x >> p.bits
-    cdef int r
-    for r in range(PERM_ROUNDS):
-        if (r & 1) == 0:
-            high = _add_mod(high, _scale(_round(p.key, r, low), p.b), p.b)
-        else:
-            low = (low + _round(p.key, r, high)) & mask
-    return (high << p.bits) | low
+    """One pass of the network on x = high·a + low < a·b (``zephon_network``)."""
+    return zephon_network(p.key, <uint64_t>p.bits, p.b, x)
 
 
 cdef inline uint64_t _network_inverse(const Perm* p, uint64_t x) noexcept nogil:
@@ -121,11 +111,6 @@ cdef inline uint64_t perm_invert(const Perm* p, uint64_t j) noexcept nogil:
         x = _network_inverse(p, x)
     return x
 
-
-cdef extern from "feistel.h" nogil:
-    # The batched network, SIMD where the CPU has it; see the header.
-    void zephon_perm_many(uint64_t* x, size_t m, uint64_t key, uint64_t n)
-    void zephon_perm_each(uint64_t* x, const uint64_t* keys, const uint64_t* ns, size_t m)
 
 
 cdef inline void perm_apply_many(const Perm* p, uint64_t* x, Py_ssize_t m) noexcept nogil:

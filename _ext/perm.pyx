@@ -1,5 +1,5 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
-"""Batched random-access permutation: the doors to zephon/_ext/perm.pxd."""
+"""Batched random-access permutation: the doors to _ext/perm.pxd."""
 import numpy as np
 from libc.stdint cimport int64_t, uint64_t
 from zephon._ext.perm cimport Perm, perm_apply_each, perm_apply_many, perm_invert, perm_make

@@ -11,6 +11,8 @@ cdef enum:
     REPEAT = 1
     REDISTRIBUTE = 2
     PLANNED = -2  # _walk planned the lane's chunk
+    ROUTE_MODULO = 0  # lane routing codes: zephon.core.routing's Routing.code
+    ROUTE_PERMUTE = 1
     ALL_DONE = -1  # every dataset is done or none is active (else _walk returns the ending dataset)
 
 
@@ -36,7 +38,7 @@ cdef struct Schedule:
     int64_t* lags  # per dataset: tails, then them as whole passes and a rest (_carry_back's cache)
 
 
-cdef Py_ssize_t _walk(Schedule* s, int64_t lane, int64_t replicas, bint permute, uint64_t lane_key,
+cdef Py_ssize_t _walk(Schedule* s, int64_t lane, int64_t replicas, int routing, uint64_t lane_key,
                       int64_t* g, double* acc, int64_t* epochs, int64_t* positions, int64_t* tails,
                       int64_t* quotas, int64_t* start_epochs, int64_t* start_positions) noexcept nogil
 
@@ -72,7 +74,7 @@ cdef class Scheduler:
     cdef const int64_t[::1] totals, policies, max_repeats, carry, sum_order
     cdef int allocator
     cdef int64_t stop_after, chunk_size, lane, replicas
-    cdef bint permute
+    cdef int routing  # ROUTE_MODULO or ROUTE_PERMUTE
     cdef uint64_t lane_key
 
     cdef int _open(self, Schedule* s, double* weights) except -1

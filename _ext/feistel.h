@@ -1,4 +1,4 @@
-/* Batched Feistel network of zephon's random-access permutations (zephon/_ext/perm.pxd).
+/* Batched Feistel network of zephon's random-access permutations (_ext/perm.pxd).
  *
  * Defined by zephon/core/perm.py::perm_reference; the scalar network in perm.pxd computes
  * the same function one element at a time. Everything here must match both.
@@ -25,7 +25,7 @@
 #define ZEPHON_BATCH 64            /* SIMD group; must match PERM_BATCH in perm.pxd */
 #define ZEPHON_LANES 8             /* scalar group (8 beat 4 and 16) */
 #define ZEPHON_F_GOLDEN 0x9E3779B97F4A7C15ULL  /* must match GOLDEN in _keys.pxd */
-#define ZEPHON_F_M1 0xBF58476D1CE4E5B9ULL      /* must match _round in perm.pxd */
+#define ZEPHON_F_M1 0xBF58476D1CE4E5B9ULL      /* zephon_f's multipliers */
 #define ZEPHON_F_M2 0x94D049BB133111EBULL
 
 #if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__) \
@@ -41,14 +41,14 @@
 #define ZEPHON_BODY static inline
 #endif
 
-/* The round function F_r(v) (v < 2**32): must match _round in perm.pxd. */
+/* The round function F_r(v) (v < 2**32): the one C definition (every kernel, through perm.pxd). */
 static inline uint64_t zephon_f(uint64_t round_key, uint64_t v) {
     uint64_t z = (v ^ round_key) * ZEPHON_F_M1;
     z = (z ^ (z >> 32)) * ZEPHON_F_M2;
     return z >> 32;
 }
 
-/* One pass of the network on x = high*2**bits + low (must match _network in perm.pxd). */
+/* One pass of the network on x = high*2**bits + low (perm.pxd uses it for single elements). */
 static inline uint64_t zephon_network(uint64_t key, uint64_t bits, uint64_t b, uint64_t x) {
     uint64_t mask = ((uint64_t)1 << bits) - 1, low = x & mask, high = x >> bits;
     for (int r = 0; r < ZEPHON_ROUNDS; r++) {

@@ -101,7 +101,7 @@ cdef class Lookup:
     cdef const int64_t[::1] reshuffle
     cdef int64_t every, length, chunk_size, lane, replicas
     cdef double per_chunk  # 1 / chunk_size
-    cdef bint permute
+    cdef int routing
     cdef uint64_t lane_key
     cdef Py_ssize_t n, snapshots, max_shapes, shape_budget
     cdef int64_t full_chunks  # chunks of the lane before the first snapshot interval with a short chunk
@@ -139,7 +139,7 @@ cdef class Lookup:
         self.every, self.length, self.chunk_size, self.n, self.snapshots = every, length, chunk_size, n, ints.shape[0]
         self.per_chunk = 1.0 / <double>chunk_size
         self.max_shapes, self.shape_budget = max_shapes, shape_budget
-        self.lane, self.replicas, self.permute = scheduler.lane, scheduler.replicas, scheduler.permute
+        self.lane, self.replicas, self.routing = scheduler.lane, scheduler.replicas, scheduler.routing
         self.lane_key = scheduler.lane_key
         self.lock, self.layouts = threading.Lock(), [None] * n
         self.layout_epochs = <int64_t*>malloc((5 * n + 1) * sizeof(int64_t))  # and state, run_of
@@ -356,7 +356,7 @@ cdef class Lookup:
         cdef Py_ssize_t c, n = self.n
         cdef int64_t* plan = self.plans + 4 * n * chunk
         cdef int64_t total = 0
-        if _walk(sched, self.lane, self.replicas, self.permute, self.lane_key, g, self.state_acc, self.state,
+        if _walk(sched, self.lane, self.replicas, self.routing, self.lane_key, g, self.state_acc, self.state,
                  self.state + n, self.state + 2 * n, plan, plan + n, plan + 2 * n) != PLANNED:
             return False
         for c in range(n):

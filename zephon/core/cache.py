@@ -1,0 +1,125 @@
+"""Tables derived from the frozen configs: built lazily, kept in bounded caches keyed by value.
+
+Configs and plans are values (frozen, hashable, compared by value), so everything the kernels
+need from them is computed here on first use and found again by any equal config (a clone of
+the same lane, a copy unpickled in a worker):
+
+| cache | key | holds |
+|---|---|---|
+| :func:`plan_memo` | a :class:`DatasetPlan` | the cursor's shard tables and pass layouts, token cost lookups |
+| :func:`costs` | a :class:`DatasetPlan` | int64 cost units of one draw per shard (token mode) |
+| :func:`scheduler` | a :class:`SourceConfig` | the scheduling kernel (``None`` when Python plans) |
+| :func:`memoised` | any hashable key | a named table of another core module (e.g. a stream index's lookup kernel) |
+
+Each cache keeps its most recently used entries up to a bound; dropping one only costs
+rebuilding it. :func:`clear` empties them all.
+"""
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from typing import Any, Callable, Hashable, TypeVar
+
+import numpy as np
+
+from zephon._ext.schedule import Scheduler
+from zephon.core.alloc import KERNEL_CODES
+from zephon.core.config import CARRY, POLICIES, DatasetPlan, SourceConfig, read_only, shard_costs
+
+T = TypeVar("T")
+PLANS = 4096  # datasets whose memo is kept (each holds O(#shards) tables)
+CONFIGS = 4096  # lane configs whose scheduling kernel is kept (each O(#datasets))
+TABLES = 64  # other tables (e.g. random-access kernels, each up to ~40 MB)
+
+
+class Bounded:
+    """A thread-safe LRU map that builds a missing value with ``build()`` (outside the lock).
+
+    The hot path is the very key object asked for before (a lane asks once per chunk and
+    dataset): it is answered by identity, without hashing the key; at most ``size`` such
+    objects are remembered (they are held, so their ids stay theirs).
+    """
+
+    def __init__(self, size: int):
+        self._size = size
+        self._items: OrderedDict[Hashable, Any] = OrderedDict()
+        self._recent: dict[int, tuple[Hashable, Any]] = {}
+        self._lock = threading.Lock()
+
+    def get(self, key: Hashable, build: Callable[[], T]) -> T:
+        recent = self._recent.get(id(key))
+        if recent is not None and recent[0] is key:
+            return recent[1]  # type: ignore[no-any-return]
+        with self._lock:
+            found = key in self._items
+            if found:
+                self._items.move_to_end(key)
+                value = self._items[key]
+        if not found:
+            value = build()
+            with self._lock:
+                self._items[key] = value
+                while len(self._items) > self._size:
+                    self._items.popitem(last=False)
+        with self._lock:
+            if len(self._recent) >= self._size:
+                self._recent.clear()
+            self._recent[id(key)] = (key, value)
+        return value  # type: ignore[no-any-return]
+
+    def clear(self) -> None:
+        with self._lock:
+            self._items.clear()
+            self._recent.clear()
+
+
+_MEMOS = Bounded(PLANS)
+_COSTS = Bounded(PLANS)
+_SCHEDULERS = Bounded(CONFIGS)
+_TABLES = Bounded(TABLES)
+
+
+def plan_memo(plan: DatasetPlan) -> dict[Any, Any]:
+    """The mutable memo of derived tables of one dataset plan (its owners choose the keys)."""
+    return _MEMOS.get(plan, dict)
+
+
+def costs(plan: DatasetPlan) -> np.ndarray:
+    """Estimated cost units of one draw from each shard (``shard_costs``); needs a token ratio."""
+    if plan.token_ratio is None or plan.shard_bytes is None:
+        raise ValueError(f"dataset {plan.name!r} has no token ratio (or byte sizes) yet: prime the source first")
+    ratio, shard_bytes = plan.token_ratio, plan.shard_bytes
+    return _COSTS.get(plan, lambda: shard_costs(plan.shard_counts, shard_bytes, ratio))
+
+
+def scheduler(config: SourceConfig) -> Scheduler | None:
+    """The scheduling kernel of ``config``; ``None`` for token mode and a fork's allocator."""
+    return _SCHEDULERS.get(config, lambda: _make_scheduler(config))
+
+
+def memoised(key: Hashable, build: Callable[[], T]) -> T:
+    """A table another core module derives from values in ``key`` (kept among the last ``TABLES``)."""
+    return _TABLES.get(key, build)
+
+
+def clear() -> None:
+    """Forget every derived table (they are rebuilt on next use)."""
+    for cache in (_MEMOS, _COSTS, _SCHEDULERS, _TABLES):
+        cache.clear()
+
+
+def _make_scheduler(config: SourceConfig) -> Scheduler | None:
+    code = KERNEL_CODES.get(type(config.allocator))  # exact types: a subclass may allocate otherwise
+    if config.token_mode or code is None:
+        return None
+    lane, replicas = config.lane_binding
+    return Scheduler(
+        code,
+        np.array(config.normalised, dtype=np.float64),
+        read_only([d.total for d in config.datasets]),
+        read_only([POLICIES.index(d.policy) for d in config.datasets]),
+        read_only([-1 if d.max_repeats is None else d.max_repeats for d in config.datasets]),
+        read_only([d.pass_tail == CARRY for d in config.datasets]),
+        read_only(config.summing_order), config.stop_after_passes or 0, config.chunk_size, lane, replicas,
+        config.routing.code, config.lane_key,
+    )
