@@ -44,7 +44,7 @@ MAX_REQUEUE = 1 << 13  # ranges a requeue region may hold (5 JSON values each, i
 def state_to_json(state: SourceState, config: SourceConfig) -> dict[str, Any]:
     """The checkpoint of ``state`` under ``config``: plain JSON types only."""
     alloc = state.alloc
-    checkpoint = {
+    checkpoint: dict[str, Any] = {
         KEY_KIND: KIND,
         KEY_VERSION: VERSION,
         KEY_LANE: config.lane,
@@ -202,12 +202,13 @@ def parse_state(body: Any, config: SourceConfig) -> SourceState:
     )
 
 
-def _requeue_from_json(value: Any, config: SourceConfig, cursors: tuple[CursorState, ...]) -> tuple:
+def _requeue_from_json(value: Any, config: SourceConfig, cursors: tuple[CursorState, ...]
+                       ) -> tuple[tuple[int, int, int, int], ...]:
     """Ranges ``[dataset, pass, start, stop]`` inside passes the cursors have reached, sorted, disjoint."""
     if not isinstance(value, list) or len(value) > MAX_REQUEUE:
         raise ValueError(f"checkpoint requeue must be a list of at most {MAX_REQUEUE} ranges, got "
                          f"{type(value).__name__}; the checkpoint is corrupted")
-    out = []
+    out: list[tuple[int, int, int, int]] = []
     for entry in value:
         ok = isinstance(entry, list) and len(entry) == 4 and all(type(v) is int for v in entry)
         if ok:
@@ -217,7 +218,7 @@ def _requeue_from_json(value: Any, config: SourceConfig, cursors: tuple[CursorSt
         if not ok:
             raise ValueError(f"checkpoint requeue range {show(entry)} must be [dataset, pass, start, stop] inside a pass "
                              "the cursor has reached, in ascending order; the checkpoint is corrupted")
-        out.append(tuple(entry))
+        out.append((entry[0], entry[1], entry[2], entry[3]))
     return tuple(out)
 
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from zephon.core import index
-from zephon.core.config import SourceConfig
+from zephon.core.config import DatasetPlan, SourceConfig
 from zephon.core.phases import PhasedConfig, PhasedState, bind, plan_phased
 from zephon.core.schedule import CursorState, Ended, SourceState, draw_start
 
@@ -27,7 +27,9 @@ def as_phased(config: SourceConfig | PhasedConfig, state: SourceState | PhasedSt
               ) -> tuple[PhasedConfig, PhasedState]:
     """A static config and state as a one-phase curriculum (a phased one as is)."""
     if isinstance(config, PhasedConfig):
+        assert isinstance(state, PhasedState)  # a phased source's state
         return config, state
+    assert isinstance(state, SourceState)  # a static source's state
     return PhasedConfig(phases=(config,), bounds=(None,), lane=config.lane,
                         canonical_replicas=config.canonical_replicas), PhasedState(0, state)
 
@@ -48,7 +50,7 @@ class Cut:
     chunk_index: int
     cursors: tuple[CursorState, ...]
     unread: tuple[tuple[Range, ...], ...]  # per dataset, merged ranges in pass and position order
-    in_flight: dict  # lane -> global index of its chunk in flight (None: the lane had ended)
+    in_flight: dict[int, int | None]  # lane -> global index of its chunk in flight (None: the lane had ended)
 
 
 def _read_prefix(quotas: tuple[int, ...], consumed: int) -> list[int]:
@@ -92,7 +94,8 @@ def cut(config: PhasedConfig, lanes: list[LaneAt]) -> Cut:
     ``ValueError`` if a lane says it read more than its chunk holds.
     """
     replicas = config.canonical_replicas or 1
-    firsts = {}
+    firsts: dict[int, int | None] = {}
+    frontier = 0
     for at in lanes:
         planned, _ = plan_phased(at.state, bind(config, at.lane, replicas))
         if isinstance(planned, Ended):
@@ -100,12 +103,13 @@ def cut(config: PhasedConfig, lanes: list[LaneAt]) -> Cut:
                 raise ValueError(f"lane {at.lane} read {at.consumed} samples of a chunk, but its stream has ended; "
                                  "the checkpoint is corrupted")
             firsts[at.lane] = None
+            frontier = max(frontier, at.state.chunk_index)
             continue
         if at.consumed > sum(planned.quotas):
             raise ValueError(f"lane {at.lane} read {at.consumed} samples of a chunk of {sum(planned.quotas)}; "
                              "the checkpoint is corrupted")
         firsts[at.lane] = planned.chunk_index
-    frontier = max((firsts[at.lane] + 1 if at.consumed else at.state.chunk_index) for at in lanes)
+        frontier = max(frontier, planned.chunk_index + 1 if at.consumed else at.state.chunk_index)
     ranges: list[list[Range]] = [[] for _ in config.datasets]
     for at in lanes:
         _unread_of_lane(bind(config, at.lane, replicas), at, frontier, ranges)
@@ -114,7 +118,7 @@ def cut(config: PhasedConfig, lanes: list[LaneAt]) -> Cut:
                tuple(_merge(r) for r in ranges), firsts)
 
 
-def _draw_position(plan, cursor: CursorState) -> CursorState:
+def _draw_position(plan: DatasetPlan, cursor: CursorState) -> CursorState:
     """Where the dataset's next draw begins (under ``pass_tail="carry"`` a cursor's draws stand
     its ``tails`` behind it): everything before was assigned, nothing after."""
     start = draw_start(plan, cursor)

@@ -36,7 +36,7 @@ from zephon._ext.schedule import Scheduler
 from zephon.core import index
 from zephon.core.cache import scheduler
 from zephon.core.chunk import WorkChunk
-from zephon.core.config import SourceConfig
+from zephon.core.config import DatasetPlan, SourceConfig
 from zephon.core.cursor import shard_runs
 from zephon.core.schedule import CursorState, Ended, Planned, SourceState, initial_state, plan_next, state_arrays
 from zephon.core.routing import Routing
@@ -66,7 +66,7 @@ class Starts:
     Keyed by the stream's origin: None for a stream from its start, else the state a migrated
     stream starts its phase 0 from."""
 
-    known: dict = field(default_factory=dict)
+    known: dict[SourceState | None, list[Start | None]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True, eq=False)
@@ -85,7 +85,7 @@ class PhasedConfig:
         return self.phases[0]
 
     @property
-    def datasets(self):
+    def datasets(self) -> tuple[DatasetPlan, ...]:
         return self.base.datasets
 
     @property
@@ -115,7 +115,10 @@ class PhasedConfig:
     @property
     def lane_binding(self) -> tuple[int, int]:
         """``(lane, R)``; the template reads the whole stream as lane 0 of 1."""
-        return (0, 1) if self.lane is None else (self.lane, self.canonical_replicas)
+        if self.lane is None:
+            return 0, 1
+        assert self.canonical_replicas is not None  # set together with lane (bind)
+        return self.lane, self.canonical_replicas
 
     @property
     def lane_assignment(self) -> str:
@@ -206,7 +209,9 @@ def _resolve_next(config: PhasedConfig, p: int, start: Start, first_chunk: int) 
     """Walk phase ``p`` (whole stream) from its start to its bound: the next phase's start, or
     None if the stream ends first. Chunk bounds count from ``first_chunk`` (phase 0's start)."""
     phase = dataclasses.replace(config.phases[p], lane=None, canonical_replicas=None)
-    kind, value = config.bounds[p]
+    ends = config.bounds[p]
+    assert ends is not None  # only the last phase is open-ended, and nothing follows it
+    kind, value = ends
     bound = (kind, value + first_chunk if kind == CHUNK else value)
     kernel = scheduler(phase)
     if kernel is not None:
@@ -222,7 +227,8 @@ def _resolve_next(config: PhasedConfig, p: int, start: Start, first_chunk: int) 
     return Start(g, samples, tokens, restart(config.phases[p + 1], state))
 
 
-def _walk_arrays(state: SourceState, n: int) -> tuple[tuple[np.ndarray, ...], np.ndarray, np.ndarray]:
+def _walk_arrays(state: SourceState, n: int
+                 ) -> tuple[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray], np.ndarray, np.ndarray]:
     """The kernel's in-place state arrays for ``state`` and a batch of snapshot rows
     (``[g, samples before, one column block per cursor field]`` and the accumulators)."""
     arrays = state_arrays(state, n)
@@ -263,10 +269,12 @@ def phase_start(config: PhasedConfig, p: int, origin: SourceState | None = None)
     if not known:
         known.append(Start(0, 0, 0, initial_state(config.base)) if origin is None
                      else Start(origin.chunk_index, 0, 0, origin))
+    first = known[0]
+    assert first is not None  # phase 0 always starts
     while len(known) <= p:
         previous = known[-1]
         known.append(None if previous is None else _resolve_next(config, len(known) - 1, previous,
-                                                                  known[0].chunk_index))
+                                                                  first.chunk_index))
     return known[p]
 
 
@@ -286,7 +294,9 @@ def plan_phased(state: PhasedState, config: PhasedConfig) -> tuple[Planned | End
         end = phase_end(config, p, state.origin)
         if end is None or planned.chunk_index < end:
             return planned, p
-        p, inner = p + 1, phase_start(config, p + 1, state.origin).state
+        following = phase_start(config, p + 1, state.origin)
+        assert following is not None  # the phase ends: the next one starts
+        p, inner = p + 1, following.state
 
 
 def step_phased(state: PhasedState, config: PhasedConfig) -> tuple[WorkChunk | None, PhasedState]:

@@ -48,7 +48,9 @@ def requeue_chunk(config: SourceConfig, requeue: tuple[Requeued, ...], g: int) -
             pieces.append((c, epoch, start + lo - offset, hi - lo))
         offset += stop - start
     pointers = np.empty((sum(p[3] for p in pieces), 3), dtype=np.int64)
-    names, counts, row = [], [], 0
+    names: list[str] = []
+    counts: list[int] = []
+    row = 0
     for c, epoch, position, count in pieces:
         take(pointers, row, config, c, epoch, position, count)
         row += count

@@ -43,4 +43,5 @@ def migrate_checkpoint(checkpoint: Any, new_pipeline_or_source: Any, *, canonica
     entries = {lane: (lane_state(new_state, source.clone_for_lane(lane, replicas).config, history, orders), 0, 0)
                for lane in range(replicas)}
     report["canonical_replicas"] = {"before": parsed.canonical_replicas, "after": replicas}
-    return Migration(make_state(replicas, entries, dataset_fingerprints(source.datasets_by_id), {}), report)
+    state: dict[str, Any] = dict(make_state(replicas, entries, dataset_fingerprints(source.datasets_by_id), {}))
+    return Migration(state, report)

@@ -8,7 +8,7 @@ priming, ``len``, lookups and their argument checks) lives here once.
 """
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any, Callable, Protocol, TypeVar
 
 import numpy as np
 
@@ -22,9 +22,18 @@ from zephon.work.source import WorkSource
 
 MAX_HISTORY = 8  # migrations a state remembers (the most recent)
 _HISTORY_KEYS = {"cut_chunk": int, "from": str, "unread": int, "requeued": bool}
+Shell = TypeVar("Shell", bound="MixtureShell")
+Record = dict[str, Any]  # one migration of the history: ``_HISTORY_KEYS``
 
 
-def check_history(value: Any) -> tuple[dict, ...]:
+class Indexed(Protocol):
+    """What the shell reads of a core's random-access index."""
+
+    @property
+    def length(self) -> int: ...
+
+
+def check_history(value: Any) -> tuple[Record, ...]:
     """Validate a state's migration history: at most ``MAX_HISTORY`` small records."""
     if not isinstance(value, list) or len(value) > MAX_HISTORY:
         raise ValueError(f"checkpoint migrations must be a list of at most {MAX_HISTORY} records, got {value!r}")
@@ -36,9 +45,7 @@ def check_history(value: Any) -> tuple[dict, ...]:
     return tuple(dict(e) for e in value)
 
 
-
-
-def with_history(state: dict[str, Any], history: tuple[dict, ...]) -> dict[str, Any]:
+def with_history(state: dict[str, Any], history: tuple[Record, ...]) -> dict[str, Any]:
     """A sealed checkpoint with the run's migration history, if it has one (the digest covers it)."""
     if not history:
         return state
@@ -48,17 +55,17 @@ def with_history(state: dict[str, Any], history: tuple[dict, ...]) -> dict[str, 
 class MixtureShell(WorkSource):
     """Shared behaviour of the mixture sources; see :class:`StaticMixtureWorkSource`."""
 
-    _core_step: Callable
-    _core_initial: Callable
-    _core_remaining: Callable
-    _core_index: Callable
-    _core_sample: Callable
-    _core_samples: Callable
-    _core_indexable: Callable
-    _core_bind: Callable
-    _core_coverage: Callable
+    _core_step: Callable[[Any, Any], tuple[WorkChunk | None, Any]]
+    _core_initial: Callable[[Any], Any]
+    _core_remaining: Callable[[Any, Any], int]
+    _core_index: Callable[[Any], Indexed]
+    _core_sample: Callable[[Any, Any, int], SampleId]
+    _core_samples: Callable[[Any, Any, np.ndarray], np.ndarray]
+    _core_indexable: Callable[[Any], bool]
+    _core_bind: Callable[[Any, int, int], Any]
+    _core_coverage: Callable[[Any, Any], dict[str, dict[str, int]]]
 
-    _history: tuple[dict, ...] = ()  # the migrations this run went through (zephon.work.migrate)
+    _history: tuple[Record, ...] = ()  # the migrations this run went through (zephon.work.migrate)
 
     def _with_history(self, state: dict[str, Any]) -> dict[str, Any]:
         return with_history(state, self._history)
@@ -66,7 +73,7 @@ class MixtureShell(WorkSource):
     def _setup(self, config: Any, datasets: Any, estimation: Any) -> None:
         self._config, self._datasets, self._estimation = config, tuple(datasets), estimation
         self._state = self._core_initial(config)
-        self._index: Any = None  # built on first random access
+        self._index: Indexed | None = None  # built on first random access
 
     @property
     def config(self) -> Any:
@@ -90,7 +97,7 @@ class MixtureShell(WorkSource):
     def datasets_by_id(self) -> dict[int, Dataset]:
         return dict(enumerate(self._datasets))
 
-    def clone_for_lane(self, lane_id: int, canonical_replicas: int) -> MixtureShell:
+    def clone_for_lane(self: Shell, lane_id: int, canonical_replicas: int) -> Shell:
         """A clone bound to one lane; it shares the datasets and shard tables with the template."""
         self._check_can_clone(lane_id, canonical_replicas)
         clone = object.__new__(type(self))
@@ -122,7 +129,8 @@ class MixtureShell(WorkSource):
         raise NotImplementedError
 
     def chunk_size_hint(self) -> int:
-        return self._config.chunk_size
+        size: int = self._config.chunk_size
+        return size
 
     def supports_indexing(self) -> bool:
         """True for finite streams of the built-in allocators: ``len`` and ``sample_id_at`` work."""
@@ -159,7 +167,7 @@ class MixtureShell(WorkSource):
         """Samples still to come from the current state (after a restore too)."""
         return self._core_remaining(self._state, self._config)
 
-    def _stream_index(self) -> Any:
+    def _stream_index(self) -> Indexed:
         if self._index is None:
             self._index = self._core_index(self._config)
         return self._index

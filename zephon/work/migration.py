@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 from zephon.core import checkpoint
+from zephon.core.checkpoint import KEY_MIGRATIONS
 from zephon.core.config import REPEAT, SourceConfig, shard_digest
 from zephon.core.migration import Cut, LaneAt, as_phased, cut
 from zephon.core.phases import PhasedConfig, PhasedState, bind
@@ -23,7 +24,7 @@ from zephon.core.requeue import past_region
 from zephon.core.schedule import CursorState, SourceState, initial_state
 from zephon.io import Dataset
 from zephon.work import phased_mixture
-from zephon.work._mixture import KEY_MIGRATIONS, MAX_HISTORY, check_history, with_history
+from zephon.work._mixture import MAX_HISTORY, Record, check_history, with_history
 from zephon.work._resolve import resolve
 from zephon.work.phased_mixture import PhasedMixtureWorkSource
 from zephon.work.static_mixture import StaticMixtureWorkSource
@@ -42,8 +43,8 @@ class Migration:
     its cursor continues.
     """
 
-    state: dict
-    report: dict
+    state: dict[str, Any]
+    report: dict[str, Any]
 
 
 def _stand_in(entry: Mapping[str, Any], new: Mapping[str, Dataset]) -> Dataset:
@@ -88,7 +89,7 @@ def _weights(entry: Mapping[str, Any], names: list[str]) -> dict[str, float]:
     return {n: by_name[n] for n in entry["mixture_order"] or names if by_name[n] > 0}
 
 
-def _parse(state: Any, new: Mapping[str, Dataset]) -> tuple[PhasedConfig, PhasedState, dict]:
+def _parse(state: Any, new: Mapping[str, Dataset]) -> tuple[PhasedConfig, PhasedState, dict[str, Any]]:
     """The old run's config (bound to the state's lane), its state and its settings fingerprint."""
     if isinstance(state, dict) and state.get(checkpoint.KEY_KIND) == phased_mixture.KIND:
         phases_ = state[phased_mixture.KEY_PHASES]
@@ -120,13 +121,15 @@ def _parse(state: Any, new: Mapping[str, Dataset]) -> tuple[PhasedConfig, Phased
 
 
 def _continued(old: Mapping[str, Any], new: SourceConfig, at_cut: Mapping[str, CursorState]
-               ) -> tuple[tuple[CursorState, ...], dict[str, list]]:
+               ) -> tuple[tuple[CursorState, ...], dict[str, list[Any]]]:
     """The new state's cursors (old datasets continue, new ones start) and the sample orders
     kept for continuing datasets whose order the new template would key otherwise (another
     seed, position, shuffle or block size; ``reshuffle_on_repeat`` once past pass 0)."""
     old_names = [d["name"] for d in old["datasets"]]
     old_orders = old.get("orders") or [None] * len(old_names)
-    problems, cursors, orders = [], [], {}
+    problems: list[str] = []
+    cursors: list[CursorState] = []
+    orders: dict[str, list[Any]] = {}
     for i, d in enumerate(new.datasets):
         if d.name not in at_cut:
             cursors.append(CursorState(epoch=0, position=0))
@@ -155,9 +158,10 @@ def _digest(value: Any) -> str:
     return hashlib.sha256(json.dumps(value, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def _report(result: Cut, old: PhasedConfig, new: SourceConfig, lanes: list[LaneAt], requeue: bool) -> dict:
+def _report(result: Cut, old: PhasedConfig, new: SourceConfig | PhasedConfig, lanes: list[LaneAt], requeue: bool
+            ) -> dict[str, Any]:
     old_names = list(old.names)
-    datasets = {}
+    datasets: dict[str, dict[str, Any]] = {}
     for c, name in enumerate(old_names):
         cursor = result.cursors[c]
         unread = [[e, a, b, b - a] for e, a, b in result.unread[c]]
@@ -186,8 +190,9 @@ def _report(result: Cut, old: PhasedConfig, new: SourceConfig, lanes: list[LaneA
     }
 
 
-def migrate_lanes(states: Mapping[int, tuple[dict, int]], new_template: StaticMixtureWorkSource | PhasedMixtureWorkSource,
-                  requeue: bool = False) -> tuple[SourceState, dict, tuple[dict, ...], dict]:
+def migrate_lanes(states: Mapping[int, tuple[dict[str, Any], int]],
+                  new_template: StaticMixtureWorkSource | PhasedMixtureWorkSource, requeue: bool = False
+                  ) -> tuple[SourceState | PhasedState, dict[str, Any], tuple[Record, ...], dict[str, list[Any]]]:
     """The core of :func:`migrate` for several lanes of one run: the new global state, the
     report, the new history and the kept sample orders (see :func:`lane_state`). ``states``
     maps lane -> (its state_dict, samples of its chunk read)."""
@@ -198,7 +203,10 @@ def migrate_lanes(states: Mapping[int, tuple[dict, int]], new_template: StaticMi
     new_config = new_template.config
     base = new_config.base if isinstance(new_config, PhasedConfig) else new_config
     new_datasets = {d.name: new_template.datasets_by_id[i] for i, d in enumerate(new_config.datasets)}
-    lanes, settings, history, config = [], None, (), None
+    lanes: list[LaneAt] = []
+    settings: dict[str, Any] | None = None
+    history: tuple[Record, ...] = ()
+    config: PhasedConfig | None = None
     for lane, (state, consumed) in sorted(states.items()):
         first = settings
         try:
@@ -214,6 +222,7 @@ def migrate_lanes(states: Mapping[int, tuple[dict, int]], new_template: StaticMi
                              "has served them (a few chunks)")
         history = check_history(state.get(KEY_MIGRATIONS, []))
         lanes.append(LaneAt(lane, phased, consumed))
+    assert config is not None and settings is not None  # ``states`` names at least one lane
     result = cut(config, lanes)
     at_cut = {name: result.cursors[c] for c, name in enumerate(config.names) if name in new_config.names}
     cursors, orders = _continued(settings, base, at_cut)
@@ -232,7 +241,8 @@ def migrate_lanes(states: Mapping[int, tuple[dict, int]], new_template: StaticMi
     return new_state, report, (history + (record,))[-MAX_HISTORY:], orders
 
 
-def lane_state(new_state: Any, config: SourceConfig | PhasedConfig, history: tuple[dict, ...], orders: dict) -> dict:
+def lane_state(new_state: Any, config: SourceConfig | PhasedConfig, history: tuple[Record, ...],
+               orders: dict[str, list[Any]]) -> dict[str, Any]:
     """The state_dict of the migrated stream for ``config``'s lane: the state, the kept orders
     and the history."""
     if isinstance(config, PhasedConfig):
@@ -242,7 +252,7 @@ def lane_state(new_state: Any, config: SourceConfig | PhasedConfig, history: tup
     return with_history(out, history)
 
 
-def migrate(state: dict, new_template: StaticMixtureWorkSource | PhasedMixtureWorkSource, *,
+def migrate(state: dict[str, Any], new_template: StaticMixtureWorkSource | PhasedMixtureWorkSource, *,
             requeue: bool = False) -> Migration:
     """Continue the run that wrote ``state`` under ``new_template``.
 
@@ -275,5 +285,8 @@ def migrate(state: dict, new_template: StaticMixtureWorkSource | PhasedMixtureWo
     lane, replicas = state.get(checkpoint.KEY_LANE), state.get(checkpoint.KEY_REPLICAS)
     new_state, report, history, orders = migrate_lanes({0 if lane is None else lane: (state, 0)}, new_template,
                                                        requeue)
-    target = new_template if lane is None else new_template.clone_for_lane(lane, replicas)
+    target = new_template
+    if lane is not None:
+        assert isinstance(replicas, int)  # the header was checked by migrate_lanes
+        target = new_template.clone_for_lane(lane, replicas)
     return Migration(lane_state(new_state, target.config, history, orders), report)

@@ -82,7 +82,7 @@ class Phase:
                                                                and w == 0)}
         if not positive:
             raise ValueError(f"a Phase mixture needs a positive weight, got {given!r}; give a dataset weight > 0")
-        return MixtureSpec(positive).weights
+        return dict(MixtureSpec(positive).weights)
 
 
 def _phases(value: Any, token_mode: bool) -> list[Phase]:
