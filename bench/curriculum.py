@@ -19,6 +19,7 @@ from core import CHUNK_SIZE, SEED, SHARDS, WEIGHTS
 
 from zephon import Dataset, StaticMixtureWorkSource
 from zephon.core import phases
+from zephon.core.schedule import plan_next_reference
 from zephon.limits import MAX_PASSES
 from zephon.runtime import make_state
 from zephon.runtime._state import dataset_fingerprints
@@ -58,10 +59,9 @@ def resolution_rows(repeats: int, chunks: int, reference_chunks: int) -> list[Ro
 
     def python_walk() -> float:
         config = curriculum(LONG, reference_chunks).config
-        no_kernel = dataclasses.replace(config.phases[0], lane=None, canonical_replicas=None)
-        object.__setattr__(no_kernel, "scheduler", None)
+        template = dataclasses.replace(config.phases[0], lane=None, canonical_replicas=None)
         start = phases.Start(0, 0, 0, phases.initial_state(config.base))
-        return reference_chunks / timed(lambda: _python_resolve(config, no_kernel, start))
+        return reference_chunks / timed(lambda: _python_resolve(config, template, start))
 
     def kernel_walk() -> float:
         return reference_chunks / starts(reference_chunks)
@@ -76,10 +76,10 @@ def resolution_rows(repeats: int, chunks: int, reference_chunks: int) -> list[Ro
 
 
 def _python_resolve(config, phase, start) -> None:
-    """The Python walk of ``phases._resolve_next`` (what runs without the kernel)."""
+    """The Python walk of ``phases._resolve_next`` (what runs without the kernel: the reference planner)."""
     g, state = start.chunk_index, start.state
     while g < config.bounds[0][1]:
-        planned = phases.plan(state, phase)
+        planned = plan_next_reference(state, phase)
         g, state = planned.chunk_index + 1, planned.state
 
 
