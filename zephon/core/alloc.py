@@ -13,7 +13,8 @@ with a JSON-able state. ``weights`` are normalised over the *active* datasets an
 The built-in allocators also run inside the scheduling kernel (``_ext/schedule.pyx``);
 these classes are the definition the kernel is tested against.
 
-**Compatibility**: the accumulator's arithmetic is fixed by SPEC §3 and reproduced bit for bit.
+**Compatibility**: the accumulator's arithmetic is fixed (double precision, in the order given
+below) and reproduced bit for bit by the kernel.
 """
 from __future__ import annotations
 
@@ -61,7 +62,7 @@ class AccumulatorAllocator(_Settingless):
     Per chunk, over the active datasets in order: ``acc += w·cs``; the integer part is the
     base quota; a largest-remainder correction makes the quotas sum to ``cs`` and is debited
     back into the accumulators. If an inactive dataset still holds a non-zero accumulator
-    (it has just retired) every accumulator is zeroed first (SPEC §3).
+    (it has just retired) every accumulator is zeroed first.
     """
 
     name = "accumulator"
@@ -91,7 +92,7 @@ class AccumulatorAllocator(_Settingless):
 
 
 def _correct(quotas: list[int], acc: list[float], active: list[int], d: int) -> None:
-    """Largest-remainder correction of SPEC §3 step 2, in place."""
+    """The largest-remainder correction, in place: quotas then sum to the chunk size."""
     if d > 0:
         order = sorted(active, key=lambda c: (-acc[c], c))
         for i in range(d):

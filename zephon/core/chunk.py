@@ -59,7 +59,19 @@ class ComponentOrder(Enum):
 
 @dataclass(frozen=True, slots=True)
 class MixtureReadConfig:
-    """How to read a chunk; validated on construction."""
+    """How to read a chunk; validated on construction.
+
+    Parameters
+    ----------
+    mode : MixtureReadMode, default WEIGHTED_ROUND_ROBIN
+        Interleave components by smooth weighted round robin, or draw one per sample.
+    seed : int or None, default None
+        The seed of random choices; ``None``: the chunk's seed, or 0 when it has none.
+    precompute : bool, default False
+        Keep the ``(sample_id, name)`` pairs on the chunk for reuse.
+    within_component : ComponentOrder, default AS_IS
+        Read each component's pointers as stored, or shuffled first.
+    """
 
     mode: MixtureReadMode = MixtureReadMode.WEIGHTED_ROUND_ROBIN
     seed: int | None = None  # None: the chunk's seed, or 0 when the chunk has none
@@ -119,6 +131,10 @@ class WorkChunk:
         source_exhausted: Iterable[str] = (),
     ) -> WorkChunk:
         """Wrap an ``(N, 3)`` int64 C-contiguous buffer without copying it.
+
+        ``names`` are the components in order, ``pointers`` the buffer and ``counts`` the
+        rows of each component; ``seed``, ``target_mixture`` and ``source_exhausted`` are
+        stored as by the constructor.
 
         Component ``k`` is rows ``[sum(counts[:k]), sum(counts[:k + 1]))``. Only shapes,
         dtype and counts are checked, never the pointer values (the caller guarantees they

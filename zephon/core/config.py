@@ -116,6 +116,12 @@ class DatasetPlan:
     A value: equal plans have equal fields and equal hashes (the hash leaves the shard arrays
     out; they are compared element by element only when everything else is equal). The
     constructor refuses types and ranges the kernels cannot run.
+
+    Fields: ``name``; ``shard_ids`` and ``shard_counts``, its shard table; ``weight``;
+    ``policy``, ``max_repeats``, ``reshuffle_on_repeat``, ``block_size`` and ``pass_tail`` as resolved;
+    ``data_fingerprint``, its content fingerprint; ``shard_bytes``, ``token_ratio`` and
+    ``ratio_origin`` for token mode (units in the comments below); ``order``, the sample
+    order a migrated run kept for it (``None``: the source's seed and the dataset's position).
     """
 
     name: str
@@ -206,6 +212,12 @@ class SourceConfig:
 
     A value: frozen, compared by value, hashable (its derived tables are found by value in
     :mod:`zephon.core.cache`). The constructor refuses types and ranges the kernels cannot run.
+
+    Fields: ``datasets`` (one :class:`DatasetPlan` each), ``chunk_size``, ``seed``,
+    ``shuffle_shards``, ``shuffle_within_shard``, ``stop_after_passes``,
+    ``lane_assignment`` and ``allocator`` as resolved from the source's arguments;
+    ``token_mode``; ``weight_order``, the mixture's order; ``lane`` and
+    ``canonical_replicas``, the lane binding (``None`` for the template).
     """
 
     datasets: tuple[DatasetPlan, ...]

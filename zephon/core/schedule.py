@@ -24,7 +24,7 @@ WALK_STEPS = 1 << 21  # chunks x datasets a kernel walk plans between checks for
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class CursorState:
-    """Where one dataset's cursor stands in the schedule (SPEC §4 decides on these numbers).
+    """Where one dataset's cursor stands: in pass ``epoch``, ``position`` samples into it.
 
     ``tails`` counts the samples of the pass tails the schedule skipped when it started the
     next pass: "drop" never reads them; "carry" reads them first, so its draws stand ``tails``
@@ -38,7 +38,12 @@ class CursorState:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class SourceState:
-    """Everything that moves in a mixture source: a few numbers per dataset."""
+    """Everything that moves in a mixture source: a few numbers per dataset.
+
+    ``chunk_index`` is the next global chunk, ``alloc`` the allocator's state,
+    ``cursors`` one :class:`CursorState` per dataset and ``requeue`` the samples a migrated
+    stream re-serves first (empty otherwise).
+    """
 
     chunk_index: int  # the next global chunk to plan, >= 0
     alloc: Any  # the allocator's state (JSON-able; floats for the accumulator)

@@ -89,7 +89,13 @@ def _columns_arg(name: str, columns: Any) -> tuple[str, ...] | None:
 
 
 class Dataset:
-    """A named dataset: shard ids, rows per shard and, optionally, a way to read the rows."""
+    """A named dataset: shard ids, rows per shard and, optionally, a way to read the rows.
+
+    ``Dataset(name, shard_ids, counts, shards=None, raw_bytes=None)``: ``shard_ids`` and
+    ``counts`` are aligned sequences of ints (any order, unique ids); ``shards`` holds the
+    records of each shard (in memory) and ``raw_bytes`` each shard's size on disk. Prefer
+    the ``from_*`` constructors.
+    """
 
     __slots__ = ("_name", "_ids", "_counts", "_raw_bytes", "_total", "_shards", "_reader", "_catalog")
 
@@ -126,7 +132,7 @@ class Dataset:
     @classmethod
     def from_counts(cls, name: str, counts: Sequence[int], shard_ids: Sequence[int] | None = None,
                     raw_bytes: Sequence[int] | None = None) -> Dataset:
-        """A count-only dataset: shard ``i`` has ``counts[i]`` rows, id ``shard_ids[i]`` (default ``i``)
+        """A count-only dataset ``name``: shard ``i`` has ``counts[i]`` rows, id ``shard_ids[i]`` (default ``i``)
         and ``raw_bytes[i]`` bytes on disk (default 0)."""
         if shard_ids is None:
             shard_ids = np.arange(len(counts), dtype=np.int64)
@@ -134,7 +140,7 @@ class Dataset:
 
     @classmethod
     def from_records(cls, name: str, shards: Sequence[Sequence[Any]]) -> Dataset:
-        """An in-memory dataset; ``shards[i]`` holds the records of shard ``i``.
+        """An in-memory dataset ``name``; ``shards[i]`` holds the records of shard ``i``.
 
         Each shard's size in bytes (``raw_bytes()``) is its records' encoded size, measured
         once here: UTF-8 for ``str``, the length of ``bytes``, one JSON line otherwise. Token

@@ -42,7 +42,8 @@ def default_replicas(readers: int) -> int:
 
 
 class LaneBook:
-    """Lanes of one rank and their ledger entries; validates and adopts checkpoints.
+    """Lanes of one rank (``rank`` of ``world_size``) over ``pipeline``, and their ledger entries;
+    validates and adopts checkpoints. ``mapping`` maps lanes to ranks.
 
     ``canonical_replicas`` is fixed on first use: the value asked for, else the one of a
     loaded checkpoint, else :func:`default_replicas` of the first topology (``world_size``

@@ -51,7 +51,7 @@ def units(samples: int, batch_size: int | None, drop_last: bool) -> int:
 
 @dataclass(frozen=True, slots=True)
 class RankCount:
-    """What one rank still has: batches (or items) and samples."""
+    """What one rank still has: ``units`` (batches, or items without batching) and ``samples``."""
 
     units: int
     samples: int
@@ -79,7 +79,8 @@ def count_ranks(template: Any, replicas: int, entries: Mapping[int, Entry], worl
 
 @dataclass(slots=True)
 class Even:
-    """The equal-steps budget of one rank: ``target`` units from where it was set, ``given`` so far."""
+    """The equal-steps budget of one rank: ``target`` units from where it was set, ``given`` so far;
+    ``held_back_units`` and ``held_back_samples``, the rank's surplus, are set when the budget runs out."""
 
     target: int
     given: int = 0

@@ -55,7 +55,8 @@ class LoaderStateDict(TypedDict):
 
 @dataclass(frozen=True, slots=True)
 class LoaderState:
-    """A parsed and validated loader state."""
+    """A parsed and validated loader state: ``canonical_replicas``, the ledger ``entries`` of
+    the lanes it covers, the ``datasets`` it was taken over and the ``topology`` it was taken on."""
 
     canonical_replicas: int
     entries: dict[int, Entry]  # lane -> (source state, consumed, turn flags)

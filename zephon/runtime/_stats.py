@@ -60,7 +60,8 @@ def end_causes(template: Any, replicas: int, entries: Mapping[int, Entry]) -> li
 
 
 class LoaderStats:
-    """Counters of one rank's loader and the progress of its datasets (see module doc)."""
+    """Counters of one rank's loader and the progress of its datasets (see module doc): the
+    ``template`` source, the component ``names`` and the ``rank``."""
 
     def __init__(self, template: Any, names: list[str], rank: int):
         self._template, self.rank = template, rank

@@ -107,7 +107,7 @@ def component_table(vocabulary: Mapping[str, int]) -> dict[str, int]:
 
 
 class LaneMux:
-    """Round-robin sample stream of ``lanes``, resumed from ledger ``entries``.
+    """Round-robin sample stream of ``lanes`` (of ``canonical_replicas``), resumed from ledger ``entries``.
 
     ``template`` is the unbound source; each lane is cloned from it and restored to its
     entry ``(state, consumed, turn)``: the chunk is regenerated and ``consumed`` samples
@@ -389,7 +389,9 @@ class Tracker:
 
 
 class ItemStream(Iterator):
-    """Items of one reader's lanes, one at a time, with the exact ledger of what was handed out.
+    """Items of ``pipeline`` from one reader's ``lanes`` (of ``canonical_replicas``), one at a time,
+    with the exact ledger of what was handed out, starting from ledger ``entries``. ``block``
+    pointers are taken at a time (default 4096 on count-only pipelines, else 256).
 
     ``entries()`` is the ledger after the items returned so far (whatever was read ahead).
     """

@@ -12,6 +12,7 @@
 | :class:`MixtureReadConfig` and its enums | how a chunk's pointers are interleaved when read |
 | :class:`PointerSequence` | a map-style view (``len``, ``[i]``) of an indexable source |
 | :class:`TokenEstimation` | token-aware mixtures: weights in tokens, ratios measured or pinned |
+| ``zephon.work.mixture_config`` | a mixture as a TOML / JSON file (``StaticMixtureWorkSource.from_config``) |
 """
 from zephon.core.chunk import ComponentOrder, MixtureReadConfig, MixtureReadMode, SampleId, WorkChunk
 from zephon.work.phased_mixture import Phase, PhasedMixtureWorkSource

@@ -1,4 +1,4 @@
-"""Turn StaticMixtureWorkSource's arguments into a validated SourceConfig (SPEC §1).
+"""Turn StaticMixtureWorkSource's arguments into a validated SourceConfig.
 
 Every check raises before anything is built, naming the parameter, the value and the fix.
 """
@@ -39,12 +39,7 @@ from zephon.work.spec import MixtureSpec
 from zephon.work.tokens import TokenEstimation
 
 
-class _Unset:
-    def __repr__(self) -> str:
-        return "<unset>"
-
-
-UNSET: Any = _Unset()
+AUTO = "auto"  # stop_after_passes: 1, unless exhausted_policy or max_repeats is given
 UNREAD_WARNING = 0.01  # the share of a dataset's last pass the end of a stream may leave unread silently
 
 
@@ -180,7 +175,7 @@ def _allocator(allocation: Any) -> Allocator:
 
 def _stopping(exhausted_policy: Any, max_repeats: Any, stop_after_passes: Any) -> tuple[int | None, str]:
     """``stop_after_passes`` and the default policy, from which arguments were given."""
-    if stop_after_passes is UNSET:
+    if stop_after_passes == AUTO:
         passes = None if (exhausted_policy is not None or max_repeats is not None) else 1
     else:
         passes = None if stop_after_passes is None else _int("stop_after_passes", stop_after_passes, 1, "2", MAX_PASSES)
@@ -202,7 +197,7 @@ def _check_stopping(passes: int | None, policies: list[str], repeats: list[int |
 
 
 def _warn_no_effect(plans: list[DatasetPlan], shuffles: bool) -> None:
-    """Warn about settings that cannot change the stream (SPEC §1)."""
+    """Warn about settings that cannot change the stream."""
     for d in plans:
         if d.max_repeats is not None and d.policy != REPEAT:
             warnings.warn(f"max_repeats={d.max_repeats} has no effect on {d.name!r}: its policy is {d.policy!r}",
@@ -219,7 +214,7 @@ def _warn_no_effect(plans: list[DatasetPlan], shuffles: bool) -> None:
 
 def check_liveness(plans: Sequence[DatasetPlan], chunk_size: int, allocator: Allocator,
                    shares: Sequence[float] | None = None) -> None:
-    """Refuse datasets that can never fill their share of a chunk (SPEC §1).
+    """Refuse datasets that can never fill their share of a chunk.
 
     ``shares`` replaces the weights in token mode (effective sample shares).
     """
@@ -270,8 +265,7 @@ def resolve(
     policies = _per_dataset("exhausted_policy", default_policy if exhausted_policy is None else exhausted_policy,
                             names, default_policy, _policy)
     repeats = _per_dataset("max_repeats", max_repeats, names, None, _max_repeats)
-    reshuffle = _per_dataset("reshuffle_on_repeat", True if reshuffle_on_repeat is UNSET else reshuffle_on_repeat,
-                             names, True, _bool)
+    reshuffle = _per_dataset("reshuffle_on_repeat", reshuffle_on_repeat, names, True, _bool)
     tails = _per_dataset("pass_tail", pass_tail, names, CARRY, _pass_tail)
     _check_stopping(passes, policies, repeats, names)
     blocks = _block_sizes(shuffle_block_size, datasets)

@@ -18,7 +18,7 @@ from zephon.core.tokens import token_shares, with_ratios
 from zephon.io import Dataset
 from zephon.limits import MAX_STATE_NODES, STATE_NODES_PER_DATASET, check_json, show
 from zephon.work._mixture import MixtureShell, check_history
-from zephon.work._resolve import UNSET, check_liveness, resolve
+from zephon.work._resolve import check_liveness, resolve
 from zephon.work.spec import MixtureSpec
 
 KIND = "zephon.PhasedMixtureWorkSource"
@@ -30,6 +30,9 @@ _BOUNDS = (("until_chunk", phases.CHUNK), ("until_sample", phases.SAMPLE), ("unt
 @dataclass(frozen=True)
 class Phase:
     """One phase of a curriculum: a mixture, and where it ends.
+
+    Every phase but the last sets exactly one bound; the last sets none (it is open-ended,
+    and the usual policies end the stream).
 
     Parameters
     ----------
@@ -44,9 +47,6 @@ class Phase:
     until_token : int or None, default None
         Token mode only: the phase ends at the first chunk boundary where the stream holds at
         least this many estimated tokens (the token cost model of ``TokenEstimation``).
-
-    Every phase but the last sets exactly one bound; the last sets none (it is open-ended,
-    and the usual policies end the stream).
     """
 
     mixture: Any
@@ -138,8 +138,8 @@ class PhasedMixtureWorkSource(MixtureShell):
     pass_tail
         As for :class:`StaticMixtureWorkSource`, with the same defaults (``chunk_size=16384``,
         ``seed=0``, ``shuffle_shards=True``, ``shuffle_within_shard=False``,
-        ``shuffle_block_size=None``, ``exhausted_policy=None``, ``reshuffle_on_repeat`` and
-        ``stop_after_passes`` unset, ``max_repeats=None``, ``lane_assignment="permute"``,
+        ``shuffle_block_size=None``, ``exhausted_policy=None``, ``reshuffle_on_repeat=True``,
+        ``max_repeats=None``, ``stop_after_passes="auto"``, ``lane_assignment="permute"``,
         ``allocation="accumulator"``, ``token_estimation=None``, ``pass_tail="carry"``); they apply
         to every phase.
         ``stop_after_passes`` counts every dataset, so the last phase must then give each
@@ -172,9 +172,9 @@ class PhasedMixtureWorkSource(MixtureShell):
         shuffle_within_shard: bool = False,
         shuffle_block_size: int | str | None = None,
         exhausted_policy: str | Mapping[str, str] | None = None,
-        reshuffle_on_repeat: bool | Mapping[str, bool] = UNSET,
+        reshuffle_on_repeat: bool | Mapping[str, bool] = True,
         max_repeats: int | Mapping[str, int | None] | None = None,
-        stop_after_passes: int | None = UNSET,
+        stop_after_passes: int | str | None = "auto",
         lane_assignment: str = "permute",
         allocation: Any = "accumulator",
         token_estimation: Any = None,

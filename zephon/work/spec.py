@@ -26,7 +26,7 @@ def check_weight(name: str, weight: Any) -> float:
 
 @dataclass(frozen=True, slots=True)
 class MixtureSpec:
-    """Component name → positive finite weight (normalised by the source; order kept)."""
+    """``weights``: component name → positive finite weight (normalised by the source; order kept)."""
 
     weights: Mapping[str, float]
 

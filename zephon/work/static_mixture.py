@@ -7,7 +7,8 @@ new state.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Mapping, Sequence
+import os
+from typing import Any, Callable, Mapping, Sequence
 
 from zephon.core import checkpoint, coverage, index
 from zephon.core.config import SourceConfig
@@ -15,18 +16,62 @@ from zephon.core.schedule import initial_state
 from zephon.core.step import step
 from zephon.core.tokens import token_shares, with_ratios
 from zephon.io import Dataset
+from zephon.work import mixture_config
 from zephon.work._mixture import MixtureShell, check_history
-from zephon.work._resolve import UNSET, check_liveness, resolve
+from zephon.work._resolve import check_liveness, resolve
 
 
 class StaticMixtureWorkSource(MixtureShell):
     """Mix ``datasets`` by ``mixture`` weights into deterministic chunks of ``chunk_size`` pointers.
 
-    See SPEC §1 for every argument. Build the template once, then ``clone_for_lane(l, R)`` per
-    lane; each clone's stream is a pure function of the arguments and the lane.
+    Build the template once, then ``clone_for_lane(l, R)`` per lane; each clone's stream is a
+    pure function of the arguments and the lane. Every argument is checked here: a bad one
+    raises ``ValueError`` / ``TypeError`` naming it, before anything is built.
 
     Parameters
     ----------
+    datasets : sequence of Dataset
+        The datasets to mix, with unique names. A pointer's ``dataset_id`` is the dataset's
+        position in this list.
+    mixture : MixtureSpec or mapping of str to float
+        One positive finite weight per dataset name (no more, no fewer). Weights are
+        normalised, summed in the mapping's order.
+    chunk_size : int, default 16384
+        Pointers per chunk (fewer only where a redistributing dataset drains).
+    seed : int, default 0
+        The root of every random decision: shuffles, lane routing, read order.
+    shuffle_shards : bool, default True
+        Visit each dataset's shards in a fresh random order on every pass.
+    shuffle_within_shard : bool, default False
+        Read the rows of each shard in a random order.
+    shuffle_block_size : int, "auto", "global" or None, default None
+        Also shuffle each dataset's sequence in blocks of this many samples, across shards.
+        ``"auto"``: eight times the largest shard of any dataset; ``"global"``: the whole
+        dataset (a true global shuffle); ``None``: no block shuffle. Capped at each
+        dataset's size.
+    exhausted_policy : {"stop", "repeat", "redistribute"}, mapping or None, default None
+        What happens when a dataset cannot supply its quota: ``"stop"`` ends the stream,
+        ``"repeat"`` starts its next pass, ``"redistribute"`` lets it drain and shares its
+        weight among the others. A mapping sets it per dataset. ``None``: ``"repeat"`` when
+        ``stop_after_passes`` is in force, otherwise ``"stop"``.
+    reshuffle_on_repeat : bool or mapping of str to bool, default True
+        Shuffle each pass of a repeating dataset anew; ``False`` repeats pass 0's order.
+    max_repeats : int, mapping or None, default None
+        Passes a repeating dataset may make after its first; the stream ends when one would
+        need more. ``None``: unbounded. Cannot be combined with ``stop_after_passes``.
+    stop_after_passes : int, None or "auto", default "auto"
+        End the stream once every dataset has completed this many passes (datasets that get
+        there sooner repeat to keep the mixture). ``None``: no such limit. ``"auto"``: ``1``,
+        unless ``exhausted_policy`` or ``max_repeats`` is given, then ``None``.
+    lane_assignment : {"permute", "modulo"}, default "permute"
+        How global chunks are routed to lanes: a seeded permutation of the lanes per block
+        of ``R`` chunks, or chunk ``g`` to lane ``g % R``.
+    allocation : "accumulator", "fixed" or Allocator, default "accumulator"
+        How a chunk's pointers are shared among datasets: carried fractional shares (exact
+        in the limit), the legacy fixed quotas, or your own allocator object.
+    token_estimation : TokenEstimation or None, default None
+        Make the weights shares of *tokens*, with each dataset's tokens per byte measured by
+        :meth:`prime` or pinned. ``None``: weights are shares of samples.
     pass_tail : {"carry", "drop"} or mapping name -> str, default "carry"
         What a repeating dataset does when its pass has fewer samples left than its quota of a
         chunk. ``"carry"``: the chunk takes them all, then the rest of its quota from the start
@@ -61,9 +106,9 @@ class StaticMixtureWorkSource(MixtureShell):
         shuffle_within_shard: bool = False,
         shuffle_block_size: int | str | None = None,
         exhausted_policy: str | Mapping[str, str] | None = None,
-        reshuffle_on_repeat: bool | Mapping[str, bool] = UNSET,
+        reshuffle_on_repeat: bool | Mapping[str, bool] = True,
         max_repeats: int | Mapping[str, int | None] | None = None,
-        stop_after_passes: int | None = UNSET,
+        stop_after_passes: int | str | None = "auto",
         lane_assignment: str = "permute",
         allocation: Any = "accumulator",
         token_estimation: Any = None,
@@ -78,6 +123,38 @@ class StaticMixtureWorkSource(MixtureShell):
             pass_tail=pass_tail,
         )
         self._setup(config, datasets, token_estimation)
+        self._block_size = shuffle_block_size  # as given: "auto" stays "auto" in to_config()
+
+    @classmethod
+    def from_config(cls, config: Mapping[str, Any] | str | os.PathLike[str], *, tokenizer: Any = None,
+                    measure: Callable[[Any], int] | None = None) -> StaticMixtureWorkSource:
+        """Build the source a mixture config describes (see :mod:`zephon.work.mixture_config`).
+
+        Parameters
+        ----------
+        config : mapping, str or os.PathLike
+            The config as a dict (as :meth:`to_config` returns it), or the path of a
+            ``.toml`` or ``.json`` file holding one; a file's relative dataset paths are
+            taken from its folder.
+        tokenizer : callable or object with ``encode``, default None
+            The tokenizer of a ``token_estimation`` table that measures ratios.
+        measure : callable, default None
+            A ``record -> token count`` function that replaces ``tokenizer``.
+        """
+        if isinstance(config, (str, os.PathLike)):
+            config = mixture_config.read_config_file(config)
+        return cls(**mixture_config.source_arguments(config, tokenizer=tokenizer, measure=measure))
+
+    def to_config(self) -> dict[str, Any]:
+        """Every setting of this source as plain data: ``from_config(s.to_config())`` builds the same source.
+
+        Datasets appear by path (path datasets) or by their shard table (count-only ones);
+        settings as resolved per dataset. A primed token-mode source writes its measured
+        ratios, so rebuilding it measures nothing. Raises ``ValueError`` for what a file
+        cannot hold: in-memory records or a custom allocator. The lane binding of a clone
+        is not part of it.
+        """
+        return mixture_config.config_of(self._config, self._datasets, self._block_size, self._estimation)
 
     def state_dict(self) -> dict[str, Any]:
         return self._with_history(checkpoint.state_to_json(self._state, self._config))

@@ -35,6 +35,10 @@ class TokenEstimation:
     ``tokenizer``: a callable ``str -> sequence of ids`` or an object with ``.encode``;
     ``measure``: a callable ``record -> token count`` that replaces text extraction and
     tokenization. ``text_field`` names the text of a record (dict records).
+    ``calibration_samples`` (default 2048) records are measured per dataset, drawn across
+    ``calibration_shards_min`` to ``calibration_shards_max`` shards (default 4 to 16);
+    ``fallback_tokens_per_byte`` (default 0.25) stands in for a dataset whose measurement
+    fails (said in a warning).
     """
 
     primer: str | float | Mapping[str, float] = MEASURE

@@ -1,21 +1,19 @@
-"""``python -m zephon``: a demo of a mixture over synthetic datasets, end to end.
+"""``zephon demo`` (and ``python -m zephon``): a mixture over synthetic datasets, end to end.
 
 Builds three count-only datasets, shows the first chunks of lane 0, the mixture every lane
 receives, and a checkpoint/resume round trip through JSON.
-
-``zephon catalog build URI [--out PATH]`` builds the shard catalog of a dataset directory
-(local or in object storage) and publishes it next to the data, or writes it to ``PATH``.
 """
 from __future__ import annotations
 
 import argparse
 import json
-import sys
 from collections import Counter
 from itertools import islice
 
 from zephon import Dataset, StaticMixtureWorkSource
 
+NAME = "demo"
+HELP = "show a mixture over synthetic datasets: first chunks, shares per lane, a checkpoint round trip"
 WEIGHTS = {"web": 0.5, "code": 0.3, "math": 0.2}
 
 
@@ -28,20 +26,19 @@ def demo_datasets() -> list[Dataset]:
     ]
 
 
-def _arguments(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m zephon", description=__doc__.splitlines()[0])
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The demo's options."""
     parser.add_argument("--lanes", type=int, default=4, help="canonical replicas (default 4)")
     parser.add_argument("--chunk-size", type=int, default=16384)
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--chunks", type=int, default=25, help="chunks per lane to draw (default 25)")
-    return parser.parse_args(argv)
 
 
 def _show_first_chunks(lane: StaticMixtureWorkSource) -> None:
     print("First chunks of lane 0 (counts per component, first pointers in read order):")
     for _ in range(3):
         chunk = lane.next_chunk()
-        assert chunk is not None  # the demo's datasets repeat forever
+        assert chunk is not None  # the demo's stream is long
         head = ", ".join(f"{name}{ptr}" for ptr, name in list(chunk)[:3])
         print(f"  chunk {lane.state.chunk_index - 1}: {chunk.counts}  {head}, ...")
 
@@ -71,34 +68,8 @@ def _show_resume(template: StaticMixtureWorkSource) -> None:
           f"resumed stream equals the uninterrupted one: {same}")
 
 
-def catalog_main(argv: list[str]) -> int:
-    """``zephon catalog build URI [--out PATH]``: build and publish a dataset's catalog."""
-    from zephon.io import build_catalog
-
-    parser = argparse.ArgumentParser(prog="zephon catalog", description="Shard catalogs of dataset directories.")
-    commands = parser.add_subparsers(dest="command", required=True)
-    build = commands.add_parser("build", help="build the catalog of URI and publish it next to the data",
-                                description="Build the catalog of a dataset directory (a path, s3://, gs://, "
-                                            "abfs://, hdfs:// URI) and publish it as URI/.zephon-catalog.json, "
-                                            "or write it to --out.")
-    build.add_argument("uri", help="the dataset directory")
-    build.add_argument("--out", default=None, help="write the catalog to this local path instead")
-    build.add_argument("--format", default=None, dest="fmt", help="parquet, jsonl or arrow (default: detect)")
-    args = parser.parse_args(argv)
-    try:
-        written = build_catalog(args.uri, args.out, fmt=args.fmt, progress=None)
-    except (ValueError, OSError) as error:
-        print(f"zephon catalog build: error: {error}", file=sys.stderr)
-        return 2
-    print(f"zephon: catalog of {args.uri} written to {written}")
-    return 0
-
-
-def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    if argv[:1] == ["catalog"]:
-        return catalog_main(argv[1:])
-    args = _arguments(argv)
+def run(args: argparse.Namespace) -> int:
+    """Print the demo; returns the exit status."""
     template = StaticMixtureWorkSource(demo_datasets(), WEIGHTS, chunk_size=args.chunk_size, seed=args.seed,
                                        shuffle_within_shard=True, shuffle_block_size="auto")
     print(f"zephon demo: {', '.join(f'{d.name} ({d.shard_count()} shards, {d.total()} samples)' for d in demo_datasets())}")

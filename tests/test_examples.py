@@ -1,0 +1,53 @@
+"""Every example runs, as the docs show it (each is a subprocess of a few seconds at most)."""
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SCRIPTS = [
+    "examples/guide/worksources/repeat_passes.py",
+    "examples/guide/worksources/per_dataset_repeat_settings.py",
+    "examples/custom_allocator.py",
+    "examples/custom_worksource.py",
+]
+
+
+def run(args, **kwargs):
+    done = subprocess.run(args, capture_output=True, text=True, cwd=ROOT, timeout=240, **kwargs)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_example_runs(script):
+    assert run([sys.executable, script])
+
+
+def test_repeat_passes_reaches_two_passes_of_the_larger_dataset():
+    out = run([sys.executable, SCRIPTS[0]])
+    assert "books: 16,000 samples drawn = 2 passes" in out
+
+
+def test_train_tiny_runs_checkpoints_and_resumes_under_torchrun(tmp_path):
+    """One process until a "crash" after step 15, then two processes resume from step 10's checkpoint."""
+    script = os.path.join(ROOT, "examples", "train_tiny.py")
+    first = run([sys.executable, script, "--steps", "20", "--stop-at", "15", "--checkpoint-dir", str(tmp_path)])
+    assert "step 10: loss" in first and "step 20" not in first
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    again = run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+                 script, "--steps", "20", "--checkpoint-dir", str(tmp_path)], env=env)
+    assert again.startswith("resumed at step 10") and "step 20: loss" in again
+
+
+def test_every_example_is_included_in_the_docs():
+    docs = os.path.join(ROOT, "docs")
+    pages = "".join(Path(docs, name).read_text(encoding="utf-8") for name in os.listdir(docs) if name.endswith(".md"))
+    examples = [os.path.relpath(os.path.join(folder, name), ROOT)
+                for folder, _, names in os.walk(os.path.join(ROOT, "examples")) for name in names
+                if name.endswith((".py", ".toml"))]
+    assert examples
+    missing = [path for path in examples if f"```{{literalinclude}} ../{path}" not in pages]
+    assert not missing, f"examples not shown in docs/: {missing}"

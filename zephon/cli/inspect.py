@@ -1,0 +1,174 @@
+"""``zephon inspect CHECKPOINT``: a readable summary of a checkpoint file.
+
+Reads a loader checkpoint (written by ``zephon.torch.save_checkpoint``; its header, length
+and checksum are checked) or a JSON file holding a source's ``state_dict()`` or a loader's
+state. Prints the version, the lanes, each dataset's pass and position, the progress and the
+configuration fingerprint. With ``--config CONFIG`` it also says whether the checkpoint
+would load into the source that mixture config describes, and what differs if not.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from zephon.core import checkpoint as source_checkpoint
+from zephon.runtime import load_checkpoint, parse_state
+from zephon.work import StaticMixtureWorkSource
+
+NAME = "inspect"
+HELP = "summarise a checkpoint file (loader checkpoint or source state); --config checks it would load"
+LANES_SHOWN = 16  # lanes listed one by one; more are summarised
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The inspect command's options."""
+    parser.add_argument("checkpoint", help="a checkpoint file (save_checkpoint) or a JSON state_dict()")
+    parser.add_argument("--config", help="a mixture config (.toml / .json): would the checkpoint load into it?")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Print the summary (and the check against ``--config``); returns 1 if it would not load."""
+    state = read_state(args.checkpoint)
+    loader = state.get(source_checkpoint.KEY_KIND) != source_checkpoint.KIND
+    print(loader_summary(state) if loader else source_summary(state))
+    if args.config is None:
+        return 0
+    template = StaticMixtureWorkSource.from_config(args.config, measure=_never_measured)
+    problems = check_against(state, template, loader)
+    if not problems:
+        print(f"\nloads into {args.config}: yes")
+        return 0
+    print(f"\nloads into {args.config}: no")
+    for problem in problems:
+        print(f"  - {problem}")
+    return 1
+
+
+def _never_measured(record: Any) -> int:
+    """A token-aware config's ``measure``: a checkpoint brings its ratios, so nothing is measured."""
+    raise RuntimeError("zephon inspect never measures tokens")
+
+
+def read_state(path: str) -> dict[str, Any]:
+    """The state in ``path``: plain JSON, or a checkpoint file (checked by ``load_checkpoint``)."""
+    with open(path, "rb") as f:
+        data = f.read()
+    try:
+        state = json.loads(data)
+    except ValueError:
+        return load_checkpoint(path)
+    if not isinstance(state, dict):
+        raise ValueError(f"{path} holds {type(state).__name__}, not a state dict")
+    return state
+
+
+def _cursor_rows(state: dict[str, Any]) -> list[str]:
+    """One line per dataset: pass, position, progress through the pass."""
+    cursors = state.get(source_checkpoint.KEY_STATE, {}).get(source_checkpoint.KEY_CURSORS, {})
+    totals = {d.get("name"): d.get("total") for d in state.get(source_checkpoint.KEY_FINGERPRINT, {}).get("datasets", [])}
+    rows = []
+    for name, cursor in cursors.items():
+        total = totals.get(name)
+        position = cursor.get(source_checkpoint.KEY_POSITION)
+        progress = f"{position / total:6.1%} of the pass" if total and isinstance(position, int) else ""
+        tails = cursor.get(source_checkpoint.KEY_TAILS)
+        if tails:
+            progress += f"; {tails:,} samples of pass tails skipped so far"
+        rows.append(f"    {name:<16} pass {cursor.get(source_checkpoint.KEY_EPOCH)}, "
+                    f"position {position:,} of {total if total is None else f'{total:,}'}  {progress}")
+    return rows
+
+
+def _fingerprint_lines(fingerprint: dict[str, Any]) -> list[str]:
+    skip = {"datasets"}
+    return [f"    {key}: {value}" for key, value in fingerprint.items() if key not in skip]
+
+
+def _extra_keys(state: dict[str, Any], known: tuple[str, ...]) -> list[str]:
+    """Anything else the checkpoint carries (migrations, digests, ...), shown as is."""
+    return [f"  {key}: {json.dumps(state[key])[:200]}" for key in state if key not in known]
+
+
+def source_summary(state: dict[str, Any]) -> str:
+    """A source ``state_dict()`` in words."""
+    c = source_checkpoint
+    body = state.get(c.KEY_STATE, {})
+    lines = [
+        f"source state: {state.get(c.KEY_KIND)} version {state.get(c.KEY_VERSION)} "
+        f"(this zephon reads version {c.VERSION})",
+        f"  lane {state.get(c.KEY_LANE)} of {state.get(c.KEY_REPLICAS)}; next global chunk "
+        f"{body.get(c.KEY_CHUNK)}",
+        "  datasets:", *_cursor_rows(state),
+        "  fingerprint:", *_fingerprint_lines(state.get(c.KEY_FINGERPRINT, {})),
+    ]
+    ratios = state.get(c.KEY_RATIOS)
+    if ratios:
+        lines.append("  tokens per byte: " + ", ".join(
+            f"{name} {entry.get(c.KEY_RATIO):.4g} ({entry.get(c.KEY_ORIGIN)})" for name, entry in ratios.items()))
+    if c.KEY_DIGEST in state:
+        intact = "matches the content" if state[c.KEY_DIGEST] == c.digest(state) else "does NOT match: edited or damaged"
+        lines.append(f"  digest: {state[c.KEY_DIGEST]} ({intact})")
+    known = (c.KEY_KIND, c.KEY_VERSION, c.KEY_LANE, c.KEY_REPLICAS, c.KEY_FINGERPRINT, c.KEY_STATE, c.KEY_RATIOS,
+             c.KEY_DIGEST)
+    return "\n".join(lines + _extra_keys(state, known))
+
+
+def loader_summary(state: dict[str, Any]) -> str:
+    """A loader state (or checkpoint) in words: lanes, samples consumed, each dataset's passes."""
+    parsed = parse_state(state)
+    lanes = sorted(parsed.entries)
+    lines = [
+        f"loader state: {state.get('kind')} version {state.get('version')}",
+        f"  canonical_replicas {parsed.canonical_replicas}; lanes held {len(lanes)}"
+        + ("" if len(lanes) == parsed.canonical_replicas else f" ({lanes[:LANES_SHOWN]}...)"),
+        f"  taken on: {json.dumps(parsed.topology)}",
+        "  datasets: " + ", ".join(f"{d['name']} (fingerprint {d['fingerprint']})" for d in parsed.datasets),
+    ]
+    for lane in lanes[:LANES_SHOWN]:
+        source_state, consumed, _ = parsed.entries[lane]
+        chunk = source_state.get(source_checkpoint.KEY_STATE, {}).get(source_checkpoint.KEY_CHUNK)
+        lines.append(f"  lane {lane}: chunk in flight starts at global chunk {chunk}, {consumed:,} of its samples "
+                     "received")
+        lines.extend("  " + row for row in _cursor_rows(source_state))
+    if len(lanes) > LANES_SHOWN:
+        lines.append(f"  ... and {len(lanes) - LANES_SHOWN} more lanes")
+    if lanes:
+        first = parsed.entries[lanes[0]][0]
+        lines += ["  fingerprint:", *_fingerprint_lines(first.get(source_checkpoint.KEY_FINGERPRINT, {}))]
+    return "\n".join(lines + _extra_keys(state, ("kind", "version", "canonical_replicas", "datasets", "source",
+                                                 "lanes", "topology")))
+
+
+def check_against(state: dict[str, Any], template: StaticMixtureWorkSource, loader: bool) -> list[str]:
+    """Why ``state`` would not load into ``template``'s lanes (empty: it would)."""
+    if not loader:
+        return _source_problems(state, template)
+    parsed = parse_state(state)
+    saved = [(d["name"], d["fingerprint"]) for d in parsed.datasets]
+    current = [(d.name, d.fingerprint()) for d in template.datasets_by_id.values()]
+    if saved != current:
+        return [f"datasets: the checkpoint has {saved}, the config gives {current}"]
+    lanes = sorted(parsed.entries)
+    settings = _differences(parsed.entries[lanes[0]][0], template) if lanes else []
+    if settings:
+        return settings  # every lane shares the fingerprint
+    problems = [f"lane {lane}: {problem}" for lane in lanes for problem in _source_problems(parsed.entries[lane][0], template)]
+    return problems[:LANES_SHOWN] + ([f"... and {len(problems) - LANES_SHOWN} more"] if len(problems) > LANES_SHOWN else [])
+
+
+def _differences(state: dict[str, Any], template: StaticMixtureWorkSource) -> list[str]:
+    return source_checkpoint.fingerprint_differences(state.get(source_checkpoint.KEY_FINGERPRINT), template.config)
+
+
+def _source_problems(state: dict[str, Any], template: StaticMixtureWorkSource) -> list[str]:
+    differences = _differences(state, template)
+    if differences:
+        return differences
+    try:
+        source_checkpoint.check_header(state, template.config)
+        lane = template.clone_for_lane(state[source_checkpoint.KEY_LANE], state[source_checkpoint.KEY_REPLICAS])
+        lane.load_state_dict(state)
+    except (ValueError, TypeError) as error:
+        return [str(error)]
+    return []

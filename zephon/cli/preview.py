@@ -1,0 +1,125 @@
+"""``zephon preview CONFIG``: what a mixture config will do, in numbers and (``--plot``) pictures.
+
+Builds the template source the config describes and plans its whole stream on numbers (no
+pointers, no records read; a token-aware mixture first measures its tokens per byte with
+``--tokenizer`` unless its ratios are pinned): the resolved settings, the passes each dataset makes, the
+stream's length and the chunks each lane gets. ``--plot DIR`` writes PNG figures (needs the
+``zephon[plot]`` extra, matplotlib): see :mod:`zephon.cli._plots`.
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import os
+from typing import Sequence
+
+import numpy as np
+
+from zephon.cli._plan import StreamPlan, lane_owners, plan_stream, target_shares
+from zephon.core import SourceConfig
+from zephon.work import StaticMixtureWorkSource
+
+NAME = "preview"
+HELP = "show what a mixture config (.toml / .json) will do, without reading data; --plot draws it"
+MAX_CHUNKS = 200_000  # global chunks planned at most (an endless stream is shown up to here)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The preview's options."""
+    parser.add_argument("config", help="a mixture config file (.toml or .json)")
+    parser.add_argument("--lanes", type=int, default=8, help="canonical replicas to route chunks to (default 8)")
+    parser.add_argument("--plot", metavar="DIR", help="write PNG figures into DIR (needs zephon[plot])")
+    parser.add_argument("--max-chunks", type=int, default=MAX_CHUNKS,
+                        help=f"plan at most this many global chunks (default {MAX_CHUNKS:,})")
+    parser.add_argument("--tokenizer", metavar="FILE",
+                        help="a Hugging Face tokenizer.json, for a token-aware mixture whose ratios are measured")
+    parser.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
+                        help="progress bar on stderr (default: on a terminal, when slow)")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Print the preview (and write the figures); returns the exit status."""
+    if args.lanes < 1 or args.max_chunks < 1:
+        raise ValueError(f"--lanes and --max-chunks must be >= 1, got {args.lanes} and {args.max_chunks}")
+    plots = _plotting() if args.plot else None  # fail before the work if matplotlib is missing
+    tokenizer = _tokenizer(args.tokenizer) if args.tokenizer else None
+    source = StaticMixtureWorkSource.from_config(args.config, tokenizer=tokenizer)
+    source.prime(progress=args.progress)
+    config = source.config
+    expected = math.ceil(len(source) / config.chunk_size) if source.supports_indexing() else None
+    plan = plan_stream(config, args.max_chunks, expected, args.progress)
+    owners = lane_owners(config, plan.chunks, args.lanes)
+    print(_settings(args.config, config, args.lanes))
+    print(_datasets_table(config, plan))
+    print(_stream_summary(config, plan, owners, args.lanes))
+    if plots is not None:
+        for path in plots.write_all(args.plot, source, plan, args.lanes, args.progress):
+            print(f"wrote {path}")
+    return 0
+
+
+def _plotting():
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        raise ImportError("--plot needs matplotlib: pip install 'zephon[plot]'") from None
+    from zephon.cli import _plots
+
+    return _plots
+
+
+def _tokenizer(path: str):
+    try:
+        from tokenizers import Tokenizer
+    except ImportError:
+        raise ImportError("--tokenizer needs the tokenizers package: pip install tokenizers") from None
+    return Tokenizer.from_file(path)
+
+
+def _settings(path: str, config: SourceConfig, lanes: int) -> str:
+    mode = "tokens" if config.token_mode else "samples"
+    return (f"{os.path.basename(path)}: chunk_size={config.chunk_size:,}, seed={config.seed}, weights in {mode}, "
+            f"allocation={config.allocator.name}\n"
+            f"  shuffle_shards={config.shuffle_shards}, shuffle_within_shard={config.shuffle_within_shard}, "
+            f"stop_after_passes={config.stop_after_passes}\n"
+            f"  lanes: {lanes} ({config.lane_assignment})\n")
+
+
+def _datasets_table(config: SourceConfig, plan: StreamPlan) -> str:
+    targets = target_shares(config)
+    realised = plan.quotas.sum(axis=0) / max(plan.samples, 1)
+    rows = [("dataset", "weight", "shards", "samples", "block", "policy", "max_repeats", "reshuffle", "tail",
+             "passes", "share", "target")]
+    for c, d in enumerate(config.datasets):
+        passes = plan.passes[-1, c] if plan.chunks else 0.0
+        rows.append((d.name, f"{d.weight:g}", f"{len(d.shard_counts):,}", f"{d.total:,}",
+                     f"{d.block_size:,}" if d.block_size > 1 else "-", d.policy,
+                     "-" if d.max_repeats is None else str(d.max_repeats), "yes" if d.reshuffle_on_repeat else "no",
+                     d.pass_tail, f"{passes:.3f}", f"{realised[c]:.5f}", f"{targets[c]:.5f}"))
+    return _table(rows)
+
+
+def _table(rows: Sequence[Sequence[str]]) -> str:
+    widths = [max(len(row[k]) for row in rows) for k in range(len(rows[0]))]
+    lines = ["  ".join(cell.ljust(w) if k == 0 else cell.rjust(w) for k, (cell, w) in enumerate(zip(row, widths)))
+             for row in rows]
+    return "\n".join(lines) + "\n"
+
+
+def _stream_summary(config: SourceConfig, plan: StreamPlan, owners: np.ndarray, lanes: int) -> str:
+    if plan.complete:
+        passes = config.stop_after_passes
+        if passes is not None:
+            why = f"ends once every dataset has completed {passes} pass{'es' if passes > 1 else ''}"
+        elif plan.ended_by:
+            why = f"ends when {plan.ended_by!r} cannot supply its quota"
+        else:
+            why = "ends when every dataset has drained"
+        head = f"stream: {plan.chunks:,} chunks, {plan.samples:,} samples; {why}"
+    else:
+        head = f"stream: endless; the first {plan.chunks:,} chunks ({plan.samples:,} samples) are shown"
+    per_lane = np.bincount(owners, minlength=lanes)
+    samples = np.bincount(owners, weights=plan.quotas.sum(axis=1), minlength=lanes) if plan.chunks else per_lane
+    return (f"{head}\n"
+            f"lanes: {per_lane.min():,}–{per_lane.max():,} chunks each, "
+            f"{int(samples.min()):,}–{int(samples.max()):,} samples each")
