@@ -64,18 +64,29 @@ def test_source_config_refuses_what_kernels_cannot_run(change, error, words):
         dataclasses.replace(_config(), **change)
 
 
+def test_a_paused_dataset_has_weight_zero_but_not_every_one():
+    config = _config()
+    paused = dataclasses.replace(config, datasets=(dataclasses.replace(config.datasets[0], weight=0.0),
+                                                   *config.datasets[1:]))
+    assert paused.normalised[0] == 0.0 and paused != config
+    with pytest.raises(ValueError, match="at least one dataset a weight > 0"):
+        dataclasses.replace(config, datasets=tuple(dataclasses.replace(d, weight=0.0) for d in config.datasets))
+
+
 @pytest.mark.parametrize("change, error, words", [
     ({"shard_counts": np.array([3, -1])}, ValueError, "shard_counts must be >= 0"),
     ({"shard_counts": np.array([3])}, TypeError, "one entry per shard"),
     ({"shard_ids": np.array([4, 2])}, ValueError, "ascending and unique"),
     ({"shard_ids": np.array([0.5, 1.5])}, TypeError, "integer array"),
-    ({"weight": 0.0}, ValueError, "weight must be finite and > 0"),
-    ({"weight": float("nan")}, ValueError, "weight must be finite and > 0"),
+    ({"weight": -1.0}, ValueError, "weight must be finite and >= 0"),
+    ({"weight": float("nan")}, ValueError, "weight must be finite and >= 0"),
     ({"policy": "loop"}, ValueError, "policy must be one of"),
     ({"max_repeats": -1}, ValueError, "max_repeats must be >= 0"),
     ({"block_size": None}, TypeError, "block_size must be an int"),
     ({"reshuffle_on_repeat": None}, TypeError, "reshuffle_on_repeat must be True or False"),
     ({"token_ratio": -2.0, "shard_bytes": np.array([10, 10])}, ValueError, "token_ratio must be a finite float > 0"),
+    ({"order": (1, -1, True, True)}, ValueError, "order must be None or"),
+    ({"order": [1, 0, True, True]}, ValueError, "order must be None or"),
 ])
 def test_dataset_plan_refuses_what_kernels_cannot_run(change, error, words):
     plan = DatasetPlan(name="d", shard_ids=np.array([0, 1]), shard_counts=np.array([3, 4]), weight=1.0,

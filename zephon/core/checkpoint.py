@@ -13,6 +13,7 @@ its numbers are trusted. Error messages quote values abbreviated (``zephon.limit
 """
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import math
@@ -34,12 +35,16 @@ KEY_FINGERPRINT, KEY_STATE, KEY_DIGEST = "fingerprint", "state", "digest"
 KEY_CHUNK, KEY_ALLOC, KEY_CURSORS, KEY_EPOCH, KEY_POSITION = "chunk_index", "alloc", "cursors", "epoch", "position"
 KEY_TAILS = "tails"
 KEY_RATIOS, KEY_RATIO, KEY_ORIGIN = "token_ratios", "ratio", "origin"
+KEY_ORDERS = "orders"  # present only after a migration kept some datasets' older sample order
+KEY_REQUEUE = "requeue"  # present only while a migrated lane still has samples to re-serve
+KEY_MIGRATIONS = "migrations"  # the run's migration history (zephon.work.migrate), if it has one
+MAX_REQUEUE = 1 << 13  # ranges a requeue region may hold (5 JSON values each, inside MAX_STATE_NODES)
 
 
 def state_to_json(state: SourceState, config: SourceConfig) -> dict[str, Any]:
     """The checkpoint of ``state`` under ``config``: plain JSON types only."""
     alloc = state.alloc
-    checkpoint = {
+    checkpoint: dict[str, Any] = {
         KEY_KIND: KIND,
         KEY_VERSION: VERSION,
         KEY_LANE: config.lane,
@@ -54,6 +59,11 @@ def state_to_json(state: SourceState, config: SourceConfig) -> dict[str, Any]:
             },
         },
     }
+    if any(d.order is not None for d in config.datasets):
+        checkpoint[KEY_ORDERS] = {d.name: [*d.order, d.block_size, d.reshuffle_on_repeat]
+                                  for d in config.datasets if d.order is not None}
+    if state.requeue:
+        checkpoint[KEY_STATE][KEY_REQUEUE] = [list(r) for r in state.requeue]
     if config.token_mode and config.primed:
         checkpoint[KEY_RATIOS] = {d.name: {KEY_RATIO: d.token_ratio, KEY_ORIGIN: d.ratio_origin} for d in config.datasets}
     return sealed(checkpoint)
@@ -89,11 +99,35 @@ def ratios_from_json(checkpoint: dict[str, Any], config: SourceConfig) -> dict[s
     return out
 
 
+def with_orders(config: SourceConfig, orders: Any) -> SourceConfig:
+    """``config`` with the kept sample orders of some datasets: name -> ``[seed, key id,
+    shuffle_shards, shuffle_within_shard, block size, reshuffle_on_repeat]`` (validated)."""
+    if not orders:
+        return config
+    if not isinstance(orders, dict) or not set(orders) <= set(config.names):
+        raise ValueError(f"checkpoint orders must map datasets of {show(list(config.names))} to their order, got "
+                         f"{show(orders)}; the checkpoint is corrupted")
+    plans = []
+    for d in config.datasets:
+        entry = orders.get(d.name)
+        if entry is None:
+            plans.append(d)
+            continue
+        types = (int, int, bool, bool, int, bool)
+        if (not isinstance(entry, list) or len(entry) != len(types) or not all(type(v) is t for v, t in zip(entry, types))
+                or entry[1] < 0 or not 0 <= entry[4] <= d.total):
+            raise ValueError(f"checkpoint order of {d.name!r} must be [seed, key id, shuffle_shards, "
+                             f"shuffle_within_shard, block size, reshuffle_on_repeat], got {show(entry)}")
+        plans.append(dataclasses.replace(d, order=tuple(entry[:4]), block_size=entry[4], reshuffle_on_repeat=entry[5]))
+    return dataclasses.replace(config, datasets=tuple(plans))
+
+
 def check_header(checkpoint: Any, config: SourceConfig) -> None:
     """Refuse anything that is not an intact zephon mixture checkpoint of this version.
 
     Checks, in order: a bounded plain-JSON dict, the kind, the version, exactly the keys
-    ``state_to_json`` writes for ``config``, and the digest.
+    ``state_to_json`` writes for ``config`` (and those a migration adds: ``orders``,
+    ``migrations``), and the digest.
     """
     if not isinstance(checkpoint, dict):
         raise ValueError(f"checkpoint must be a dict (from state_dict()), got {type(checkpoint).__name__}")
@@ -109,7 +143,8 @@ def check_header(checkpoint: Any, config: SourceConfig) -> None:
         )
     required = {KEY_KIND, KEY_VERSION, KEY_LANE, KEY_REPLICAS, KEY_FINGERPRINT, KEY_STATE, KEY_DIGEST}
     saved = checkpoint[KEY_FINGERPRINT] if isinstance(checkpoint.get(KEY_FINGERPRINT), dict) else {}
-    allowed = required | ({KEY_RATIOS} if config.token_mode or saved.get("mode") == "tokens" else set())
+    allowed = required | {KEY_ORDERS, KEY_MIGRATIONS} | (
+        {KEY_RATIOS} if config.token_mode or saved.get("mode") == "tokens" else set())
     missing, unknown = sorted(required - set(checkpoint)), sorted(set(checkpoint) - allowed)
     if missing or unknown:
         raise ValueError(f"checkpoint is missing {show(missing)} and has unknown keys {show(unknown)}; it is "
@@ -150,14 +185,41 @@ def state_from_json(checkpoint: dict[str, Any], config: SourceConfig) -> SourceS
             "checkpoint was taken with a different configuration: " + "; ".join(differences[:3]) + more
             + ". Restore it into a source built with the same datasets and settings"
         )
-    body = checkpoint[KEY_STATE]
-    if not isinstance(body, dict) or set(body) != {KEY_CHUNK, KEY_ALLOC, KEY_CURSORS}:
-        raise ValueError(f"checkpoint state must have exactly {[KEY_CHUNK, KEY_ALLOC, KEY_CURSORS]}; it is corrupted")
+    return parse_state(checkpoint[KEY_STATE], config)
+
+
+def parse_state(body: Any, config: SourceConfig) -> SourceState:
+    """Validate a checkpoint's ``state`` part against ``config`` (no fingerprint check) and build it."""
+    if not isinstance(body, dict) or set(body) - {KEY_REQUEUE} != {KEY_CHUNK, KEY_ALLOC, KEY_CURSORS}:
+        raise ValueError(f"checkpoint state must have exactly {[KEY_CHUNK, KEY_ALLOC, KEY_CURSORS]} (and "
+                         f"{KEY_REQUEUE!r} after a migration); it is corrupted")
+    cursors = _cursors_from_json(body[KEY_CURSORS], config)
     return SourceState(
         chunk_index=_count(KEY_CHUNK, body[KEY_CHUNK], MAX_CHUNK_INDEX),
         alloc=_alloc_from_json(body[KEY_ALLOC], config),
-        cursors=_cursors_from_json(body[KEY_CURSORS], config),
+        cursors=cursors,
+        requeue=_requeue_from_json(body.get(KEY_REQUEUE, []), config, cursors),
     )
+
+
+def _requeue_from_json(value: Any, config: SourceConfig, cursors: tuple[CursorState, ...]
+                       ) -> tuple[tuple[int, int, int, int], ...]:
+    """Ranges ``[dataset, pass, start, stop]`` inside passes the cursors have reached, sorted, disjoint."""
+    if not isinstance(value, list) or len(value) > MAX_REQUEUE:
+        raise ValueError(f"checkpoint requeue must be a list of at most {MAX_REQUEUE} ranges, got "
+                         f"{type(value).__name__}; the checkpoint is corrupted")
+    out: list[tuple[int, int, int, int]] = []
+    for entry in value:
+        ok = isinstance(entry, list) and len(entry) == 4 and all(type(v) is int for v in entry)
+        if ok:
+            c, epoch, start, stop = entry
+            ok = 0 <= c < len(config.datasets) and 0 <= epoch <= cursors[c].epoch and 0 <= start < stop \
+                <= config.datasets[c].total and (not out or tuple(entry) > out[-1])
+        if not ok:
+            raise ValueError(f"checkpoint requeue range {show(entry)} must be [dataset, pass, start, stop] inside a pass "
+                             "the cursor has reached, in ascending order; the checkpoint is corrupted")
+        out.append((entry[0], entry[1], entry[2], entry[3]))
+    return tuple(out)
 
 
 def _count(what: str, value: Any, upper: int) -> int:

@@ -56,6 +56,13 @@ def read_only(values: Any) -> np.ndarray:
     return array
 
 
+def shard_digest(shard_ids: np.ndarray, shard_counts: np.ndarray) -> str:
+    """sha256 (16 hex digits) of a shard table: ids and counts as int64."""
+    digest = hashlib.sha256(read_only(shard_ids).tobytes())
+    digest.update(read_only(shard_counts).tobytes())
+    return digest.hexdigest()[:16]
+
+
 def _refuse_type(owner: str, name: str, value: Any, expected: str) -> TypeError:
     return TypeError(f"{owner}.{name} must be {expected}, got {value!r} ({type(value).__name__})")
 
@@ -113,13 +120,14 @@ class DatasetPlan:
     Fields: ``name``; ``shard_ids`` and ``shard_counts``, its shard table; ``weight``;
     ``policy``, ``max_repeats``, ``reshuffle_on_repeat``, ``block_size`` and ``pass_tail`` as resolved;
     ``data_fingerprint``, its content fingerprint; ``shard_bytes``, ``token_ratio`` and
-    ``ratio_origin`` for token mode (units in the comments below).
+    ``ratio_origin`` for token mode (units in the comments below); ``order``, the sample
+    order a migrated run kept for it (``None``: the source's seed and the dataset's position).
     """
 
     name: str
     shard_ids: np.ndarray  # int64, ascending, unique, read-only
     shard_counts: np.ndarray  # int64 >= 0, aligned with shard_ids, read-only
-    weight: float  # the user's weight, > 0, not normalised
+    weight: float  # the user's weight, >= 0 (0: paused, in a phase of a curriculum), not normalised
     policy: str  # one of POLICIES
     max_repeats: int | None  # extra passes allowed after the first; None = unbounded
     reshuffle_on_repeat: bool  # False: every pass repeats pass 0's order
@@ -129,6 +137,9 @@ class DatasetPlan:
     shard_bytes: np.ndarray | None = None  # int64 raw bytes per shard (token mode's cost model)
     token_ratio: float | None = None  # tokens per raw byte, once primed (token mode)
     ratio_origin: str | None = None  # one of ORIGINS once primed
+    order: tuple[int, int, bool, bool] | None = None  # (seed, key id, shuffle_shards, shuffle_within_shard)
+    # that key this dataset's pass order instead of the source's (its id is its position): a
+    # migrated run keeps each dataset's order (zephon.work.migrate)
     total: int = field(init=False)  # samples in one pass
     _digest: str | None = field(init=False, default=None, repr=False)  # ``digest``, computed on first use
 
@@ -148,8 +159,8 @@ class DatasetPlan:
         _check_table(self.name, self.shard_ids, self.shard_counts, self.shard_bytes)
         if type(self.weight) is not float and (type(self.weight) is bool or not isinstance(self.weight, numbers.Real)):
             raise _refuse_type(owner, "weight", self.weight, "a float")
-        if not (math.isfinite(self.weight) and self.weight > 0):
-            raise ValueError(f"{owner}.weight must be finite and > 0, got {self.weight!r}")
+        if not (math.isfinite(self.weight) and self.weight >= 0):
+            raise ValueError(f"{owner}.weight must be finite and >= 0 (0 pauses it), got {self.weight!r}")
         _check_choice(owner, "policy", self.policy, POLICIES)
         _check_int(owner, "max_repeats", self.max_repeats, 0, optional=True)
         _check_bool(owner, "reshuffle_on_repeat", self.reshuffle_on_repeat)
@@ -162,15 +173,18 @@ class DatasetPlan:
                     and self.token_ratio > 0):
                 raise ValueError(f"{owner}.token_ratio must be a finite float > 0, got {self.token_ratio!r}")
             _check_choice(owner, "ratio_origin", self.ratio_origin, ORIGINS)
+        if self.order is not None and not (
+                isinstance(self.order, tuple) and len(self.order) == 4
+                and all(type(v) is t for v, t in zip(self.order, (int, int, bool, bool))) and self.order[1] >= 0):
+            raise ValueError(f"{owner}.order must be None or (seed, key id >= 0, shuffle_shards, "
+                             f"shuffle_within_shard), got {self.order!r}")
 
     @property
     def digest(self) -> str:
         """sha256 (16 hex digits) of the shard ids and counts, computed on first use (a
         deterministic cache of the fields, for the checkpoint fingerprint)."""
         if self._digest is None:
-            hashed = hashlib.sha256(self.shard_ids.tobytes())
-            hashed.update(self.shard_counts.tobytes())
-            object.__setattr__(self, "_digest", hashed.hexdigest()[:16])
+            object.__setattr__(self, "_digest", shard_digest(self.shard_ids, self.shard_counts))
         assert self._digest is not None
         return self._digest
 
@@ -178,7 +192,7 @@ class DatasetPlan:
         """Everything but the arrays: cheap to hash and compare."""
         return (self.name, self.total, len(self.shard_ids), self.weight, self.policy, self.max_repeats,
                 self.reshuffle_on_repeat, self.block_size, self.pass_tail, self.data_fingerprint, self.token_ratio,
-                self.ratio_origin, self.shard_bytes is None)
+                self.ratio_origin, self.shard_bytes is None, self.order)
 
     def __eq__(self, other: object) -> bool:
         if self is other:
@@ -240,6 +254,9 @@ class SourceConfig:
         if not isinstance(self.datasets, tuple) or not self.datasets or not all(
                 isinstance(d, DatasetPlan) for d in self.datasets):
             raise _refuse_type(owner, "datasets", self.datasets, "a non-empty tuple of DatasetPlan")
+        if not any(d.weight > 0 for d in self.datasets):
+            raise ValueError(f"{owner}.datasets must give at least one dataset a weight > 0, got "
+                             f"{[d.weight for d in self.datasets]}")
         _check_int(owner, "chunk_size", self.chunk_size, 1)
         _check_int(owner, "seed", self.seed)
         _check_bool(owner, "shuffle_shards", self.shuffle_shards)
@@ -318,4 +335,6 @@ class SourceConfig:
             "stop_after_passes": self.stop_after_passes,
             "lane_assignment": self.lane_assignment,
             "allocation": self.allocator.name,
+            **({"orders": [None if d.order is None else list(d.order) for d in self.datasets]}
+               if any(d.order is not None for d in self.datasets) else {}),
         }

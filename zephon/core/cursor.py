@@ -42,9 +42,19 @@ _CACHED_LAYOUTS = 2  # per dataset and seed: the pass being read and the next on
 _SHAPE, _PASSES = "shape", "passes"  # keys of a plan's memo (``cache.plan_memo``)
 
 
+def order_of(config: SourceConfig, dataset_id: int) -> tuple[int, int, bool, bool]:
+    """``(seed, key id, shuffle_shards, shuffle_within_shard)`` that key a dataset's pass order:
+    the source's settings and the dataset's position, unless a migration kept older ones."""
+    plan = config.datasets[dataset_id]
+    if plan.order is not None:
+        return plan.order
+    return config.seed, dataset_id, config.shuffle_shards, config.shuffle_within_shard
+
+
 def _level_key(config: SourceConfig, dataset_id: int, domain: int, epoch: int) -> int:
     plan = config.datasets[dataset_id]
-    return purpose_key(config.seed, domain, dataset_id, epoch if plan.reshuffle_on_repeat else 0)
+    seed, key_id, _, _ = order_of(config, dataset_id)
+    return purpose_key(seed, domain, key_id, epoch if plan.reshuffle_on_repeat else 0)
 
 
 def in_pass(plan: DatasetPlan, epoch: int, position: int) -> tuple[int, int]:
@@ -65,7 +75,8 @@ def pointer_reference(config: SourceConfig, dataset_id: int, epoch: int, p: int)
     epoch, p = in_pass(plan, epoch, p)
     shards = len(plan.shard_ids)
     order_key = _level_key(config, dataset_id, DOMAIN_SHARD_ORDER, epoch)
-    order = [perm_reference(order_key, shards, k) if config.shuffle_shards else k for k in range(shards)]
+    _, _, shuffle_shards, shuffle_within_shard = order_of(config, dataset_id)
+    order = [perm_reference(order_key, shards, k) if shuffle_shards else k for k in range(shards)]
     q = p
     if plan.block_size > 1:
         block, start = p // plan.block_size, p - p % plan.block_size
@@ -75,7 +86,7 @@ def pointer_reference(config: SourceConfig, dataset_id: int, epoch: int, p: int)
     k = bisect.bisect_right(ends, q)
     row = q - (ends[k - 1] if k else 0)
     shard_id = int(plan.shard_ids[order[k]])
-    if config.shuffle_within_shard:
+    if shuffle_within_shard:
         key = derive(_level_key(config, dataset_id, DOMAIN_WITHIN_SHARD, epoch), shard_id)
         row = perm_reference(key, int(plan.shard_counts[order[k]]), row)
     return dataset_id, shard_id, row
@@ -105,15 +116,16 @@ def _detect_shape(counts: np.ndarray) -> tuple[int, int, int]:
 def _table(config: SourceConfig, dataset_id: int) -> _kernel.ShardTable:
     """The kernel's view of a dataset under ``config``'s seed and shuffles, memoised on the plan."""
     plan = config.datasets[dataset_id]
-    key = (config.seed, dataset_id, config.shuffle_shards, config.shuffle_within_shard)
+    key = order_of(config, dataset_id)
     memo = plan_memo(plan)
     table = memo.get(key)
     if table is None:
         u, odd, t = _shape(plan)
-        order, within, block = (purpose_key(config.seed, domain, dataset_id)
+        seed, key_id, shuffle_shards, shuffle_within_shard = key
+        order, within, block = (purpose_key(seed, domain, key_id)
                                 for domain in (DOMAIN_SHARD_ORDER, DOMAIN_WITHIN_SHARD, DOMAIN_BLOCK))
-        table = _kernel.ShardTable(plan.shard_ids, plan.shard_counts, u, odd, t, config.shuffle_shards,
-                                   config.shuffle_within_shard, order, within, block, plan.block_size)
+        table = _kernel.ShardTable(plan.shard_ids, plan.shard_counts, u, odd, t, shuffle_shards,
+                                   shuffle_within_shard, order, within, block, plan.block_size)
         memo[key] = table
     return table
 
@@ -125,8 +137,7 @@ def epoch_layout(config: SourceConfig, dataset_id: int, epoch: int) -> _kernel.P
     shuffle settings.
     """
     plan = config.datasets[dataset_id]
-    key = (config.seed, dataset_id, config.shuffle_shards, config.shuffle_within_shard,
-           epoch if plan.reshuffle_on_repeat else 0)
+    key = (*order_of(config, dataset_id), epoch if plan.reshuffle_on_repeat else 0)
     passes: dict[tuple[int, ...], _kernel.PassLayout] = plan_memo(plan).setdefault(_PASSES, {})
     layout = passes.get(key)
     if layout is None:

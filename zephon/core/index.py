@@ -43,7 +43,7 @@ from __future__ import annotations
 
 import bisect
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -55,6 +55,7 @@ from zephon.core.cache import memoised, scheduler
 from zephon.core.config import REDISTRIBUTE, REPEAT, STOP, SourceConfig
 from zephon.core.cursor import epoch_layout, in_pass, pointer_reference, take_at
 from zephon.core.readorder import read_order, round_robin_reference
+from zephon.core.requeue import past_region, region_samples
 from zephon.core.schedule import WALK_STEPS, Ended, SourceState, initial_state, plan_next_reference, state_arrays
 from zephon.core.step import step
 from zephon.core.tokens import plan_next_tokens
@@ -124,6 +125,8 @@ class StreamIndex:
     length: int  # samples in the whole stream
     chunks: int  # chunks of the lane in the whole stream
     states: tuple[tuple[int, SourceState], ...] = ()  # (samples before, state) snapshots instead, for a fork's allocator (Python)
+    span: Hashable = None  # the part of the lane's stream indexed: None, all of it from its start; else a
+    # value naming the part (a phase of a curriculum: its start state and end), part of the lookup's cache key
 
     @property
     def nbytes(self) -> int:
@@ -203,6 +206,8 @@ def _python_walk(config: SourceConfig, state: SourceState, every: int) -> tuple[
 
 def remaining_samples(state: SourceState, config: SourceConfig) -> int:
     """Samples the lane will still produce from ``state`` on (walks the schedule; pure)."""
+    if state.requeue:
+        return region_samples(state, config) + remaining_samples(past_region(state, config), config)
     if config.token_mode:
         return _token_samples(state, config)
     _check_indexable(config)
@@ -289,7 +294,7 @@ def _sample_in_python(index: StreamIndex, config: SourceConfig, i: int) -> tuple
 
 def lookup(index: StreamIndex, config: SourceConfig) -> Lookup:
     """The random-access kernel of ``index`` (built by ``build_index(config, index.every)``),
-    built on first use and kept in :mod:`zephon.core.cache` under ``(config, every)``."""
+    built on first use and kept in :mod:`zephon.core.cache` under ``(config, every, span)``."""
     def build() -> Lookup:
         kernel = scheduler(config)
         assert kernel is not None  # callers answer a fork's allocator in Python
@@ -297,7 +302,7 @@ def lookup(index: StreamIndex, config: SourceConfig) -> Lookup:
         return Lookup(kernel, index.ints, index.acc, index.every, index.length, config.chunk_size,
                       reshuffle, _layouts(config), MAX_SHAPES, SHAPE_BUDGET)
 
-    return memoised((LOOKUP, config, index.every), build)
+    return memoised((LOOKUP, config, index.every, index.span), build)
 
 
 def _layouts(config: SourceConfig) -> Callable[[int, int], PassLayout]:

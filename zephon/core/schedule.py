@@ -40,13 +40,15 @@ class CursorState:
 class SourceState:
     """Everything that moves in a mixture source: a few numbers per dataset.
 
-    ``chunk_index`` is the next global chunk, ``alloc`` the allocator's state and
-    ``cursors`` one :class:`CursorState` per dataset.
+    ``chunk_index`` is the next global chunk, ``alloc`` the allocator's state,
+    ``cursors`` one :class:`CursorState` per dataset and ``requeue`` the samples a migrated
+    stream re-serves first (empty otherwise).
     """
 
     chunk_index: int  # the next global chunk to plan, >= 0
     alloc: Any  # the allocator's state (JSON-able; floats for the accumulator)
     cursors: tuple[CursorState, ...]  # one per dataset, in dataset order
+    requeue: tuple[tuple[int, int, int, int], ...] = ()  # samples served first (zephon.core.requeue)
 
 
 def initial_state(config: SourceConfig) -> SourceState:
@@ -98,6 +100,8 @@ def active_weights(config: SourceConfig, cursors: tuple[CursorState, ...]) -> tu
     for c in config.summing_order:
         if active[c]:
             total += config.normalised[c]
+    if total == 0.0:  # only paused datasets (weight 0, a phase of a curriculum) are left: none is active
+        return (0.0,) * len(active)
     return tuple(n / total if is_active else 0.0 for n, is_active in zip(config.normalised, active))
 
 

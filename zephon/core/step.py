@@ -7,6 +7,7 @@ from zephon.core.chunk import WorkChunk
 from zephon.core.config import REDISTRIBUTE, REPEAT, SourceConfig
 from zephon.core.cursor import take
 from zephon.core.keys import derive
+from zephon.core.requeue import step_region
 from zephon.core.schedule import CursorState, Ended, Planned, SourceState, plan_next
 from zephon.core.tokens import plan_next_tokens
 
@@ -17,7 +18,8 @@ def step(state: SourceState, config: SourceConfig) -> tuple[WorkChunk | None, So
     Parameters: ``state``, where the lane stands; ``config``, the resolved source.
     Returns ``(chunk, state')``: the lane's next chunk and the state after it, or
     ``(None, state)`` once the stream has ended (END changes nothing, so it repeats).
-    Raises ``ValueError`` naming the dataset if global chunk 0 cannot be produced.
+    Raises ``ValueError`` naming the dataset if global chunk 0 of a stream from its start
+    cannot be produced.
 
     Pure: equal inputs give equal outputs, and the arguments are never mutated.
 
@@ -26,11 +28,16 @@ def step(state: SourceState, config: SourceConfig) -> tuple[WorkChunk | None, So
     """
     if not config.primed:
         raise RuntimeError("this token-aware source is not primed yet: call prime() before reading from it")
+    before = state
+    if state.requeue:
+        chunk, state = step_region(state, config)
+        if chunk is not None:
+            return chunk, state
     planned = plan_next_tokens(state, config) if config.token_mode else plan_next(state, config)
     if isinstance(planned, Ended):
-        if planned.chunk_index == 0:
+        if planned.chunk_index == 0 and at_start(state):
             raise ValueError(first_chunk_error(config, planned))
-        return None, state
+        return None, before
     return materialize(planned, config), planned.state
 
 
@@ -64,6 +71,12 @@ def exhausted_names(config: SourceConfig, cursors: tuple[CursorState, ...]) -> t
         if d.policy != REPEAT or (d.max_repeats is not None and cur.epoch >= d.max_repeats):
             names.append(d.name)
     return tuple(sorted(names))
+
+
+def at_start(state: SourceState) -> bool:
+    """Whether ``state`` is the start of a stream (a migrated one starts with cursors that moved:
+    if it cannot produce a chunk, it has simply nothing left)."""
+    return state.chunk_index == 0 and all(c.epoch == 0 and c.position == 0 for c in state.cursors)
 
 
 def first_chunk_error(config: SourceConfig, ended: Ended) -> str:

@@ -7,6 +7,7 @@
 | :func:`rank_lanes`, :func:`worker_lanes` | which lanes a rank / a DataLoader worker reads |
 | :class:`LaneMux`, :class:`Tracker`, :class:`ItemStream` | a reader's round-robin stream and its ledger |
 | :func:`merge_states`, :func:`parse_state` | loader states: merge per-rank states into a global one |
+| :func:`migrate_checkpoint` | a loader checkpoint continued under a new source (one cut for all lanes) |
 | :class:`LoaderStateDict`, :class:`DatasetRecord` | the JSON types of a loader state |
 | :func:`save_checkpoint`, :func:`load_checkpoint` | atomic, checksummed checkpoint files |
 | ``Entry``, ``SERVED``, ``LOADER_STATE_KIND`` | a lane's ledger entry, its served flag, the ``kind`` of a loader state |
@@ -20,6 +21,7 @@ from zephon.runtime._book import LaneBook, log_once
 from zephon.runtime._checkpoint import load_checkpoint, save_checkpoint
 from zephon.runtime._even import Even, RankCount, count_rank, count_ranks, countable, even_target, maybe_finite
 from zephon.runtime._lanes import CONTIGUOUS, INTERLEAVED, MAPPINGS, rank_lanes, worker_lanes
+from zephon.runtime._migrate import migrate_checkpoint
 from zephon.runtime._state import KIND as LOADER_STATE_KIND
 from zephon.runtime._state import DatasetRecord, LoaderState, LoaderStateDict, make_state, merge_states, parse_state
 from zephon.runtime._stats import LoaderStats
@@ -30,6 +32,6 @@ __all__ = [
     "CONTIGUOUS", "DROPPED", "Even", "LoaderStats", "RankCount", "count_rank", "count_ranks", "countable", "even_target",
     "maybe_finite", "DatasetRecord", "Entry", "Event", "INTERLEAVED", "ItemStream", "Items", "KEY_COMPONENT", "KEY_SAMPLE_ID", "LOADER_STATE_KIND",
     "LaneBook", "LaneMux", "LoaderState", "LoaderStateDict", "MAPPINGS", "Pipeline", "SERVED", "Segment", "Tracker", "initial_entries",
-    "load_checkpoint", "log_once", "make_state", "merge_states", "parse_state", "rank_lanes", "save_checkpoint",
-    "worker_lanes",
+    "load_checkpoint", "log_once", "make_state", "merge_states", "migrate_checkpoint", "parse_state", "rank_lanes",
+    "save_checkpoint", "worker_lanes",
 ]

@@ -3,6 +3,8 @@
 | use | for |
 |---|---|
 | :class:`StaticMixtureWorkSource` | fixed datasets in fixed proportions (the built-in source) |
+| :class:`PhasedMixtureWorkSource`, :class:`Phase` | a curriculum: mixtures that change at set points of the run |
+| :func:`migrate`, :class:`Migration` | continue a run under a new mixture or datasets (a report of what was unread) |
 | :class:`WorkSource` | the interface to implement for a custom curriculum |
 | :func:`check_lane`, :func:`check_replicas` | the checks of a lane binding (``lane_id``, ``canonical_replicas``) |
 | :class:`WorkChunk` | a bundle of sample pointers grouped by component |
@@ -13,6 +15,8 @@
 | ``zephon.work.mixture_config`` | a mixture as a TOML / JSON file (``StaticMixtureWorkSource.from_config``) |
 """
 from zephon.core.chunk import ComponentOrder, MixtureReadConfig, MixtureReadMode, SampleId, WorkChunk
+from zephon.work.phased_mixture import Phase, PhasedMixtureWorkSource
+from zephon.work.migration import Migration, migrate
 from zephon.work.sequence import PointerSequence
 from zephon.work.source import WorkSource, check_lane, check_replicas
 from zephon.work.spec import MixtureSpec
@@ -20,6 +24,7 @@ from zephon.work.static_mixture import StaticMixtureWorkSource
 from zephon.work.tokens import TokenEstimation
 
 __all__ = [
-    "ComponentOrder", "MixtureReadConfig", "MixtureReadMode", "MixtureSpec", "PointerSequence", "SampleId",
-    "StaticMixtureWorkSource", "TokenEstimation", "WorkChunk", "WorkSource", "check_lane", "check_replicas",
+    "ComponentOrder", "MixtureReadConfig", "MixtureReadMode", "Migration", "MixtureSpec", "Phase",
+    "PhasedMixtureWorkSource", "PointerSequence", "SampleId", "StaticMixtureWorkSource", "TokenEstimation", "WorkChunk",
+    "WorkSource", "check_lane", "check_replicas", "migrate",
 ]

@@ -246,8 +246,10 @@ def resolve(
     datasets: Any, mixture: Any, *, chunk_size: Any, seed: Any, shuffle_shards: Any, shuffle_within_shard: Any,
     shuffle_block_size: Any, exhausted_policy: Any, reshuffle_on_repeat: Any, max_repeats: Any,
     stop_after_passes: Any, lane_assignment: Any, allocation: Any, token_estimation: Any, pass_tail: Any = CARRY,
+    liveness: bool = True,
 ) -> SourceConfig:
-    """Validate every argument and build the template's SourceConfig."""
+    """Validate every argument and build the template's SourceConfig (``liveness=False``: the
+    caller checks liveness itself, e.g. per phase)."""
     datasets = _datasets(datasets)
     names = [d.name for d in datasets]
     weights, weight_order = _weights(mixture, names)
@@ -275,7 +277,7 @@ def resolve(
                     ratio_origin=PINNED if d.name in pinned else None, pass_tail=t)
         for d, w, p, r, s, b, t in zip(datasets, weights, policies, repeats, reshuffle, blocks, tails)
     ]
-    if token_estimation is None or len(pinned) == len(plans):
+    if liveness and (token_estimation is None or len(pinned) == len(plans)):
         check_liveness(plans, chunk_size, allocator, token_shares(plans) if token_estimation else None)
     _warn_no_effect(plans, shuffle_shards or shuffle_within_shard or any(d.block_size > 1 for d in plans))
     config = SourceConfig(

@@ -1,7 +1,8 @@
 """StaticMixtureWorkSource: a fixed set of datasets mixed in fixed proportions.
 
-A thin shell over the pure core: it holds ``(config, state)``, validates once at
-construction, and each method calls one core function and swaps in the new state.
+A thin shell over the pure core (``zephon.work._mixture``): it holds ``(config, state)``,
+validates once at construction, and each method calls one core function and swaps in the
+new state.
 """
 from __future__ import annotations
 
@@ -9,23 +10,18 @@ import dataclasses
 import os
 from typing import Any, Callable, Mapping, Sequence
 
-import numpy as np
-
 from zephon.core import checkpoint, coverage, index
-from zephon.core.chunk import SampleId, WorkChunk
 from zephon.core.config import SourceConfig
-from zephon.core.schedule import SourceState, initial_state
+from zephon.core.schedule import initial_state
 from zephon.core.step import step
 from zephon.core.tokens import token_shares, with_ratios
 from zephon.io import Dataset
-from zephon.limits import show
-from zephon.work._priming import cached_ratio
 from zephon.work import mixture_config
+from zephon.work._mixture import MixtureShell, check_history
 from zephon.work._resolve import check_liveness, resolve
-from zephon.work.source import WorkSource
 
 
-class StaticMixtureWorkSource(WorkSource):
+class StaticMixtureWorkSource(MixtureShell):
     """Mix ``datasets`` by ``mixture`` weights into deterministic chunks of ``chunk_size`` pointers.
 
     Build the template once, then ``clone_for_lane(l, R)`` per lane; each clone's stream is a
@@ -87,6 +83,19 @@ class StaticMixtureWorkSource(WorkSource):
         reports what each dataset has read and skipped.
     """
 
+    _core_step = staticmethod(step)
+    _core_initial = staticmethod(initial_state)
+    _core_remaining = staticmethod(index.remaining_samples)
+    _core_index = staticmethod(index.build_index)
+    _core_sample = staticmethod(index.sample_at)
+    _core_samples = staticmethod(index.samples_at)
+    _core_indexable = staticmethod(index.supports_indexing)
+    _core_coverage = staticmethod(coverage.coverage)
+
+    @staticmethod
+    def _core_bind(config: SourceConfig, lane: int, replicas: int) -> SourceConfig:
+        return dataclasses.replace(config, lane=lane, canonical_replicas=replicas)
+
     def __init__(
         self,
         datasets: Sequence[Dataset],
@@ -105,7 +114,7 @@ class StaticMixtureWorkSource(WorkSource):
         token_estimation: Any = None,
         pass_tail: str | Mapping[str, str] = "carry",
     ):
-        self._config = resolve(
+        config = resolve(
             datasets, mixture, chunk_size=chunk_size, seed=seed, shuffle_shards=shuffle_shards,
             shuffle_within_shard=shuffle_within_shard, shuffle_block_size=shuffle_block_size,
             exhausted_policy=exhausted_policy, reshuffle_on_repeat=reshuffle_on_repeat,
@@ -113,11 +122,8 @@ class StaticMixtureWorkSource(WorkSource):
             lane_assignment=lane_assignment, allocation=allocation, token_estimation=token_estimation,
             pass_tail=pass_tail,
         )
-        self._estimation = token_estimation
+        self._setup(config, datasets, token_estimation)
         self._block_size = shuffle_block_size  # as given: "auto" stays "auto" in to_config()
-        self._datasets = tuple(datasets)
-        self._state = initial_state(self._config)
-        self._index: index.StreamIndex | None = None  # built on first random access
 
     @classmethod
     def from_config(cls, config: Mapping[str, Any] | str | os.PathLike[str], *, tokenizer: Any = None,
@@ -150,137 +156,28 @@ class StaticMixtureWorkSource(WorkSource):
         """
         return mixture_config.config_of(self._config, self._datasets, self._block_size, self._estimation)
 
-    @property
-    def config(self) -> SourceConfig:
-        """The resolved configuration (frozen; includes the lane binding of a clone)."""
-        return self._config
-
-    @property
-    def state(self) -> SourceState:
-        """Where the source stands (frozen; a few numbers per dataset)."""
-        return self._state
-
-    def next_chunk(self) -> WorkChunk | None:
-        self._check_producing()
-        chunk, self._state = step(self._state, self._config)
-        return chunk
-
-    def component_ids(self) -> dict[str, int]:
-        return {d.name: i for i, d in enumerate(self._config.datasets)}
-
-    @property
-    def datasets_by_id(self) -> dict[int, Dataset]:
-        return dict(enumerate(self._datasets))
-
-    def clone_for_lane(self, lane_id: int, canonical_replicas: int) -> StaticMixtureWorkSource:
-        """A clone bound to one lane; it shares the datasets and shard tables with the template."""
-        self._check_can_clone(lane_id, canonical_replicas)
-        clone = object.__new__(type(self))
-        clone._datasets, clone._estimation, clone._block_size = self._datasets, self._estimation, self._block_size
-        clone._config = dataclasses.replace(self._config, lane=lane_id, canonical_replicas=canonical_replicas)
-        clone._state = self._state
-        clone._index = None
-        clone._lane, clone._replicas = lane_id, canonical_replicas
-        return clone
-
     def state_dict(self) -> dict[str, Any]:
-        return checkpoint.state_to_json(self._state, self._config)
+        return self._with_history(checkpoint.state_to_json(self._state, self._config))
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore a checkpoint; a token-mode one brings its ratios (nothing is measured again)."""
+        """Restore a checkpoint; a token-mode one brings its ratios (nothing is measured again).
+
+        A state made by ``zephon.work.migrate`` carries the run's migration history, kept here,
+        and the sample order of each dataset that continues an older one (its seed, position and
+        shuffles then), which the restored source keeps.
+        """
         checkpoint.check_header(state, self._config)
         self._check_lane_header(state)
-        ratios = checkpoint.ratios_from_json(state, self._config)
-        config = self._with_ratios(ratios) if ratios else self._config
+        history = check_history(state.get(checkpoint.KEY_MIGRATIONS, []))
+        config = checkpoint.with_orders(self._config, state.get(checkpoint.KEY_ORDERS))
+        ratios = checkpoint.ratios_from_json(state, config)
+        config = self._core_with_ratios(ratios, config) if ratios else config
         self._state = checkpoint.state_from_json(state, config)
-        self._config, self._index = config, None
+        self._config, self._index, self._history = config, None, history
 
-    @property
-    def requires_token_priming(self) -> bool:
-        """True for a token-aware source until every dataset has its tokens-per-byte ratio."""
-        return not self._config.primed
-
-    def prime(self, *, progress: bool | None = None, **_: Any) -> None:
-        """Measure the missing tokens-per-byte ratios (on the driver, before workers fork).
-
-        Idempotent; a no-op in sample mode, once primed, or after a token-mode restore.
-        """
-        if self._config.primed:
-            return
-        self._config = self._with_ratios({
-            d.name: cached_ratio(self._datasets[i], i, self._estimation, self._config.seed, progress)
-            for i, d in enumerate(self._config.datasets) if d.token_ratio is None
-        })
-        self._index = None
-
-    def _with_ratios(self, ratios: dict[str, tuple[float, str]]) -> SourceConfig:
-        """The config with these token ratios, checked for liveness."""
-        config = with_ratios(self._config, ratios)
+    def _core_with_ratios(self, ratios: dict[str, tuple[float, str]], config: SourceConfig | None = None
+                          ) -> SourceConfig:
+        """The config (this source's by default) with these token ratios, checked for liveness."""
+        config = with_ratios(config or self._config, ratios)
         check_liveness(config.datasets, config.chunk_size, config.allocator, token_shares(config.datasets))
         return config
-
-    def chunk_size_hint(self) -> int:
-        return self._config.chunk_size
-
-    def supports_indexing(self) -> bool:
-        """True for finite streams of the built-in allocators: ``len`` and ``sample_id_at`` work."""
-        return index.supports_indexing(self._config)
-
-    def __len__(self) -> int:
-        """Samples in the stream from its start: the lane's for a clone, all for the template.
-
-        Sample mode reads it off the random-access index; token mode plans every chunk.
-        """
-        if self._config.token_mode:
-            return index.remaining_samples(initial_state(self._config), self._config)
-        return self._stream_index().length
-
-    def sample_id_at(self, i: int) -> SampleId:
-        """The ``i``-th sample of the stream in default read order (``IndexError`` outside it)."""
-        stream = self._stream_index()
-        if type(i) is not int or not 0 <= i < stream.length:  # the fast path costs two checks
-            i = self._check_index(i)
-        return index.sample_at(stream, self._config, i)
-
-    def sample_ids_at(self, indices: Any) -> np.ndarray:
-        """The samples at ``indices`` as an ``(n, 3)`` int64 array (one call for many lookups)."""
-        positions = np.asarray(indices)
-        if positions.ndim != 1 or (positions.size and positions.dtype.kind not in "iu"):
-            raise TypeError(f"indices must be a 1-D sequence of ints, got {show(indices)}")
-        length = len(self)
-        if positions.size and (positions.min() < 0 or positions.max() >= length):
-            bad = positions[(positions < 0) | (positions >= length)][0]
-            raise IndexError(f"sample index {bad} is out of range [0, {length})")
-        return index.samples_at(self._stream_index(), self._config, positions.astype(np.int64, copy=False))
-
-    def remaining_samples(self) -> int:
-        """Samples still to come from the current state (after a restore too)."""
-        return index.remaining_samples(self._state, self._config)
-
-    def _stream_index(self) -> index.StreamIndex:
-        if self._index is None:
-            self._index = index.build_index(self._config)
-        return self._index
-
-    def _check_index(self, i: Any) -> int:
-        if type(i) is bool or not isinstance(i, (int, np.integer)):
-            raise TypeError(f"sample index must be an int, got {show(i)}")
-        length = self._stream_index().length
-        if not 0 <= i < length:
-            raise IndexError(f"sample index {show(i)} is out of range [0, {length})")
-        return int(i)
-
-    def coverage(self) -> dict[str, dict[str, int]]:
-        """Per dataset name, from the state alone in O(datasets): ``passes_completed``,
-        ``position`` in the current pass, ``pass_length`` and ``never_read``, the samples of
-        its passes so far that were skipped (0 under ``pass_tail="carry"``, the dropped tails
-        under ``"drop"``). A lane's figures count every lane's chunks before its position."""
-        return coverage.coverage(self._state, self._config)
-
-    def continues_after_exhaustion(self) -> tuple[str, ...]:
-        """The datasets that may drain while the others go on (``exhausted_policy='redistribute'``)."""
-        return tuple(d.name for d in self._config.datasets if d.policy == "redistribute")
-
-    def __repr__(self) -> str:
-        lane = "template" if self._lane is None else f"lane {self._lane} of {self._replicas}"
-        return f"StaticMixtureWorkSource({list(self._config.names)}, {lane}, chunk {self._state.chunk_index})"

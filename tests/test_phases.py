@@ -1,0 +1,178 @@
+"""PhasedMixtureWorkSource: phases where configured on every lane, cursors carried, the static
+source's guarantees per phase (partition, replay, len and random access, mixture bound)."""
+from __future__ import annotations
+
+import json
+from collections import Counter
+
+import numpy as np
+import pytest
+from hypothesis import assume, given
+from hypothesis import strategies as st
+
+from zephon import Dataset, StaticMixtureWorkSource
+from zephon.testing import assert_lanes_partition, assert_replay_equivalent, collect
+from zephon.work import Phase, PhasedMixtureWorkSource, TokenEstimation
+
+from helpers import phased_configs, three_datasets
+
+
+def _read_order(chunks) -> np.ndarray:
+    return np.concatenate([c.read_order()[0] for c in chunks]) if chunks else np.zeros((0, 3), dtype=np.int64)
+
+
+@given(phased_configs(), st.integers(2, 4))
+def test_lanes_partition_and_replay(kwargs, replicas):
+    assert_lanes_partition(lambda: PhasedMixtureWorkSource(**kwargs), replicas, max_chunks=200)
+    lane = replicas - 1
+    assert_replay_equivalent(lambda: PhasedMixtureWorkSource(**kwargs).clone_for_lane(lane, replicas),
+                             [0, 1, 3, 7, 12], max_chunks=200)
+
+
+@given(phased_configs(), st.integers(1, 3))
+def test_len_and_random_access_match_the_stream(kwargs, replicas):
+    template = PhasedMixtureWorkSource(**kwargs)
+    for lane in range(replicas):
+        clone = template.clone_for_lane(lane, replicas)
+        streamed = _read_order(collect(PhasedMixtureWorkSource(**kwargs).clone_for_lane(lane, replicas), 10**6))
+        assert len(clone) == len(streamed)
+        assert clone.remaining_samples() == len(streamed)
+        assert np.array_equal(clone.sample_ids_at(np.arange(len(streamed))[::-1]), streamed[::-1])
+        if len(streamed):
+            assert clone.sample_id_at(len(streamed) - 1) == tuple(streamed[-1].tolist())
+
+
+@given(phased_configs(), st.integers(1, 4))
+def test_boundaries_fall_where_configured_on_every_lane(kwargs, replicas):
+    """Every chunk holds only datasets of its phase, and each phase starts at its bound."""
+    template = PhasedMixtureWorkSource(**kwargs)
+    starts = template.phase_starts()
+    single = collect(template.clone_for_lane(0, 1), 400)
+    samples = np.cumsum([0] + [len(c) for c in single])
+    for k, phase in enumerate(kwargs["phases"][:-1]):
+        end = starts[k + 1]
+        if end is None or end >= len(samples):
+            continue
+        kind, value = phase.bound()
+        if kind == "chunk":
+            assert end == max(value, starts[k])
+        else:
+            assert samples[end] >= value and (end == starts[k] or samples[end - 1] < value)
+    for lane in range(replicas):
+        clone = template.clone_for_lane(lane, replicas)
+        while (chunk := clone.next_chunk()) is not None:
+            g = clone.state.chunk_index - 1  # the chunk just produced
+            if g >= len(single):
+                break
+            weights = kwargs["phases"][template.phase_of_chunk(g)].weights([d.name for d in kwargs["datasets"]])
+            assert set(chunk.components) <= set(weights)
+            assert chunk == single[g]
+
+
+@given(phased_configs())
+def test_per_phase_mixture_within_the_static_prefix_bound(kwargs):
+    """Inside a phase the accumulator starts from zero: every prefix of the phase's chunks is
+    within one sample of the phase's weights per dataset (full chunks, repeating datasets)."""
+    assume(kwargs.get("stop_after_passes") is not None and kwargs["allocation"] == "accumulator")
+    template = PhasedMixtureWorkSource(**kwargs)
+    names = [d.name for d in kwargs["datasets"]]
+    chunks = collect(template.clone_for_lane(0, 1), 300)
+    counts, phase_of = Counter(), None
+    for g, chunk in enumerate(chunks):
+        p = template.phase_of_chunk(g)
+        if p != phase_of:
+            phase_of, counts, drawn = p, Counter(), 0
+            weights = kwargs["phases"][p].weights(names)
+            total = sum(weights.values())
+        counts.update({n: len(a) for n, a in chunk.components.items()})
+        drawn += len(chunk)
+        for n in names:
+            assert abs(counts[n] - drawn * weights.get(n, 0.0) / total) <= 1.0 + 1e-9
+
+
+def test_cursors_continue_across_phases_and_paused_datasets_wait():
+    data = three_datasets()
+    phases = [Phase({"web": 1, "code": 1}, until_chunk=4), Phase({"math": 1, "code": 1}, until_sample=128),
+              Phase({"web": 1, "code": 1, "math": 1})]
+    template = PhasedMixtureWorkSource(data, phases, chunk_size=16, seed=5, exhausted_policy="stop")
+    chunks = collect(template.clone_for_lane(0, 1), 10**4)
+    assert template.phase_starts() == [0, 4, 8]
+    assert [set(c.components) for c in chunks[:8]] == [{"web", "code"}] * 4 + [{"math", "code"}] * 4
+    pointers = [tuple(p) for c in chunks for a in c.components.values() for p in a.tolist()]
+    assert len(pointers) == len(set(pointers))  # one pass each: nothing repeated, nothing skipped
+    static = StaticMixtureWorkSource(data[:2], {"web": 1, "code": 1}, chunk_size=16, seed=5, exhausted_policy="stop")
+    assert collect(static.clone_for_lane(0, 1), 4) == chunks[:4]  # the same keys: phase 0 is the static stream
+
+
+def test_checkpoint_is_small_json_and_strict():
+    data = three_datasets()
+    phases = [Phase({"web": 1}, until_chunk=3), Phase({"web": 1, "math": 2})]
+    source = PhasedMixtureWorkSource(data, phases, chunk_size=8, stop_after_passes=None,
+                                     exhausted_policy="repeat").clone_for_lane(1, 2)
+    for _ in range(5):
+        source.next_chunk()
+    state = json.loads(json.dumps(source.state_dict()))
+    assert state["phase"] == 1 and len(json.dumps(state)) < 4096
+    other = PhasedMixtureWorkSource(data, [Phase({"web": 1}, until_chunk=4), phases[1]], chunk_size=8,
+                                    stop_after_passes=None, exhausted_policy="repeat").clone_for_lane(1, 2)
+    with pytest.raises(ValueError, match="other phases"):
+        other.load_state_dict(state)
+    with pytest.raises(ValueError, match="lane"):
+        PhasedMixtureWorkSource(data, phases, chunk_size=8, stop_after_passes=None,
+                                exhausted_policy="repeat").clone_for_lane(0, 2).load_state_dict(state)
+    with pytest.raises(ValueError, match="digest"):
+        source.load_state_dict({**state, "phase": 7})
+
+
+def test_token_mode_phases_end_at_their_token_bound():
+    data = [Dataset.from_records(n, [[{"text": "x" * (k + 1) * size} for k in range(20)] for _ in range(3)])
+            for n, size in (("short", 2), ("long", 9))]
+    estimation = TokenEstimation(primer=0.5)
+    phases = [Phase({"short": 1}, until_token=300), Phase({"short": 1, "long": 1})]
+    template = PhasedMixtureWorkSource(data, phases, chunk_size=8, token_estimation=estimation,
+                                       stop_after_passes=2)
+    template.prime()
+    starts = template.phase_starts()
+    chunks = collect(template.clone_for_lane(0, 1), 10**4)
+    assert starts[1] is not None and 0 < starts[1] < len(chunks)
+    assert all(set(c.components) == {"short"} for c in chunks[:starts[1]])
+    assert len(template.clone_for_lane(0, 1)) == sum(len(c) for c in chunks)
+    assert_lanes_partition(lambda: _primed(data, phases, estimation), 3)
+    assert_replay_equivalent(lambda: _primed(data, phases, estimation).clone_for_lane(1, 2), [0, 2, 5, 9])
+
+
+def _primed(data, phases, estimation):
+    template = PhasedMixtureWorkSource(data, phases, chunk_size=8, token_estimation=estimation, stop_after_passes=2)
+    template.prime()
+    return template
+
+
+@pytest.mark.parametrize("phases, match", [
+    ([], "non-empty list"),
+    ([Phase({"web": 1}, until_chunk=3)], "last phase is open-ended"),
+    ([Phase({"web": 1}), Phase({"web": 1})], "needs until_chunk"),
+    ([Phase({"web": 1}, until_chunk=5), Phase({"web": 1}, until_chunk=3), Phase({"web": 1})], "must increase"),
+    ([Phase({"nope": 1})], "unknown datasets"),
+    ([Phase({"web": 0})], "positive weight"),
+    ([Phase({"web": 1}, until_token=5), Phase({"web": 1})], "needs token_estimation"),
+    ([Phase({"web": 1}, until_chunk=2), Phase({"web": 1})], "stop_after_passes"),
+])
+def test_bad_phases_raise_naming_the_problem(phases, match):
+    with pytest.raises(ValueError, match=match):
+        PhasedMixtureWorkSource(three_datasets(), phases, chunk_size=8)
+
+
+def test_phase_arguments_are_checked():
+    with pytest.raises(ValueError, match="one bound"):
+        Phase({"web": 1}, until_chunk=2, until_sample=4)
+    with pytest.raises(ValueError, match="until_chunk"):
+        Phase({"web": 1}, until_chunk=0)
+    with pytest.raises(TypeError, match="mixture"):
+        Phase(["web"])
+
+
+def test_per_phase_liveness_is_checked_at_construction():
+    tiny = [Dataset.from_counts("big", [100]), Dataset.from_counts("tiny", [2])]
+    phases = [Phase({"big": 1}, until_chunk=2), Phase({"tiny": 1})]
+    with pytest.raises(ValueError, match="phase 1: dataset 'tiny'"):
+        PhasedMixtureWorkSource(tiny, phases, chunk_size=16, exhausted_policy="repeat")

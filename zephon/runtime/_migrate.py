@@ -1,0 +1,47 @@
+"""Migrate a loader checkpoint (every lane of a run) to a new source: one cut for all lanes."""
+from __future__ import annotations
+
+from typing import Any
+
+from zephon.runtime._state import dataset_fingerprints, make_state, missing_lanes, parse_state
+from zephon.work.migration import Migration, lane_state, migrate_lanes
+
+
+def migrate_checkpoint(checkpoint: Any, new_pipeline_or_source: Any, *, canonical_replicas: int | None = None,
+                       requeue: bool = False) -> Migration:
+    """Continue the run of a global loader checkpoint under a new pipeline or source.
+
+    Parameters
+    ----------
+    checkpoint : dict
+        A global loader state (``merge_states`` / ``all_gather_state`` of every rank, or a
+        ``load_checkpoint`` result) covering every lane of the run.
+    new_pipeline_or_source : Pipeline or StaticMixtureWorkSource
+        What the run continues with (its unbound source is used); see ``zephon.work.migrate``
+        for what may change.
+    canonical_replicas : int or None, default None
+        The new run's lane count; None keeps the checkpoint's.
+    requeue : bool, default False
+        Re-serve the assigned-but-unread samples first (see ``zephon.work.migrate``).
+
+    Returns
+    -------
+    Migration
+        ``state`` is what the new loader's ``load_state_dict`` takes (every lane at the start
+        of the migrated stream); ``report`` is the JSON report of ``zephon.work.migrate``,
+        with one cut across all lanes.
+    """
+    parsed = parse_state(checkpoint)
+    missing = missing_lanes(parsed, range(parsed.canonical_replicas))
+    if missing:
+        raise ValueError(f"migrate_checkpoint needs every lane of the run, the checkpoint lacks {missing}; pass the "
+                         "global checkpoint (merge_states / all_gather_state of every rank's state)")
+    source = getattr(new_pipeline_or_source, "source", new_pipeline_or_source)
+    replicas = parsed.canonical_replicas if canonical_replicas is None else canonical_replicas
+    new_state, report, history, orders = migrate_lanes(
+        {lane: (entry[0], entry[1]) for lane, entry in parsed.entries.items()}, source, requeue)
+    entries = {lane: (lane_state(new_state, source.clone_for_lane(lane, replicas).config, history, orders), 0, 0)
+               for lane in range(replicas)}
+    report["canonical_replicas"] = {"before": parsed.canonical_replicas, "after": replicas}
+    state: dict[str, Any] = dict(make_state(replicas, entries, dataset_fingerprints(source.datasets_by_id), {}))
+    return Migration(state, report)

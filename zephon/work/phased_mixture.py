@@ -1,0 +1,302 @@
+"""PhasedMixtureWorkSource: a curriculum of mixtures that change at configured points of the run.
+
+Each :class:`Phase` holds a mixture and the bound that ends it; datasets keep their cursors
+across phases (a pass continues where it stood) and a phase may pause a dataset by leaving it
+out. The static source's guarantees hold phase by phase: see ``zephon.core.phases``.
+"""
+from __future__ import annotations
+
+import dataclasses
+import numbers
+from dataclasses import dataclass
+from typing import Any, Mapping, Sequence
+
+from zephon.core import checkpoint, coverage, phases
+from zephon.core.config import REPEAT, SourceConfig
+from zephon.core.phases import PhasedConfig, PhasedState
+from zephon.core.tokens import token_shares, with_ratios
+from zephon.io import Dataset
+from zephon.limits import MAX_STATE_NODES, STATE_NODES_PER_DATASET, check_json, show
+from zephon.work._mixture import MixtureShell, check_history
+from zephon.work._resolve import check_liveness, resolve
+from zephon.work.spec import MixtureSpec
+
+KIND = "zephon.PhasedMixtureWorkSource"
+VERSION = 1
+KEY_PHASES, KEY_PHASE, KEY_INNER, KEY_ORIGIN = "phases", "phase", "inner", "origin"
+_BOUNDS = (("until_chunk", phases.CHUNK), ("until_sample", phases.SAMPLE), ("until_token", phases.TOKEN))
+
+
+@dataclass(frozen=True)
+class Phase:
+    """One phase of a curriculum: a mixture, and where it ends.
+
+    Every phase but the last sets exactly one bound; the last sets none (it is open-ended,
+    and the usual policies end the stream).
+
+    Parameters
+    ----------
+    mixture : MixtureSpec or Mapping[str, float]
+        Weights of the datasets read in this phase. A dataset left out (or given weight 0)
+        is paused: it keeps its cursor and is not read until a later phase gives it weight.
+    until_chunk : int or None, default None
+        The phase ends before this global chunk index.
+    until_sample : int or None, default None
+        The phase ends at the first chunk boundary where the whole stream (every lane) has
+        produced at least this many samples since the start of the run.
+    until_token : int or None, default None
+        Token mode only: the phase ends at the first chunk boundary where the stream holds at
+        least this many estimated tokens (the token cost model of ``TokenEstimation``).
+    """
+
+    mixture: Any
+    until_chunk: int | None = None
+    until_sample: int | None = None
+    until_token: int | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.mixture, (MixtureSpec, Mapping)):
+            raise TypeError(f"Phase mixture must be a MixtureSpec or a mapping name -> weight, got {self.mixture!r}")
+        for parameter, _ in _BOUNDS:
+            value = getattr(self, parameter)
+            if value is not None and (type(value) is bool or not isinstance(value, numbers.Integral) or value < 1):
+                raise ValueError(f"Phase {parameter} must be an int >= 1 or None, got {value!r}; pass e.g. 1000")
+        if len([p for p, _ in _BOUNDS if getattr(self, p) is not None]) > 1:
+            raise ValueError(f"a Phase ends at one bound, got {self.bound()!r}; set only one of until_chunk, "
+                             f"until_sample, until_token")
+
+    def bound(self) -> tuple[str, int] | None:
+        """``(kind, value)`` of the bound set, or None for an open-ended phase."""
+        for parameter, kind in _BOUNDS:
+            if getattr(self, parameter) is not None:
+                return kind, int(getattr(self, parameter))
+        return None
+
+    def weights(self, names: Sequence[str]) -> dict[str, float]:
+        """The phase's positive weights by name, in mixture order (raises on unknown names)."""
+        given = self.mixture.weights if isinstance(self.mixture, MixtureSpec) else dict(self.mixture)
+        unknown = [n for n in given if n not in names]
+        if unknown:
+            raise ValueError(f"Phase mixture names unknown datasets {unknown}; known: {list(names)}")
+        positive = {n: w for n, w in given.items() if not (isinstance(w, numbers.Real) and not isinstance(w, bool)
+                                                               and w == 0)}
+        if not positive:
+            raise ValueError(f"a Phase mixture needs a positive weight, got {given!r}; give a dataset weight > 0")
+        return dict(MixtureSpec(positive).weights)
+
+
+def _phases(value: Any, token_mode: bool) -> list[Phase]:
+    if isinstance(value, (str, bytes)) or not isinstance(value, Sequence) or not value:
+        raise ValueError(f"phases must be a non-empty list of Phase, got {value!r}")
+    for k, phase in enumerate(value):
+        if not isinstance(phase, Phase):
+            raise TypeError(f"phases[{k}] must be a zephon.work.Phase, got {phase!r}")
+        last = k == len(value) - 1
+        if last and phase.bound() is not None:
+            raise ValueError(f"the last phase is open-ended, but phases[{k}] sets {phase.bound()}; drop its bound")
+        if not last and phase.bound() is None:
+            raise ValueError(f"phases[{k}] needs until_chunk, until_sample or until_token (only the last phase is "
+                             "open-ended)")
+        if phase.until_token is not None and not token_mode:
+            raise ValueError(f"phases[{k}] sets until_token, which needs token_estimation; use until_sample")
+    for kind in (phases.CHUNK, phases.SAMPLE, phases.TOKEN):
+        values = [p.bound()[1] for p in value[:-1] if p.bound()[0] == kind]
+        if values != sorted(set(values)):
+            raise ValueError(f"phase bounds of one kind must increase, got {kind} bounds {values}")
+    return list(value)
+
+
+def phase_config(base: SourceConfig, weights: dict[str, float]) -> SourceConfig:
+    """``base`` with a phase's weights (0 for paused datasets), summed in the phase's order."""
+    names = list(base.names)
+    plans = [dataclasses.replace(d, weight=weights.get(d.name, 0.0)) for d in base.datasets]
+    order = tuple(names.index(n) for n in weights) + tuple(c for c, n in enumerate(names) if n not in weights)
+    return dataclasses.replace(base, datasets=tuple(plans), weight_order=order)
+
+
+def _check_phase(config: SourceConfig, k: int) -> None:
+    """Per-phase liveness (the static source's rule over the phase's active datasets)."""
+    active = [d for d in config.datasets if d.weight > 0.0]
+    shares = token_shares(active) if config.token_mode else None
+    try:
+        check_liveness(active, config.chunk_size, config.allocator, shares)
+    except ValueError as error:
+        raise ValueError(f"phase {k}: {error}") from None
+
+
+class PhasedMixtureWorkSource(MixtureShell):
+    """Mix ``datasets`` by a sequence of mixtures: ``phases[k]`` governs until its bound.
+
+    Parameters
+    ----------
+    datasets : Sequence[Dataset]
+        The datasets of every phase (dataset ids are positions in this list).
+    phases : Sequence[Phase]
+        The curriculum; every phase but the last ends at a bound (see :class:`Phase`).
+    chunk_size, seed, shuffle_shards, shuffle_within_shard, shuffle_block_size, exhausted_policy, \
+    reshuffle_on_repeat, max_repeats, stop_after_passes, lane_assignment, allocation, token_estimation, \
+    pass_tail
+        As for :class:`StaticMixtureWorkSource`, with the same defaults (``chunk_size=16384``,
+        ``seed=0``, ``shuffle_shards=True``, ``shuffle_within_shard=False``,
+        ``shuffle_block_size=None``, ``exhausted_policy=None``, ``reshuffle_on_repeat=True``,
+        ``max_repeats=None``, ``stop_after_passes="auto"``, ``lane_assignment="permute"``,
+        ``allocation="accumulator"``, ``token_estimation=None``, ``pass_tail="carry"``); they apply
+        to every phase.
+        ``stop_after_passes`` counts every dataset, so the last phase must then give each
+        dataset a weight.
+
+    Datasets keep their cursors across phases; allocator state restarts at each boundary.
+    Liveness is checked per phase at construction (token mode: once primed).
+    """
+
+    _core_step = staticmethod(phases.step_phased)
+    _core_initial = staticmethod(phases.initial_phased_state)
+    _core_remaining = staticmethod(phases.remaining_samples)
+    _core_index = staticmethod(phases.build_phased_index)
+    _core_sample = staticmethod(phases.sample_at)
+    _core_samples = staticmethod(phases.samples_at)
+    _core_indexable = staticmethod(phases.supports_indexing)
+    _core_bind = staticmethod(phases.bind)
+
+    @staticmethod
+    def _core_coverage(state: PhasedState, config: PhasedConfig) -> dict[str, dict[str, int]]:
+        return coverage.coverage(state.inner, config.base)
+
+    def __init__(
+        self,
+        datasets: Sequence[Dataset],
+        phases: Sequence[Phase],
+        chunk_size: int = 16384,
+        seed: int = 0,
+        shuffle_shards: bool = True,
+        shuffle_within_shard: bool = False,
+        shuffle_block_size: int | str | None = None,
+        exhausted_policy: str | Mapping[str, str] | None = None,
+        reshuffle_on_repeat: bool | Mapping[str, bool] = True,
+        max_repeats: int | Mapping[str, int | None] | None = None,
+        stop_after_passes: int | str | None = "auto",
+        lane_assignment: str = "permute",
+        allocation: Any = "accumulator",
+        token_estimation: Any = None,
+        pass_tail: str | Mapping[str, str] = "carry",
+    ):
+        schedule = _phases(phases, token_estimation is not None)
+        names = [d.name for d in datasets] if isinstance(datasets, Sequence) else []
+        mixtures = [p.weights(names) for p in schedule]
+        base = resolve(
+            datasets, {n: 1.0 for n in names}, chunk_size=chunk_size, seed=seed, shuffle_shards=shuffle_shards,
+            shuffle_within_shard=shuffle_within_shard, shuffle_block_size=shuffle_block_size,
+            exhausted_policy=exhausted_policy, reshuffle_on_repeat=reshuffle_on_repeat,
+            max_repeats=max_repeats, stop_after_passes=stop_after_passes,
+            lane_assignment=lane_assignment, allocation=allocation, token_estimation=token_estimation,
+            pass_tail=pass_tail, liveness=False,
+        )
+        paused = [n for n in names if n not in mixtures[-1]]
+        if base.stop_after_passes is not None and paused:
+            raise ValueError(f"stop_after_passes={base.stop_after_passes} needs every dataset in the last phase, "
+                             f"but it pauses {paused}; give them a weight there or use max_repeats")
+        config = PhasedConfig(phases=tuple(phase_config(base, m) for m in mixtures),
+                              bounds=tuple(p.bound() for p in schedule))
+        if config.primed:
+            for k, phase in enumerate(config.phases):
+                _check_phase(phase, k)
+        self._setup(config, datasets, token_estimation)
+
+    def state_dict(self) -> dict[str, Any]:
+        """The checkpoint: the phase, the static checkpoint inside it and the phases' fingerprint."""
+        return self._with_history(state_to_json(self._state, self._config))
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore a checkpoint (strict: same datasets, settings and phases, same lane).
+
+        A state made by ``zephon.work.migrate`` carries the run's migration history, where the
+        migrated stream's phase 0 started, and the sample orders it kept; they are restored.
+        """
+        check_state(state, len(self._config.phases), len(self._config.datasets))
+        self._check_lane_header(state)
+        if state[KEY_PHASES] != self._config.fingerprint()[KEY_PHASES]:
+            raise ValueError(f"checkpoint was taken with other phases: {show(state[KEY_PHASES])}, this source has "
+                             f"{show(self._config.fingerprint()[KEY_PHASES])}; restore it into a source with the "
+                             "same phases, or change course with zephon.work.migrate")
+        p, inner = state[KEY_PHASE], state[KEY_INNER]
+        checkpoint.check_header(inner, self._config.phases[p])
+        self._check_lane_header(inner)
+        history = check_history(state.get(checkpoint.KEY_MIGRATIONS, []))
+        config = with_orders(self._config, inner.get(checkpoint.KEY_ORDERS))
+        ratios = checkpoint.ratios_from_json(inner, config.phases[p])
+        config = self._core_with_ratios(ratios, config) if ratios else config
+        origin = state.get(KEY_ORIGIN)
+        self._state = PhasedState(p, checkpoint.state_from_json(inner, config.phases[p]),
+                                  None if origin is None else checkpoint.parse_state(origin, config.base))
+        self._config, self._index, self._history = config, None, history
+
+    def _core_with_ratios(self, ratios: dict[str, tuple[float, str]], config: PhasedConfig | None = None
+                          ) -> PhasedConfig:
+        """The config (this source's by default) with these token ratios in every phase, each
+        phase checked for liveness."""
+        config = config or self._config
+        updated = tuple(with_ratios(phase, ratios) for phase in config.phases)
+        for k, phase in enumerate(updated):
+            _check_phase(phase, k)
+        return phases.with_phases(config, updated)
+
+    def phase_of_chunk(self, chunk_index: int) -> int:
+        """The phase that governs global chunk ``chunk_index`` (resolves the phase bounds once)."""
+        return phases.phase_of_chunk(self._config, chunk_index)
+
+    def phase_starts(self) -> list[int | None]:
+        """The global chunk where each phase starts (None: the stream ends before it); for a
+        migrated stream, counted from where it started."""
+        origin = self._state.origin
+        return [None if s is None else s.chunk_index
+                for s in (phases.phase_start(self._config, p, origin) for p in range(len(self._config.phases)))]
+
+
+def check_state(state: Any, count: int, datasets: int) -> None:
+    """Refuse anything but an intact phased checkpoint of this version for ``count`` phases:
+    bounded plain JSON, kind, version, exactly the keys ``state_to_json`` writes (and those a
+    migration adds), a phase index in range, and the digest."""
+    if not isinstance(state, dict):
+        raise ValueError(f"checkpoint must be a dict (from state_dict()), got {type(state).__name__}")
+    check_json(state, "checkpoint", MAX_STATE_NODES + STATE_NODES_PER_DATASET * datasets * (count + 1))
+    if state.get(checkpoint.KEY_KIND) != KIND:
+        raise ValueError(f"checkpoint kind is {show(state.get(checkpoint.KEY_KIND))}, expected {KIND!r}; pass a "
+                         "state_dict() of this source type")
+    if type(state.get(checkpoint.KEY_VERSION)) is not int or state[checkpoint.KEY_VERSION] != VERSION:
+        raise ValueError(f"checkpoint version {show(state.get(checkpoint.KEY_VERSION))} is not supported (this "
+                         f"zephon reads version {VERSION}); restore it with the zephon version that wrote it")
+    required = {checkpoint.KEY_KIND, checkpoint.KEY_VERSION, checkpoint.KEY_LANE, checkpoint.KEY_REPLICAS,
+                KEY_PHASES, KEY_PHASE, KEY_INNER, checkpoint.KEY_DIGEST}
+    if not required <= set(state) <= required | {KEY_ORIGIN, checkpoint.KEY_MIGRATIONS}:
+        raise ValueError(f"checkpoint keys must be {sorted(required)} (and {KEY_ORIGIN!r}, "
+                         f"{checkpoint.KEY_MIGRATIONS!r} after a migration), got {show(sorted(state))}; it is "
+                         "truncated, edited or was not written by state_dict() of this source")
+    if state[checkpoint.KEY_DIGEST] != checkpoint.digest(state):
+        raise ValueError("state digest mismatch: the checkpoint was changed after state_dict() wrote it; restore "
+                         "an unedited state_dict()")
+    p = state[KEY_PHASE]
+    if type(p) is not int or not 0 <= p < count:
+        raise ValueError(f"checkpoint phase must be an int in [0, {count}), got {show(p)}")
+
+
+def state_to_json(state: PhasedState, config: PhasedConfig) -> dict[str, Any]:
+    """The checkpoint of ``state`` under ``config`` (plain JSON)."""
+    out = {
+        checkpoint.KEY_KIND: KIND,
+        checkpoint.KEY_VERSION: VERSION,
+        checkpoint.KEY_LANE: config.lane,
+        checkpoint.KEY_REPLICAS: config.canonical_replicas,
+        KEY_PHASES: config.fingerprint()[KEY_PHASES],
+        KEY_PHASE: state.phase,
+        KEY_INNER: checkpoint.state_to_json(state.inner, config.phases[state.phase]),
+    }
+    if state.origin is not None:
+        out[KEY_ORIGIN] = checkpoint.state_to_json(state.origin, config.base)[checkpoint.KEY_STATE]
+    return checkpoint.sealed(out)
+
+
+def with_orders(config: PhasedConfig, orders: Any) -> PhasedConfig:
+    """``config`` with the sample orders a migration kept, in every phase."""
+    if not orders:
+        return config
+    return phases.with_phases(config, tuple(checkpoint.with_orders(phase, orders) for phase in config.phases))
