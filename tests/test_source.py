@@ -182,7 +182,7 @@ def test_component_vocabulary_and_hooks():
     source = StaticMixtureWorkSource(three_datasets(), {"web": 5, "code": 3, "math": 2}, chunk_size=64)
     assert source.component_ids() == {"web": 0, "code": 1, "math": 2}
     assert source.chunk_size_hint() == 64 and not source.requires_token_priming
-    assert source.continues_after_exhaustion() == ()
+    assert source.continues_after_exhaustion() == frozenset()
     assert json.loads(json.dumps(source.state_dict()))["lane"] is None
 
 
@@ -201,7 +201,7 @@ def test_weights_are_normalised_in_the_mixture_order():
     mixture = {"c": 0.3, "b": 0.2, "a": 0.1}
     source = StaticMixtureWorkSource(data, mixture, chunk_size=10, exhausted_policy="redistribute")
     chunk = source.clone_for_lane(0, 1).next_chunk()
-    assert chunk.target_mixture == {n: MixtureSpec(mixture).normalized()[n] for n in "abc"}
+    assert chunk.target_mixture == {n: MixtureSpec(mixture).normalized[n] for n in "abc"}
 
 
 def test_numpy_integers_are_ints():

@@ -26,6 +26,7 @@ import numpy as np
 from zephon.io import fetch
 from zephon.io._readahead import Readahead
 from zephon.runtime._stream import DROPPED, ItemStream, component_table, initial_entries
+from zephon.work import by_value
 from zephon.work.source import WorkSource
 
 KEY_SAMPLE_ID, KEY_COMPONENT, KEY_RECORD = "_sample_id", "_component", "record"
@@ -121,6 +122,12 @@ class Pipeline:
                          for d in datasets.values())
             prefetch_bytes = PREFETCH_BYTES if remote else 0
         self._prefetch = (int(prefetch_bytes), int(prefetch_threads))
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Map and filter steps are pickled by value (cloudpickle): lambdas reach spawned DataLoader workers."""
+        state = dict(self.__dict__)
+        state["_steps"] = tuple((kind, by_value(fn)) for kind, fn in self._steps)
+        return state
 
     # -- composition ------------------------------------------------------------------------
 

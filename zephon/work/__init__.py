@@ -9,8 +9,10 @@
 | :class:`MixtureReadConfig` and its enums | how a chunk's pointers are interleaved when read |
 | :class:`PointerSequence` | a map-style view (``len``, ``[i]``) of an indexable source |
 | :class:`TokenEstimation` | token-aware mixtures: weights in tokens, ratios measured or pinned |
+| :func:`by_value` | a user callable ready to pickle by value (lambdas to spawned workers) |
 """
 from zephon.core.chunk import ComponentOrder, MixtureReadConfig, MixtureReadMode, SampleId, WorkChunk
+from zephon.work._portable import by_value
 from zephon.work.sequence import PointerSequence
 from zephon.work.source import WorkSource
 from zephon.work.spec import MixtureSpec
@@ -19,5 +21,5 @@ from zephon.work.tokens import TokenEstimation
 
 __all__ = [
     "ComponentOrder", "MixtureReadConfig", "MixtureReadMode", "MixtureSpec", "PointerSequence", "SampleId",
-    "StaticMixtureWorkSource", "TokenEstimation", "WorkChunk", "WorkSource",
+    "StaticMixtureWorkSource", "TokenEstimation", "WorkChunk", "WorkSource", "by_value",
 ]

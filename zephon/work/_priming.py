@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import marshal
 import math
 import warnings
@@ -34,8 +35,10 @@ from zephon.io.progress import Progress
 from zephon.work.tokens import TokenEstimation
 
 DOMAIN_CALIBRATION = 0x7A3D9E1B5C2F4086  # keys of calibration draws (a purpose of its own)
-MIN_MEASURED = 32  # fewer tokenized records than this falls back
+MIN_MEASURED = 32  # fewer tokenized records than this (or than the calibration asks for, if fewer) falls back
 MEASURED, PINNED, FALLBACK = "measured", "pinned", "fallback"
+
+logger = logging.getLogger("zephon")
 
 
 def tokenizer_identity(estimation: TokenEstimation) -> str:
@@ -113,9 +116,15 @@ def measure_ratio(dataset: Dataset, dataset_id: int, estimation: TokenEstimation
             estimates.append(rows * float(np.mean(tokens)) / float(sizes[k]))
         bar.advance()
     bar.close()
-    if measured < MIN_MEASURED or not estimates:
-        return _fallback(dataset, estimation, f"only {measured} records could be tokenized ({skipped} skipped)")
-    return float(np.mean(estimates)), MEASURED
+    needed = min(MIN_MEASURED, per_shard * draws)  # a small calibration_samples is taken at its word
+    if measured < needed or not estimates:
+        return _fallback(dataset, estimation, f"only {measured} records could be tokenized ({skipped} skipped), "
+                                              f"{needed} needed")
+    ratio = float(np.mean(estimates))
+    error = float(np.std(estimates, ddof=1) / math.sqrt(len(estimates))) if len(estimates) > 1 else math.inf
+    logger.info("tokens/byte of dataset %r: %.6g, standard error %.3g (%d shard draws, %d records, %d skipped)",
+                dataset.name, ratio, error, len(estimates), measured, skipped)
+    return ratio, MEASURED
 
 
 def _fallback(dataset: Dataset, estimation: TokenEstimation, why: str) -> tuple[float, str]:
