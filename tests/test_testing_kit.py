@@ -1,6 +1,7 @@
 """The zephon.testing kit itself: failure messages, digests, strategies' arguments, the pytest plugin."""
 import functools
 import re
+import threading
 
 import pytest
 from hypothesis import given
@@ -96,8 +97,10 @@ def hash_seeded():
 def test_a_stream_that_depends_on_the_hash_seed_fails_in_a_fresh_process():
     with pytest.raises(AssertionError, match=r"PYTHONHASHSEED=.*: chunk 0, position \d+: this process reads"):
         assert_same_stream_in_fresh_process(hash_seeded, max_chunks=3)
-    with pytest.raises(TypeError, match="picklable by reference"):
-        assert_same_stream_in_fresh_process(lambda: three())
+    assert_same_stream_in_fresh_process(lambda: three(chunk_size=7), max_chunks=4)  # a lambda travels by value
+    lock = threading.Lock()
+    with pytest.raises(TypeError, match="must be picklable"):
+        assert_same_stream_in_fresh_process(lambda: lock and three())
 
 
 def test_the_digest_is_stable_and_tells_streams_apart():

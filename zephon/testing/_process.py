@@ -1,13 +1,14 @@
 """The same stream in a fresh interpreter: another hash seed, another directory, one thread.
 
-The parent pickles the factory (by reference: a module-level callable, or a
-``functools.partial`` of one) and sends it with its ``sys.path`` to a new ``python``; the
+The parent pickles the factory with cloudpickle (an importable function by reference, a
+lambda or closure by value) and sends it with its ``sys.path`` to a new ``python``; the
 child builds the source, describes its stream as JSON and prints it; the parent compares
 that with its own description chunk by chunk and says where they part.
 """
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import os
 import pickle
@@ -17,7 +18,8 @@ import tempfile
 from typing import Any
 
 from zephon.testing._assertions import SourceFactory
-from zephon.testing._streams import as_source, read_order, stream_of, stream_digest
+from zephon.testing._streams import as_source, read_order, stream_digest, stream_of
+from zephon.work import WorkSource
 
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMEXPR_NUM_THREADS",
                     "VECLIB_MAXIMUM_THREADS", "RAYON_NUM_THREADS", "TOKENIZERS_PARALLELISM")
@@ -31,13 +33,8 @@ def describe(thing: Any, max_chunks: int, max_items: int) -> dict[str, Any]:
     for chunk in stream_of(thing, max_chunks):
         pointers, names = read_order(chunk)
         chunks.append({"seed": chunk.seed, "pointers": [list(p) for p in pointers], "components": names})
-    items = []
-    if not hasattr(thing, "source"):
-        return {"digest": stream_digest(thing, max_chunks), "chunks": chunks, "items": items}
-    for item in thing:
-        if len(items) == max_items:
-            break
-        items.append(hashlib.sha256(repr(item).encode()).hexdigest()[:16])
+    items = [] if isinstance(thing, WorkSource) else [
+        hashlib.sha256(repr(item).encode()).hexdigest()[:16] for item in itertools.islice(thing, max_items)]
     return {"digest": stream_digest(thing, max_chunks), "chunks": chunks, "items": items}
 
 
@@ -97,18 +94,21 @@ def assert_same_stream_in_fresh_process(factory: SourceFactory, *, max_chunks: i
     Parameters
     ----------
     factory : callable
-        Picklable by reference: a module-level function (not a lambda or a closure), or a
-        ``functools.partial`` of one with picklable arguments.
+        Picklable with cloudpickle: a module-level function or a ``functools.partial`` of
+        one (sent by reference: the child imports its module from this ``sys.path``), or a
+        lambda or closure (sent by value, with what it captures).
     max_chunks : int, default 200
     max_items : int, default 200
     timeout : float, default 300.0
         Seconds the child may take.
     """
+    import cloudpickle
+
     try:
-        payload = pickle.dumps(factory)
+        payload = cloudpickle.dumps(factory)
     except Exception as error:
-        raise TypeError(f"the factory must be picklable by reference (a module-level function or a "
-                        f"functools.partial of one), got {factory!r}: {error}") from None
+        raise TypeError(f"the factory must be picklable (a module-level function, a functools.partial of one, or "
+                        f"a lambda capturing only picklable values), got {factory!r}: {error}") from None
     mine = describe(factory(), max_chunks, max_items)
     as_source(factory())  # a factory that returns something else fails here, not in the child
     paths = [os.path.abspath(p) if p else os.getcwd() for p in sys.path]
