@@ -39,6 +39,16 @@ def test_a_reachable_state_restores_to_the_stream_from_there(data):
                for k in range(21))  # the state lies at most 20 chunks in; a stream that ended must end there too
 
 
+SHARED = st.shared(sources(), key="template")
+
+
+@given(SHARED, reachable_states(SHARED, max_chunks=10))
+def test_a_shared_template_and_its_state_agree(template, state):
+    lane = template.clone_for_lane(0, 1)
+    lane.load_state_dict(state)
+    assert lane.state_dict() == state
+
+
 @settings(max_examples=25)
 @given(sources(), loader_topologies(), st.integers(0, 300), loader_topologies())
 def test_an_elastic_resume_reads_every_lane_exactly(source, first, cut, second):

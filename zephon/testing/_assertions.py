@@ -128,16 +128,23 @@ def _all_samples(plan: Any, dataset_id: int) -> set[tuple[int, int, int]]:
             for offset in range(int(count))}
 
 
+def _carries(plan: Any) -> bool:
+    return getattr(plan, "pass_tail", None) == "carry"
+
+
 def _passes_of(source: WorkSource, max_chunks: int) -> tuple[list[dict[int, list]], list[set[int]]]:
     """Per dataset: pass -> [(pointer, chunk)], and the passes the stream moved past.
 
-    Pointers are assigned to passes by the cursors in ``source.state`` before and after each
-    chunk: a dataset that started new passes inside a chunk drew the rest of its old pass
-    (none if its tail was dropped), any whole passes, then the start of its new one.
+    A dataset that carries its pass tails reads its passes back to back, so its ``i``-th
+    pointer belongs to pass ``i // total``. Otherwise pointers are assigned by the cursors
+    in ``source.state`` before and after each chunk: a dataset that started new passes
+    inside a chunk drew the rest of its old pass (none if its tail was dropped), any whole
+    passes, then the start of its new one.
     """
     config = source.config
     passes: list[dict[int, list]] = [{} for _ in config.datasets]
     moved: list[set[int]] = [set() for _ in config.datasets]
+    drawn = [0] * len(config.datasets)
     for k in range(max_chunks):
         before = source.state.cursors
         chunk = source.next_chunk()
@@ -145,6 +152,12 @@ def _passes_of(source: WorkSource, max_chunks: int) -> tuple[list[dict[int, list
             break
         for c, (plan, old, new) in enumerate(zip(config.datasets, before, source.state.cursors)):
             pointers = [(tuple(p), k) for p in chunk.components.get(plan.name, np.zeros((0, 3))).tolist()]
+            if _carries(plan):
+                for i, pointer in enumerate(pointers, start=drawn[c]):
+                    passes[c].setdefault(i // plan.total, []).append(pointer)
+                drawn[c] += len(pointers)
+                moved[c].update(range(drawn[c] // plan.total))
+                continue
             if new.epoch == old.epoch:
                 passes[c].setdefault(old.epoch, []).extend(pointers)
                 continue
@@ -189,7 +202,6 @@ def assert_passes_complete(factory: SourceFactory, *, max_chunks: int = 1000) ->
                     raise AssertionError(f"dataset {plan.name!r} pass {epoch} holds {pointer} twice (chunks "
                                          f"{seen[pointer]} and {k})")
                 seen[pointer] = k
-            carries = getattr(plan, "pass_tail", None) == "carry"
-            if carries and epoch in moved[c] and len(seen) < plan.total:
+            if _carries(plan) and epoch in moved[c] and len(seen) < plan.total:
                 raise AssertionError(f"dataset {plan.name!r} pass {epoch} was left after {len(seen)} of its "
                                      f"{plan.total} samples, although its pass tail is carried")

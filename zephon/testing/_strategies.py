@@ -186,8 +186,11 @@ def reachable_states(draw, source: Any, *, max_chunks: Any = 64) -> dict[str, An
 
     ``source`` is a lane-bound source (its own position is the start; it is not advanced) or a
     template, whose states are those of its single-lane stream (lane 0 of 1); restore them
-    into ``template.clone_for_lane(0, 1)``. Shrinks toward the source's own state.
+    into ``template.clone_for_lane(0, 1)``. It may be a strategy too: share it with the test
+    (``s = st.shared(sources(), key="s")``, then ``@given(s, reachable_states(s))``) so that
+    the source and its state agree. Shrinks toward the source's own state.
     """
+    source = draw(_strategy(source))
     limit = draw(_strategy(max_chunks))
     if type(limit) is not int or limit < 0:
         raise InvalidArgument(f"reachable_states() needs max_chunks >= 0, got {limit!r}")
