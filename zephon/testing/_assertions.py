@@ -27,6 +27,16 @@ def assert_replay_equivalent(factory: SourceFactory, cuts: Iterable[int], *, max
     Cuts past the end of the stream are taken at the end (where the restored source must
     return None). The failure says at which chunk and position the replay parts, with both
     pointers.
+
+    Parameters
+    ----------
+    factory : callable
+        ``factory()`` returns a fresh source or pipeline; a lane-bound source is read from
+        where it stands (a copy; it is not advanced).
+    cuts : iterable of int
+        Chunk indices whose checkpoints are restored (see ``cut_points()``).
+    max_chunks : int, default 1000
+        Read at most this many chunks of the uninterrupted stream.
     """
     source = single_lane(factory())
     states, chunks, ended = [], [], False
@@ -63,6 +73,15 @@ def assert_lanes_partition(factory: SourceFactory, replicas: int, *, max_chunks:
     for each chunk of the single-lane stream, the next chunk of the lane that owns it (by the
     source's routing when it exposes ``config``, else any lane whose next chunk matches); a
     mismatch, or chunks left over on any lane, fail the assertion.
+
+    Parameters
+    ----------
+    factory : callable
+        ``factory()`` returns a fresh template source or a pipeline over one.
+    replicas : int
+        The number of lanes (``canonical_replicas``).
+    max_chunks : int, default 1000
+        Read at most this many chunks per stream.
     """
     single = collect(as_source(factory()).clone_for_lane(0, 1), max_chunks)
     template = as_source(factory())
@@ -97,6 +116,15 @@ def assert_mixture_prefix_bound(factory: SourceFactory, bound: float, *, max_chu
     ``target_mixture`` when it has one (redistribution), else the source's normalised
     weights. Sample-mode sources only: a token-aware source targets tokens, not samples.
     The failure names the component, the chunk, the position and both counts.
+
+    Parameters
+    ----------
+    factory : callable
+        ``factory()`` returns a fresh source or pipeline (a template is read as lane 0 of 1).
+    bound : float
+        The largest allowed gap, in samples, between a component's count and its target.
+    max_chunks : int, default 1000
+        Check the prefixes of at most this many chunks.
     """
     source = single_lane(factory())
     config = getattr(source, "config", None)
@@ -182,6 +210,13 @@ def assert_passes_complete(factory: SourceFactory, *, max_chunks: int = 1000) ->
     sample of its dataset. Where a dataset carries its pass tail (``pass_tail="carry"``),
     every pass the stream moved past must be complete. The failure names the dataset, the
     pass, the sample and the chunks it came in.
+
+    Parameters
+    ----------
+    factory : callable
+        ``factory()`` returns a fresh template (or its lane 0 of 1, or a pipeline over it).
+    max_chunks : int, default 1000
+        Read at most this many chunks; a pass still open there is checked for repeats only.
     """
     source = single_lane(factory())
     if getattr(source, "config", None) is None or getattr(source, "state", None) is None:
