@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import itertools
+import json
 import struct
 from typing import Any, Sequence
 
@@ -61,14 +63,22 @@ def stream_of(thing: Any, max_chunks: int) -> list[WorkChunk]:
 
 
 def stream_digest(source: Any, max_chunks: int = 1000) -> str:
-    """A sha256 hex digest of a stream: every chunk's boundaries, seed, component names and pointers.
+    """A sha256 hex digest of a stream: its data, its chunks and, for a pipeline, its items.
+
+    It covers every dataset behind the stream (id, name, shard ids and counts, and the
+    content fingerprint of path datasets), then each chunk of the window (its seed, and each
+    component's name and pointers, so the chunk boundaries too), then, for a pipeline, every
+    item of those chunks after the map steps. A change of the data (anywhere, also beyond
+    the window), of the chunks in the window, or of the items they make changes the digest;
+    a setting that changes nothing in the window does not.
 
     Parameters
     ----------
     source : WorkSource or Pipeline
         A template (its single-lane stream, lane 0 of 1, i.e. the global chunk order), a
         lane-bound source (its lane from where it stands; it is not advanced) or a pipeline
-        (its source's stream: map steps do not change pointers).
+        (its source's stream, and its items: keep ``max_chunks`` small, items are built in
+        Python).
     max_chunks : int, default 1000
         Digest at most this many chunks (the stream may be infinite).
 
@@ -76,14 +86,19 @@ def stream_digest(source: Any, max_chunks: int = 1000) -> str:
     -------
     str
         64 hex digits. The encoding is fixed (little-endian int64 pointers, UTF-8 names,
-        length-prefixed), so the digest is the same on every platform, process, hash seed
-        and number of threads. It is stable for as long as the streams are, that is within a
-        checkpoint version (``zephon.core.checkpoint.VERSION``): pin it in CI, and expect to
-        re-pin it when an upgrade changes the checkpoint version.
+        length prefixes, items as sorted-key JSON), so the digest is the same on every
+        platform, process, hash seed, working directory and number of threads. It is stable
+        for as long as the streams are, that is within a checkpoint version
+        (``zephon.core.checkpoint.VERSION``): pin it in CI, and expect to re-pin it when an
+        upgrade changes the checkpoint version.
     """
     if type(max_chunks) is not int or max_chunks < 0:
         raise ValueError(f"max_chunks={max_chunks!r} must be an int >= 0; pass e.g. 200")
     digest = hashlib.sha256(DIGEST_TAG)
+    for dataset_id, dataset in sorted(as_source(source).datasets_by_id.items()):
+        fingerprint = getattr(dataset, "fingerprint", lambda: None)()
+        digest.update(b"D" + struct.pack("<q", dataset_id) + _text(dataset.name) + _text(str(fingerprint)))
+        digest.update(np.ascontiguousarray([dataset.ids(), dataset.counts()], dtype="<i8").tobytes())
     chunks = stream_of(source, max_chunks)
     for chunk in chunks:
         digest.update(b"C" + _text(str(chunk.seed)) + struct.pack("<q", len(chunk.components)))
@@ -91,7 +106,21 @@ def stream_digest(source: Any, max_chunks: int = 1000) -> str:
             digest.update(_text(name) + struct.pack("<q", len(pointers)))
             digest.update(np.ascontiguousarray(pointers, dtype="<i8").tobytes())
     digest.update(b"E" + struct.pack("<q", len(chunks)))
+    if not isinstance(source, WorkSource):
+        for item in itertools.islice(source, sum(len(chunk) for chunk in chunks)):
+            digest.update(b"I" + _text(json.dumps(item, sort_keys=True, default=_plain)))
     return digest.hexdigest()
+
+
+def _plain(value: Any) -> Any:
+    """A JSON stand-in for what an item may hold besides JSON types (arrays, scalars, bytes)."""
+    if isinstance(value, (bytes, bytearray)):
+        return value.hex()
+    if hasattr(value, "tolist"):
+        return value.tolist()
+    if isinstance(value, (set, frozenset)):
+        return sorted(value)
+    return repr(value)
 
 
 def _text(value: str) -> bytes:
