@@ -56,10 +56,11 @@ def test_a_small_calibration_measures_what_was_asked(short_and_long, tmp_path, m
 
 def test_a_scalar_max_repeats_applies_to_the_repeating_datasets_without_a_warning():
     data = [Dataset.from_counts("a", [50]), Dataset.from_counts("b", [10])]
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
         source = StaticMixtureWorkSource(data, {"a": 0.5, "b": 0.5}, chunk_size=4,
                                          exhausted_policy={"a": "stop", "b": "repeat"}, max_repeats=3)
+    assert not [w for w in caught if "max_repeats" in str(w.message)]
     b_pointers = [p for c in collect(source.clone_for_lane(0, 1)) for p in c.components.get("b", [])]
     assert len(b_pointers) == 4 * 10  # the first pass and three repeats, then the stream ends
 

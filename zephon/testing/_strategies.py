@@ -18,6 +18,7 @@ from zephon.testing._streams import single_lane
 from zephon.work import ComponentOrder, MixtureReadConfig, MixtureReadMode, StaticMixtureWorkSource, WorkChunk
 
 POLICY_CHOICES = ("repeat", "stop", "redistribute")
+PASS_TAILS = ("carry", "drop")
 Topology = tuple[int, int, str]  # (world size, DataLoader workers per rank (0: the main process), mapping)
 
 
@@ -55,7 +56,8 @@ def _valid(kwargs: dict[str, Any]) -> bool:
 
 
 @st.composite
-def _source_configs(draw, num_datasets, max_chunk_size, policies, block_sizes, allocations) -> dict[str, Any]:
+def _source_configs(draw, num_datasets, max_chunk_size, policies, block_sizes, allocations, pass_tails
+                    ) -> dict[str, Any]:
     n = draw(_strategy(num_datasets))
     if n < 1:
         raise InvalidArgument(f"source_configs() needs num_datasets >= 1, got {n}")
@@ -80,15 +82,20 @@ def _source_configs(draw, num_datasets, max_chunk_size, policies, block_sizes, a
         if kwargs["max_repeats"] is None:
             kwargs["stop_after_passes"] = None
     kwargs["reshuffle_on_repeat"] = not draw(st.booleans())
+    kwargs["pass_tail"] = {d.name: draw(_strategy(pass_tails)) for d in data}
     _drop_settings_without_effect(kwargs)
     return kwargs
 
 
 def _drop_settings_without_effect(kwargs: dict[str, Any]) -> None:
     """Reset what could not change the stream (the source would warn about it) to its default."""
-    repeats = "exhausted_policy" not in kwargs or "repeat" in kwargs["exhausted_policy"].values()
+    policies = kwargs.get("exhausted_policy") or dict.fromkeys(kwargs["pass_tail"], "repeat")
+    repeats = "repeat" in policies.values()
     if not repeats:
         kwargs["max_repeats"] = None
+    for name, policy in policies.items():
+        if policy != "repeat" or kwargs.get("max_repeats") == 0:
+            kwargs["pass_tail"][name] = "carry"
     shuffles = kwargs["shuffle_shards"] or kwargs["shuffle_within_shard"] or kwargs["shuffle_block_size"] not in (None, 1)
     if not (repeats and shuffles) or kwargs.get("max_repeats") == 0:
         kwargs["reshuffle_on_repeat"] = True
@@ -101,20 +108,22 @@ def source_configs(
     policies: Any = st.sampled_from(POLICY_CHOICES),
     block_sizes: Any = st.none() | st.integers(1, 64) | st.sampled_from(["auto", "global"]),
     allocations: Any = st.sampled_from(["accumulator", "fixed"]),
+    pass_tails: Any = st.sampled_from(PASS_TAILS),
 ) -> SearchStrategy[dict[str, Any]]:
     """Keyword arguments of a valid, *finite* :class:`StaticMixtureWorkSource`.
 
     Valid: it constructs and its first chunk can be produced.
     Finite: either ``stop_after_passes`` is set, or per-dataset policies with every repeating
-    dataset capped by ``max_repeats`` — the stream always ends. Shrinks toward one dataset,
-    chunk size 1, ``stop_after_passes=1``.
+    dataset capped by ``max_repeats`` — the stream always ends. Each repeating dataset draws
+    its ``pass_tail`` from ``pass_tails``. Shrinks toward one dataset, chunk size 1,
+    ``stop_after_passes=1``, carried pass tails.
     """
     def finite(kwargs: dict[str, Any]) -> bool:
         policies_ = kwargs.get("exhausted_policy") or {}
         return kwargs.get("stop_after_passes") is not None or kwargs["max_repeats"] is not None or \
             "repeat" not in policies_.values()
 
-    return _source_configs(num_datasets, max_chunk_size, policies, block_sizes, allocations) \
+    return _source_configs(num_datasets, max_chunk_size, policies, block_sizes, allocations, pass_tails) \
         .filter(finite).filter(_valid)
 
 
@@ -137,13 +146,14 @@ def sources(
     policies: Any = st.sampled_from(POLICY_CHOICES),
     block_sizes: Any = st.none() | st.integers(1, 64) | st.sampled_from(["auto", "global"]),
     allocations: Any = st.sampled_from(["accumulator", "fixed"]),
+    pass_tails: Any = st.sampled_from(PASS_TAILS),
     canonical_replicas: Any = None,
     lane: Any = None,
 ) -> SearchStrategy[StaticMixtureWorkSource]:
     """A built, finite :class:`StaticMixtureWorkSource` across every setting.
 
     Datasets, weights, chunk size, seed, shuffles, block sizes, per-dataset exhaustion
-    policies, repeat caps, routing and allocation are drawn as in :func:`source_configs`
+    policies, repeat caps, pass tails, routing and allocation are drawn as in :func:`source_configs`
     (the arguments are the same). Unbound (a template) unless ``canonical_replicas`` is
     given: then it is bound to ``lane`` (default: a drawn lane of ``canonical_replicas``).
     Shrinks toward one small dataset, chunk size 1, one pass, lane 0.
@@ -153,7 +163,7 @@ def sources(
     if canonical_replicas is not None:
         _check_binding(canonical_replicas, lane)
     configs = source_configs(num_datasets=num_datasets, max_chunk_size=max_chunk_size, policies=policies,
-                             block_sizes=block_sizes, allocations=allocations)
+                             block_sizes=block_sizes, allocations=allocations, pass_tails=pass_tails)
     return _sources(configs, canonical_replicas, lane)
 
 
