@@ -49,7 +49,7 @@ def test_permuted_routing_spreads_a_periodic_component_over_all_lanes():
 
 @given(source_configs(policies="repeat"), st.data())
 def test_every_pass_emits_each_sample_at_most_once_and_drained_passes_all(kwargs, data):
-    source = StaticMixtureWorkSource(**kwargs, pass_tail="drop").clone_for_lane(0, 1)
+    source = StaticMixtureWorkSource(**dict(kwargs, pass_tail="drop")).clone_for_lane(0, 1)
     per_pass = {}
     for _ in range(120):
         chunk = source.next_chunk()
