@@ -105,7 +105,7 @@ def test_a_spawn_dataloader_runs_a_lambda_map_and_a_lambda_measure(short_and_lon
 
     def read(**kwargs):
         return [(tuple(map(tuple, b["_sample_id"].tolist())), b["words"].tolist())
-                for b in zt.DataLoader(pipeline(), batch_size=8, num_workers=1, **kwargs)]
+                for b in zt.DataLoader(pipeline(), batch_size=8, num_workers=1, even_batches=False, **kwargs)]
 
     spawned = read(multiprocessing_context="spawn")
     assert spawned and spawned == read()
