@@ -11,8 +11,10 @@
 | :class:`PointerSequence` | a map-style view (``len``, ``[i]``) of an indexable source |
 | :class:`TokenEstimation` | token-aware mixtures: weights in tokens, ratios measured or pinned |
 | ``zephon.work.mixture_config`` | a mixture as a TOML / JSON file (``StaticMixtureWorkSource.from_config``) |
+| :func:`by_value` | a user callable ready to pickle by value (lambdas to spawned workers) |
 """
 from zephon.core.chunk import ComponentOrder, MixtureReadConfig, MixtureReadMode, SampleId, WorkChunk
+from zephon.work._portable import by_value
 from zephon.work.sequence import PointerSequence
 from zephon.work.source import WorkSource, check_lane, check_replicas
 from zephon.work.spec import MixtureSpec
@@ -21,5 +23,5 @@ from zephon.work.tokens import TokenEstimation
 
 __all__ = [
     "ComponentOrder", "MixtureReadConfig", "MixtureReadMode", "MixtureSpec", "PointerSequence", "SampleId",
-    "StaticMixtureWorkSource", "TokenEstimation", "WorkChunk", "WorkSource", "check_lane", "check_replicas",
+    "StaticMixtureWorkSource", "TokenEstimation", "WorkChunk", "WorkSource", "check_lane", "check_replicas", "by_value",
 ]
