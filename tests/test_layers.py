@@ -27,7 +27,7 @@ LAYERS = (
     ("torch",),
     ("__init__",),  # the facade: zephon.Dataset, zephon.Pipeline, ...
     ("cli", "testing"),
-    ("__main__",),
+    ("__main__", "_pytest_plugin"),  # entry points: ``python -m zephon``, the pytest plugin (over zephon.testing)
 )
 RANK = {package: rank for rank, packages in enumerate(LAYERS) for package in packages}
 # The one permitted upward reference: the seed names these Pipeline methods, zephon.torch

@@ -49,7 +49,7 @@ def test_permuted_routing_spreads_a_periodic_component_over_all_lanes():
 
 @given(source_configs(policies="repeat"), st.data())
 def test_every_pass_emits_each_sample_at_most_once_and_drained_passes_all(kwargs, data):
-    source = StaticMixtureWorkSource(**kwargs, pass_tail="drop").clone_for_lane(0, 1)
+    source = StaticMixtureWorkSource(**dict(kwargs, pass_tail="drop")).clone_for_lane(0, 1)
     per_pass = {}
     for _ in range(120):
         chunk = source.next_chunk()
@@ -182,7 +182,7 @@ def test_component_vocabulary_and_hooks():
     source = StaticMixtureWorkSource(three_datasets(), {"web": 5, "code": 3, "math": 2}, chunk_size=64)
     assert source.component_ids() == {"web": 0, "code": 1, "math": 2}
     assert source.chunk_size_hint() == 64 and not source.requires_token_priming
-    assert source.continues_after_exhaustion() == ()
+    assert source.continues_after_exhaustion() == frozenset()
     assert json.loads(json.dumps(source.state_dict()))["lane"] is None
 
 
@@ -201,7 +201,7 @@ def test_weights_are_normalised_in_the_mixture_order():
     mixture = {"c": 0.3, "b": 0.2, "a": 0.1}
     source = StaticMixtureWorkSource(data, mixture, chunk_size=10, exhausted_policy="redistribute")
     chunk = source.clone_for_lane(0, 1).next_chunk()
-    assert chunk.target_mixture == {n: MixtureSpec(mixture).normalized()[n] for n in "abc"}
+    assert chunk.target_mixture == {n: MixtureSpec(mixture).normalized[n] for n in "abc"}
 
 
 def test_numpy_integers_are_ints():

@@ -6,6 +6,7 @@ Ranks are simulated with explicit ``rank`` / ``world_size``; real multi-process 
 import json
 import logging
 import math
+import threading
 
 import pytest
 import torch
@@ -371,8 +372,9 @@ def test_spawned_workers_read_the_same_stream_and_need_a_picklable_pipeline():
     spawned = zt.DataLoader(Pipeline(make_source()).map(_tag), batch_size=4, num_workers=1,
                             multiprocessing_context="spawn")
     assert [sample_ids(b) for b in spawned] == [sample_ids(b) for b in forked]
-    loader = zt.DataLoader(Pipeline(make_source()).map(lambda item: item), batch_size=4, num_workers=1,
-                           multiprocessing_context="spawn")
+    unpicklable = threading.Lock()  # lambdas travel by value; a lock cannot travel at all
+    loader = zt.DataLoader(Pipeline(make_source()).map(lambda item: unpicklable and item), batch_size=4,
+                           num_workers=1, multiprocessing_context="spawn")
     with pytest.raises(TypeError, match="cannot be pickled.*'fork'"):
         next(iter(loader))
 

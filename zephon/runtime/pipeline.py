@@ -25,7 +25,7 @@ import numpy as np
 
 from zephon.io import Readahead, fetch
 from zephon.runtime._stream import DROPPED, ItemStream, component_table, initial_entries
-from zephon.work import WorkSource
+from zephon.work import WorkSource, by_value
 
 KEY_SAMPLE_ID, KEY_COMPONENT, KEY_RECORD = "_sample_id", "_component", "record"
 PREFETCH_BYTES = 256 << 20  # readahead bound per reader when data is not on a local disk
@@ -120,6 +120,12 @@ class Pipeline:
                          for d in datasets.values())
             prefetch_bytes = PREFETCH_BYTES if remote else 0
         self._prefetch = (int(prefetch_bytes), int(prefetch_threads))
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Map and filter steps are pickled by value (cloudpickle): lambdas reach spawned DataLoader workers."""
+        state = dict(self.__dict__)
+        state["_steps"] = tuple((kind, by_value(fn)) for kind, fn in self._steps)
+        return state
 
     # -- composition ------------------------------------------------------------------------
 

@@ -13,9 +13,13 @@ from hypothesis.errors import InvalidArgument
 from hypothesis.strategies import SearchStrategy
 
 from zephon.io import Dataset
-from zephon.work import StaticMixtureWorkSource
+from zephon.runtime import MAPPINGS
+from zephon.testing._streams import single_lane
+from zephon.work import ComponentOrder, MixtureReadConfig, MixtureReadMode, StaticMixtureWorkSource, WorkChunk
 
 POLICY_CHOICES = ("repeat", "stop", "redistribute")
+PASS_TAILS = ("carry", "drop")
+Topology = tuple[int, int, str]  # (world size, DataLoader workers per rank (0: the main process), mapping)
 
 
 def _strategy(value: Any) -> SearchStrategy:
@@ -52,7 +56,8 @@ def _valid(kwargs: dict[str, Any]) -> bool:
 
 
 @st.composite
-def _source_configs(draw, num_datasets, max_chunk_size, policies, block_sizes, allocations) -> dict[str, Any]:
+def _source_configs(draw, num_datasets, max_chunk_size, policies, block_sizes, allocations, pass_tails
+                    ) -> dict[str, Any]:
     n = draw(_strategy(num_datasets))
     if n < 1:
         raise InvalidArgument(f"source_configs() needs num_datasets >= 1, got {n}")
@@ -76,8 +81,24 @@ def _source_configs(draw, num_datasets, max_chunk_size, policies, block_sizes, a
         kwargs["max_repeats"] = draw(st.none() | st.integers(0, 2))
         if kwargs["max_repeats"] is None:
             kwargs["stop_after_passes"] = None
-    kwargs["reshuffle_on_repeat"] = draw(st.booleans())
+    kwargs["reshuffle_on_repeat"] = not draw(st.booleans())
+    kwargs["pass_tail"] = {d.name: draw(_strategy(pass_tails)) for d in data}
+    _drop_settings_without_effect(kwargs)
     return kwargs
+
+
+def _drop_settings_without_effect(kwargs: dict[str, Any]) -> None:
+    """Reset what could not change the stream (the source would warn about it) to its default."""
+    policies = kwargs.get("exhausted_policy") or dict.fromkeys(kwargs["pass_tail"], "repeat")
+    repeats = "repeat" in policies.values()
+    if not repeats:
+        kwargs["max_repeats"] = None
+    for name, policy in policies.items():
+        if policy != "repeat" or kwargs.get("max_repeats") == 0:
+            kwargs["pass_tail"][name] = "carry"
+    shuffles = kwargs["shuffle_shards"] or kwargs["shuffle_within_shard"] or kwargs["shuffle_block_size"] not in (None, 1)
+    if not (repeats and shuffles) or kwargs.get("max_repeats") == 0:
+        kwargs["reshuffle_on_repeat"] = True
 
 
 def source_configs(
@@ -87,20 +108,22 @@ def source_configs(
     policies: Any = st.sampled_from(POLICY_CHOICES),
     block_sizes: Any = st.none() | st.integers(1, 64) | st.sampled_from(["auto", "global"]),
     allocations: Any = st.sampled_from(["accumulator", "fixed"]),
+    pass_tails: Any = st.sampled_from(PASS_TAILS),
 ) -> SearchStrategy[dict[str, Any]]:
     """Keyword arguments of a valid, *finite* :class:`StaticMixtureWorkSource`.
 
     Valid: it constructs and its first chunk can be produced.
     Finite: either ``stop_after_passes`` is set, or per-dataset policies with every repeating
-    dataset capped by ``max_repeats`` — the stream always ends. Shrinks toward one dataset,
-    chunk size 1, ``stop_after_passes=1``.
+    dataset capped by ``max_repeats`` — the stream always ends. Each repeating dataset draws
+    its ``pass_tail`` from ``pass_tails``. Shrinks toward one dataset, chunk size 1,
+    ``stop_after_passes=1``, carried pass tails.
     """
     def finite(kwargs: dict[str, Any]) -> bool:
         policies_ = kwargs.get("exhausted_policy") or {}
         return kwargs.get("stop_after_passes") is not None or kwargs["max_repeats"] is not None or \
             "repeat" not in policies_.values()
 
-    return _source_configs(num_datasets, max_chunk_size, policies, block_sizes, allocations) \
+    return _source_configs(num_datasets, max_chunk_size, policies, block_sizes, allocations, pass_tails) \
         .filter(finite).filter(_valid)
 
 
@@ -114,3 +137,117 @@ def cut_points(draw, *, max_chunks: Any = 40, max_cuts: Any = 4) -> list[int]:
     if top < 0 or cuts < 1:
         raise InvalidArgument(f"cut_points() needs max_chunks >= 0 and max_cuts >= 1, got {top}, {cuts}")
     return sorted(draw(st.lists(st.integers(0, top), min_size=1, max_size=cuts, unique=True)))
+
+
+def sources(
+    *,
+    num_datasets: Any = st.integers(1, 3),
+    max_chunk_size: Any = 24,
+    policies: Any = st.sampled_from(POLICY_CHOICES),
+    block_sizes: Any = st.none() | st.integers(1, 64) | st.sampled_from(["auto", "global"]),
+    allocations: Any = st.sampled_from(["accumulator", "fixed"]),
+    pass_tails: Any = st.sampled_from(PASS_TAILS),
+    canonical_replicas: Any = None,
+    lane: Any = None,
+) -> SearchStrategy[StaticMixtureWorkSource]:
+    """A built, finite :class:`StaticMixtureWorkSource` across every setting.
+
+    Datasets, weights, chunk size, seed, shuffles, block sizes, per-dataset exhaustion
+    policies, repeat caps, pass tails, routing and allocation are drawn as in :func:`source_configs`
+    (the arguments are the same). Unbound (a template) unless ``canonical_replicas`` is
+    given: then it is bound to ``lane`` (default: a drawn lane of ``canonical_replicas``).
+    Shrinks toward one small dataset, chunk size 1, one pass, lane 0.
+    """
+    if canonical_replicas is None and lane is not None:
+        raise InvalidArgument("sources(lane=...) needs canonical_replicas too (the number of lanes)")
+    if canonical_replicas is not None:
+        _check_binding(canonical_replicas, lane)
+    configs = source_configs(num_datasets=num_datasets, max_chunk_size=max_chunk_size, policies=policies,
+                             block_sizes=block_sizes, allocations=allocations, pass_tails=pass_tails)
+    return _sources(configs, canonical_replicas, lane)
+
+
+def _check_binding(replicas: Any, lane: Any) -> None:
+    """Refuse a lane binding that cannot exist (strategies are checked once drawn)."""
+    if isinstance(replicas, SearchStrategy):
+        return
+    if type(replicas) is not int or replicas < 1:
+        raise InvalidArgument(f"sources() needs canonical_replicas >= 1, got {replicas!r}")
+    if lane is not None and not isinstance(lane, SearchStrategy) and (type(lane) is not int or not 0 <= lane < replicas):
+        raise InvalidArgument(f"sources() needs 0 <= lane < canonical_replicas={replicas}, got {lane!r}")
+
+
+@st.composite
+def _sources(draw, configs: SearchStrategy, canonical_replicas: Any, lane: Any) -> StaticMixtureWorkSource:
+    source = StaticMixtureWorkSource(**draw(configs))
+    if canonical_replicas is None:
+        return source
+    replicas = draw(_strategy(canonical_replicas))
+    chosen = draw(st.integers(0, replicas - 1) if lane is None else _strategy(lane))
+    _check_binding(replicas, chosen)
+    return source.clone_for_lane(chosen, replicas)
+
+
+@st.composite
+def reachable_states(draw, source: Any, *, max_chunks: Any = 64) -> dict[str, Any]:
+    """A checkpoint (``state_dict()``) that ``source`` actually reaches: after a drawn number of
+    chunks, from none to the end of the stream (the end included when it comes within
+    ``max_chunks``).
+
+    ``source`` is a lane-bound source (its own position is the start; it is not advanced) or a
+    template, whose states are those of its single-lane stream (lane 0 of 1); restore them
+    into ``template.clone_for_lane(0, 1)``. It may be a strategy too: share it with the test
+    (``s = st.shared(sources(), key="s")``, then ``@given(s, reachable_states(s))``) so that
+    the source and its state agree. Shrinks toward the source's own state.
+    """
+    source = draw(_strategy(source))
+    limit = draw(_strategy(max_chunks))
+    if type(limit) is not int or limit < 0:
+        raise InvalidArgument(f"reachable_states() needs max_chunks >= 0, got {limit!r}")
+    probe, length = single_lane(source), 0
+    while length < limit and probe.next_chunk() is not None:
+        length += 1
+    steps = draw(st.integers(0, length))  # END changes nothing: the state after the last chunk is the end
+    walker = single_lane(source)
+    for _ in range(steps):
+        walker.next_chunk()
+    return walker.state_dict()
+
+
+@st.composite
+def work_chunks(draw, *, max_components: Any = 3, max_pointers: Any = 12) -> WorkChunk:
+    """A valid :class:`WorkChunk`: up to ``max_components`` named components of up to
+    ``max_pointers`` pointers each, an optional seed, target mixture and exhausted names.
+
+    Shrinks toward one empty component without seed or target.
+    """
+    most, size = draw(_strategy(max_components)), draw(_strategy(max_pointers))
+    if most < 1 or size < 0:
+        raise InvalidArgument(f"work_chunks() needs max_components >= 1 and max_pointers >= 0, got {most}, {size}")
+    names = draw(st.lists(st.text("abcdefgh", min_size=1, max_size=3), min_size=1, max_size=most, unique=True))
+    pointer = st.tuples(st.integers(0, 3), st.integers(0, 50), st.integers(0, 10**6))
+    components = {n: draw(st.lists(pointer, max_size=size)) for n in names}
+    target = draw(st.none() | st.fixed_dictionaries({n: st.floats(0.01, 1.0) for n in names}))
+    return WorkChunk(components, seed=draw(st.none() | st.integers(0, 2**63 - 1)), target_mixture=target,
+                     source_exhausted=draw(st.lists(st.sampled_from(names), unique=True)))
+
+
+def mixture_read_configs() -> SearchStrategy[MixtureReadConfig]:
+    """Any :class:`MixtureReadConfig`; shrinks toward the default (weighted round robin, as is)."""
+    return st.builds(MixtureReadConfig, mode=st.sampled_from(list(MixtureReadMode)),
+                     seed=st.none() | st.integers(0, 2**63 - 1), precompute=st.booleans(),
+                     within_component=st.sampled_from(list(ComponentOrder)))
+
+
+@st.composite
+def loader_topologies(draw, *, max_world_size: Any = 4, max_workers: Any = 3, mappings: Any = st.sampled_from(MAPPINGS)
+                      ) -> Topology:
+    """``(world_size, num_workers, mapping)`` of a training job, for elastic-resume tests.
+
+    ``num_workers`` 0 means the main process reads (as in torch). Shrinks toward
+    ``(1, 0, "contiguous")``.
+    """
+    world, workers = draw(_strategy(max_world_size)), draw(_strategy(max_workers))
+    if world < 1 or workers < 0:
+        raise InvalidArgument(f"loader_topologies() needs max_world_size >= 1 and max_workers >= 0, got {world}, {workers}")
+    return draw(st.integers(1, world)), draw(st.integers(0, workers)), draw(_strategy(mappings))

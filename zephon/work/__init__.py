@@ -13,8 +13,10 @@
 | :class:`PointerSequence` | a map-style view (``len``, ``[i]``) of an indexable source |
 | :class:`TokenEstimation` | token-aware mixtures: weights in tokens, ratios measured or pinned |
 | ``zephon.work.mixture_config`` | a mixture as a TOML / JSON file (``StaticMixtureWorkSource.from_config``) |
+| :func:`by_value` | a user callable ready to pickle by value (lambdas to spawned workers) |
 """
 from zephon.core.chunk import ComponentOrder, MixtureReadConfig, MixtureReadMode, SampleId, WorkChunk
+from zephon.work._portable import by_value
 from zephon.work.phased_mixture import Phase, PhasedMixtureWorkSource
 from zephon.work.migration import Migration, migrate
 from zephon.work.sequence import PointerSequence
@@ -26,5 +28,5 @@ from zephon.work.tokens import TokenEstimation
 __all__ = [
     "ComponentOrder", "MixtureReadConfig", "MixtureReadMode", "Migration", "MixtureSpec", "Phase",
     "PhasedMixtureWorkSource", "PointerSequence", "SampleId", "StaticMixtureWorkSource", "TokenEstimation", "WorkChunk",
-    "WorkSource", "check_lane", "check_replicas", "migrate",
+    "WorkSource", "check_lane", "check_replicas", "migrate", "by_value",
 ]

@@ -187,9 +187,9 @@ class MixtureShell(WorkSource):
         under ``"drop"``). A lane's figures count every lane's chunks before its position."""
         return self._core_coverage(self._state, self._config)
 
-    def continues_after_exhaustion(self) -> tuple[str, ...]:
-        """The datasets that may drain while the others go on (``exhausted_policy='redistribute'``)."""
-        return tuple(d.name for d in self._config.datasets if d.policy == "redistribute")
+    def continues_after_exhaustion(self) -> frozenset[str]:
+        """Names of the datasets that may drain while the others go on (``exhausted_policy='redistribute'``)."""
+        return frozenset(d.name for d in self._config.datasets if d.policy == "redistribute")
 
     def __repr__(self) -> str:
         lane = "template" if self._lane is None else f"lane {self._lane} of {self._replicas}"

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import marshal
 import math
 import warnings
@@ -34,7 +35,9 @@ from zephon.io.catalog import cache_root
 from zephon.io.progress import Progress
 from zephon.work.tokens import TokenEstimation
 
-MIN_MEASURED = 32  # fewer tokenized records than this falls back
+MIN_MEASURED = 32  # fewer tokenized records than this (or than the calibration asks for, if fewer) falls back
+
+logger = logging.getLogger("zephon")
 
 
 def tokenizer_identity(estimation: TokenEstimation) -> str:
@@ -112,9 +115,15 @@ def measure_ratio(dataset: Dataset, dataset_id: int, estimation: TokenEstimation
             estimates.append(rows * float(np.mean(tokens)) / float(sizes[k]))
         bar.advance()
     bar.close()
-    if measured < MIN_MEASURED or not estimates:
-        return _fallback(dataset, estimation, f"only {measured} records could be tokenized ({skipped} skipped)")
-    return float(np.mean(estimates)), MEASURED
+    needed = min(MIN_MEASURED, per_shard * draws)  # a small calibration_samples is taken at its word
+    if measured < needed or not estimates:
+        return _fallback(dataset, estimation, f"only {measured} records could be tokenized ({skipped} skipped), "
+                                              f"{needed} needed")
+    ratio = float(np.mean(estimates))
+    spread = float(np.std(estimates, ddof=1) / math.sqrt(len(estimates))) if len(estimates) > 1 else math.inf
+    logger.info("tokens/byte of dataset %r: %.6g, standard error %.3g (%d shard draws, %d records, %d skipped)",
+                dataset.name, ratio, spread, len(estimates), measured, skipped)
+    return ratio, MEASURED
 
 
 def _fallback(dataset: Dataset, estimation: TokenEstimation, why: str) -> tuple[float, str]:

@@ -196,20 +196,50 @@ def _check_stopping(passes: int | None, policies: list[str], repeats: list[int |
         raise ValueError(f"stop_after_passes={passes} cannot be combined with max_repeats (set for {capped}); use one of them")
 
 
-def _warn_no_effect(plans: list[DatasetPlan], shuffles: bool) -> None:
-    """Warn about settings that cannot change the stream."""
-    for d in plans:
-        if d.max_repeats is not None and d.policy != REPEAT:
-            warnings.warn(f"max_repeats={d.max_repeats} has no effect on {d.name!r}: its policy is {d.policy!r}",
-                          RuntimeWarning, stacklevel=4)
+def _no_effect(parameter: str, value: Any, plans: list[DatasetPlan],
+               why_useless: Callable[[DatasetPlan], str | None]) -> None:
+    """Warn when a value given for ``parameter`` can have no effect.
+
+    A mapping entry warns for its dataset; a scalar applies to the datasets it can apply to,
+    so it warns only when it can apply to none of them. ``why_useless(plan)`` says why the
+    value cannot change that dataset's stream, or returns None when it can.
+    """
+    if isinstance(value, Mapping):
+        for d in plans:
+            why = why_useless(d) if d.name in value else None
+            if why:
+                warnings.warn(f"{parameter}[{d.name!r}]={show(value[d.name])} has no effect on {d.name!r}: {why}",
+                              RuntimeWarning, stacklevel=5)
+        return
+    reasons = [why_useless(d) for d in plans]
+    if all(reasons):
+        for d, why in zip(plans, reasons):
+            warnings.warn(f"{parameter}={show(value)} has no effect on {d.name!r}: {why}", RuntimeWarning, stacklevel=5)
+
+
+def _warn_no_effect(plans: list[DatasetPlan], shuffles: bool, max_repeats: Any, reshuffle_on_repeat: Any,
+                    pass_tail: Any) -> None:
+    """Warn about given settings that cannot change the stream."""
+    def repeats_not(d: DatasetPlan) -> str | None:
+        return f"its policy is {d.policy!r}" if d.policy != REPEAT else None
+
+    def tail_useless(d: DatasetPlan) -> str | None:
         never_repeats = d.policy != REPEAT or d.max_repeats == 0
-        if d.pass_tail != CARRY and never_repeats:
-            warnings.warn(f"pass_tail={d.pass_tail!r} has no effect on {d.name!r}: it never repeats", RuntimeWarning,
-                          stacklevel=4)
-        if not d.reshuffle_on_repeat and (never_repeats or not shuffles):
-            why = "it never repeats" if never_repeats else "no shuffle is enabled"
-            warnings.warn(f"reshuffle_on_repeat=False has no effect on {d.name!r}: {why}", RuntimeWarning,
-                          stacklevel=4)
+        return "it never repeats" if d.pass_tail != CARRY and never_repeats else None
+
+    def reshuffle_useless(d: DatasetPlan) -> str | None:
+        if d.reshuffle_on_repeat:
+            return None
+        if d.policy != REPEAT or d.max_repeats == 0:
+            return "it never repeats"
+        return None if shuffles else "no shuffle is enabled"
+
+    if max_repeats is not None:
+        _no_effect("max_repeats", max_repeats, plans, repeats_not)
+    if reshuffle_on_repeat is not True:
+        _no_effect("reshuffle_on_repeat", reshuffle_on_repeat, plans, reshuffle_useless)
+    if pass_tail != CARRY:
+        _no_effect("pass_tail", pass_tail, plans, tail_useless)
 
 
 def check_liveness(plans: Sequence[DatasetPlan], chunk_size: int, allocator: Allocator,
@@ -279,7 +309,8 @@ def resolve(
     ]
     if liveness and (token_estimation is None or len(pinned) == len(plans)):
         check_liveness(plans, chunk_size, allocator, token_shares(plans) if token_estimation else None)
-    _warn_no_effect(plans, shuffle_shards or shuffle_within_shard or any(d.block_size > 1 for d in plans))
+    _warn_no_effect(plans, shuffle_shards or shuffle_within_shard or any(d.block_size > 1 for d in plans),
+                    max_repeats, reshuffle_on_repeat, pass_tail)
     config = SourceConfig(
         datasets=tuple(plans), chunk_size=chunk_size, seed=int(seed), shuffle_shards=shuffle_shards,
         shuffle_within_shard=shuffle_within_shard, stop_after_passes=passes,

@@ -4,8 +4,8 @@ from __future__ import annotations
 import math
 import numbers
 import sys
-from dataclasses import dataclass
-from typing import Any, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Mapping
 
 from zephon.limits import show
 
@@ -26,9 +26,16 @@ def check_weight(name: str, weight: Any) -> float:
 
 @dataclass(frozen=True, slots=True)
 class MixtureSpec:
-    """``weights``: component name → positive finite weight (normalised by the source; order kept)."""
+    """Component name → positive finite weight (normalised by the source; order kept).
+
+    Parameters
+    ----------
+    weights : Mapping[str, float]
+        Positive finite weights by component name; not necessarily summing to 1.
+    """
 
     weights: Mapping[str, float]
+    _normalized: dict[str, float] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if not isinstance(self.weights, Mapping) or not self.weights:
@@ -39,10 +46,39 @@ class MixtureSpec:
                 raise TypeError(f"MixtureSpec names must be non-empty str, got {show(name)}")
             checked[name] = check_weight(name, weight)
         object.__setattr__(self, "weights", checked)
+        object.__setattr__(self, "_normalized", _normalise(checked))
 
+    @property
     def normalized(self) -> dict[str, float]:
-        """Weights divided by their sum (taken in insertion order)."""
-        total = 0.0
-        for weight in self.weights.values():
-            total += weight
-        return {name: weight / total for name, weight in self.weights.items()}
+        """Weights divided by their sum (taken in insertion order); computed once, returned as a copy."""
+        return dict(self._normalized)
+
+    def validate_for(self, components: Iterable[str]) -> None:
+        """Raise ``ValueError`` unless the names are exactly ``components``: missing ones first, then unknown."""
+        names = list(components)
+        missing = [n for n in names if n not in self.weights]
+        if missing:
+            raise ValueError(f"MixtureSpec has no weight for components {show(missing)}; give every component a weight")
+        unknown = [n for n in self.weights if n not in names]
+        if unknown:
+            raise ValueError(f"MixtureSpec names unknown components {show(unknown)}; known: {show(names)}")
+
+    def normalized_for(self, components: Iterable[str]) -> list[float]:
+        """The weights of ``components``, in that order, divided by their sum.
+
+        Names of the spec that are not in ``components`` are ignored; a component without a
+        weight raises ``ValueError``.
+        """
+        names = list(components)
+        missing = [n for n in names if n not in self.weights]
+        if missing:
+            raise ValueError(f"MixtureSpec has no weight for components {show(missing)}; give every component a weight")
+        return list(_normalise({n: self.weights[n] for n in names}).values())
+
+
+def _normalise(weights: Mapping[str, float]) -> dict[str, float]:
+    """Weights divided by their sum, the sum taken in insertion order."""
+    total = 0.0
+    for weight in weights.values():
+        total += weight
+    return {name: weight / total for name, weight in weights.items()}

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import math
 import numbers
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any, Callable, Mapping
+
+from zephon.work._portable import by_value
 
 MEASURE = "measure"
 
@@ -35,10 +37,14 @@ class TokenEstimation:
     ``tokenizer``: a callable ``str -> sequence of ids`` or an object with ``.encode``;
     ``measure``: a callable ``record -> token count`` that replaces text extraction and
     tokenization. ``text_field`` names the text of a record (dict records).
-    ``calibration_samples`` (default 2048) records are measured per dataset, drawn across
-    ``calibration_shards_min`` to ``calibration_shards_max`` shards (default 4 to 16);
-    ``fallback_tokens_per_byte`` (default 0.25) stands in for a dataset whose measurement
-    fails (said in a warning).
+    ``calibration_samples``: records tokenized per dataset (default 2048), spread over
+    ``calibration_shards_min``..``calibration_shards_max`` shard draws; a measurement needs
+    ``min(32, calibration_samples)`` tokenized records, else the dataset falls back to
+    ``fallback_tokens_per_byte`` with a warning. Each measured ratio is logged on the
+    ``zephon`` logger with its standard error over the shard draws.
+
+    Pickles with ``tokenizer`` and ``measure`` by value (cloudpickle), so a lambda reaches
+    spawned DataLoader workers.
     """
 
     primer: str | float | Mapping[str, float] = MEASURE
@@ -70,6 +76,11 @@ class TokenEstimation:
                 f"calibration_shards_min={low}; raise it"
             )
         _positive("fallback_tokens_per_byte", self.fallback_tokens_per_byte)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        callables = ("tokenizer", "measure")
+        return type(self), tuple(by_value(getattr(self, f.name)) if f.name in callables else getattr(self, f.name)
+                                 for f in fields(self))
 
     def pinned(self, names: list[str]) -> dict[str, float]:
         """The ratios the primer fixes, by dataset name (raises on unknown names)."""
