@@ -1,6 +1,7 @@
 """Small builders shared by the tests."""
 from __future__ import annotations
 
+import json
 import numpy as np
 from hypothesis import assume
 from hypothesis import strategies as st
@@ -67,3 +68,11 @@ def phased_configs(draw, max_phases: int = 3):
     except ValueError:
         assume(False)
     return kwargs
+
+
+def write_jsonl(directory, shards):
+    """One JSONL file of ``{"text": doc}`` lines per shard in a new ``directory``."""
+    directory.mkdir()
+    for i, docs in enumerate(shards):
+        (directory / f"part-{i:03d}.jsonl").write_text("".join(json.dumps({"text": d}) + "\n" for d in docs))
+    return directory

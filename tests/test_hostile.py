@@ -197,6 +197,20 @@ def test_the_fingerprint_compares_what_determines_the_stream():
     assert [second.next_chunk() for _ in range(5)] == [first.next_chunk() for _ in range(5)]
 
 
+def assert_interrupted(code: str, what: str) -> None:
+    """Run ``code`` in a child, SIGINT it once it prints "ready", and require a KeyboardInterrupt."""
+    child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert child.stdout.readline().strip() == "ready"
+    time.sleep(0.5)
+    child.send_signal(signal.SIGINT)
+    try:
+        _, stderr = child.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        child.kill()
+        raise AssertionError(f"{what} ignored Ctrl-C")
+    assert child.returncode != 0 and "KeyboardInterrupt" in stderr
+
+
 def test_a_long_walk_answers_ctrl_c():
     """remaining_samples() on a stream of about 2.5e8 chunks (minutes of walking) stops on SIGINT."""
     code = textwrap.dedent("""
@@ -206,16 +220,7 @@ def test_a_long_walk_answers_ctrl_c():
         print("ready", flush=True)
         lane.remaining_samples()
     """)
-    child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    assert child.stdout.readline().strip() == "ready"
-    time.sleep(0.5)
-    child.send_signal(signal.SIGINT)
-    try:
-        _, stderr = child.communicate(timeout=60)
-    except subprocess.TimeoutExpired:
-        child.kill()
-        raise AssertionError("the walk ignored Ctrl-C")
-    assert child.returncode != 0 and "KeyboardInterrupt" in stderr
+    assert_interrupted(code, "the walk")
 
 
 def test_odd_random_access_indices_get_short_messages():
@@ -258,13 +263,4 @@ def test_skipping_other_lanes_chunks_answers_ctrl_c():
         print("ready", flush=True)
         lane.next_chunk()
     """)
-    child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    assert child.stdout.readline().strip() == "ready"
-    time.sleep(0.5)
-    child.send_signal(signal.SIGINT)
-    try:
-        _, stderr = child.communicate(timeout=60)
-    except subprocess.TimeoutExpired:
-        child.kill()
-        raise AssertionError("skipping other lanes' chunks ignored Ctrl-C")
-    assert child.returncode != 0 and "KeyboardInterrupt" in stderr
+    assert_interrupted(code, "skipping other lanes' chunks")

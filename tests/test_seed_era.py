@@ -1,5 +1,4 @@
 """What code written against the seed-era API relies on (issue 18), as its users would test it."""
-import json
 import logging
 import pickle
 import threading
@@ -14,12 +13,7 @@ from zephon.io import fetch
 from zephon.testing import collect
 from zephon.work import MixtureSpec, TokenEstimation
 
-
-def write_jsonl(directory, shards):
-    directory.mkdir()
-    for i, docs in enumerate(shards):
-        (directory / f"part-{i:03d}.jsonl").write_text("".join(json.dumps({"text": d}) + "\n" for d in docs))
-    return directory
+from helpers import write_jsonl
 
 
 @pytest.fixture(scope="module")

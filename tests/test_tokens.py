@@ -16,18 +16,13 @@ from zephon.io import fetch
 from zephon.testing import assert_lanes_partition, assert_replay_equivalent, collect
 from zephon.work.tokens import TokenEstimation
 
+from helpers import write_jsonl
+
 WORDS = "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu nu xi omicron pi".split()
 
 
 def words(rng, n):
     return " ".join(rng.choice(WORDS, n))
-
-
-def write_jsonl(directory, shards):
-    directory.mkdir()
-    for i, docs in enumerate(shards):
-        (directory / f"part-{i:03d}.jsonl").write_text("".join(json.dumps({"text": d}) + "\n" for d in docs))
-    return directory
 
 
 @pytest.fixture(scope="module")
