@@ -12,7 +12,10 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 
+# zephon/_ext/ is where the kernels were built before they moved to _ext/: a stale build left
+# there by an old checkout would shadow the new kernels, so install removes it.
 install: $(BIN)/python
+	rm -rf zephon/_ext
 	$(BIN)/python -m pip install --quiet -e '.[test,docs]'
 
 $(BIN)/sphinx-build:
@@ -31,4 +34,4 @@ bench: install
 	$(BIN)/python bench/core.py
 
 clean:
-	rm -rf $(VENV) build *.egg-info _ext/*.c _ext/*.so docs/_build
+	rm -rf $(VENV) build *.egg-info _ext/*.c _ext/*.so docs/_build zephon/_ext
