@@ -196,3 +196,46 @@ def test_inspect_reads_a_loader_checkpoint_file(small, tmp_path, capsys):
     path.write_bytes(path.read_bytes()[:-5])
     assert main(["inspect", str(path)]) == 2
     assert "truncated" in capsys.readouterr().err
+
+
+def _phased(small):
+    from zephon.work import Phase, PhasedMixtureWorkSource
+
+    static = StaticMixtureWorkSource.from_config(small)
+    datasets = list(static.datasets_by_id.values())
+    return PhasedMixtureWorkSource(datasets, [Phase({"a": 3, "b": 1}, until_chunk=2), Phase({"a": 1, "b": 1})],
+                                   chunk_size=64, seed=5)
+
+
+def test_inspect_summarises_a_phased_source_state_and_refuses_to_check_it(small, tmp_path, capsys):
+    lane = _phased(small).clone_for_lane(0, 2)
+    for _ in range(2):
+        lane.next_chunk()
+    path = tmp_path / "phased.json"
+    path.write_text(json.dumps(lane.state_dict()))
+    assert main(["inspect", str(path)]) == 0
+    out = capsys.readouterr().out
+    cursor = lane.state.inner.cursors[0]
+    assert "phase 1 in progress" in out and "phase 0: weights [0.75, 0.25], until chunk 2" in out
+    assert "phase 1: weights [0.5, 0.5], open-ended  <- in progress" in out
+    assert f"pass {cursor.epoch}, position {cursor.position:,} of 600" in out
+    assert out.count("(matches the content)") == 2  # the phased state's digest and its current phase's
+    assert main(["inspect", str(path), "--config", small]) == 2
+    captured = capsys.readouterr()
+    assert "phased source's state" in captured.err and captured.out == ""
+
+
+def test_inspect_reads_a_loader_checkpoint_of_a_phased_source(small, tmp_path, capsys):
+    import zephon.torch as zt
+
+    loader = zt.DataLoader(Pipeline(_phased(small)), batch_size=16, canonical_replicas=2)
+    batches = iter(loader)
+    for _ in range(12):
+        next(batches)
+    path = tmp_path / "data.ckpt"
+    zt.save_checkpoint(path, loader.state_dict())
+    assert main(["inspect", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "lane 1: chunk in flight starts at global chunk" in out and "(phase " in out
+    assert "phase 1: weights [0.5, 0.5], open-ended" in out and "fingerprint (current phase):" in out
+    assert "a                pass 0, position" in out

@@ -3,8 +3,10 @@
 Reads a loader checkpoint (written by ``zephon.torch.save_checkpoint``; its header, length
 and checksum are checked) or a JSON file holding a source's ``state_dict()`` or a loader's
 state. Prints the version, the lanes, each dataset's pass and position, the progress and the
-configuration fingerprint. With ``--config CONFIG`` it also says whether the checkpoint
-would load into the source that mixture config describes, and what differs if not.
+configuration fingerprint; for a phased source, also its phases and the one in progress.
+With ``--config CONFIG`` it also says whether the checkpoint would load into the source that
+mixture config describes, and what differs if not (mixture configs describe static sources,
+so a phased state is summarised but not checked).
 """
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ from typing import Any
 from zephon.core import checkpoint as source_checkpoint
 from zephon.runtime import load_checkpoint, parse_state
 from zephon.work import StaticMixtureWorkSource
+from zephon.work import phased_mixture as phased
 
 NAME = "inspect"
 HELP = "summarise a checkpoint file (loader checkpoint or source state); --config checks it would load"
@@ -30,7 +33,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Print the summary (and the check against ``--config``); returns 1 if it would not load."""
     state = read_state(args.checkpoint)
-    loader = state.get(source_checkpoint.KEY_KIND) != source_checkpoint.KIND
+    loader = state.get(source_checkpoint.KEY_KIND) not in (source_checkpoint.KIND, phased.KIND)
+    if args.config is not None and _holds_phases(state, loader):
+        raise ValueError(f"{args.checkpoint} holds a phased source's state and a mixture config describes a static "
+                         "source, so --config cannot check it; run without --config for the summary, and load it "
+                         "into its PhasedMixtureWorkSource to check it")
     print(loader_summary(state) if loader else source_summary(state))
     if args.config is None:
         return 0
@@ -90,8 +97,49 @@ def _extra_keys(state: dict[str, Any], known: tuple[str, ...]) -> list[str]:
     return [f"  {key}: {json.dumps(state[key])[:200]}" for key in state if key not in known]
 
 
+def _holds_phases(state: dict[str, Any], loader: bool) -> bool:
+    """Whether the source state, or any lane of the loader state, is a phased source's."""
+    states = [entry[0] for entry in parse_state(state).entries.values()] if loader else [state]
+    return any(s.get(source_checkpoint.KEY_KIND) == phased.KIND for s in states)
+
+
+def _phase_lines(state: dict[str, Any]) -> list[str]:
+    """A phased source's phases, one line each, the one in progress marked."""
+    current = state.get(phased.KEY_PHASE)
+    lines = []
+    for i, phase in enumerate(state.get(phased.KEY_PHASES, [])):
+        until = phase.get("until")
+        bound = "open-ended" if until is None else f"until {until[0]} {until[1]:,}"
+        mark = "  <- in progress" if i == current else ""
+        lines.append(f"    phase {i}: weights {phase.get('weights')}, {bound}{mark}")
+    return lines
+
+
+def _static_part(state: dict[str, Any]) -> dict[str, Any]:
+    """The static state a source state holds: itself, or a phased source's current phase."""
+    return state.get(phased.KEY_INNER, {}) if state.get(source_checkpoint.KEY_KIND) == phased.KIND else state
+
+
+def _digest_line(state: dict[str, Any]) -> list[str]:
+    """Whether the state's digest matches its content (no line without a digest)."""
+    c = source_checkpoint
+    if c.KEY_DIGEST not in state:
+        return []
+    intact = "matches the content" if state[c.KEY_DIGEST] == c.digest(state) else "does NOT match: edited or damaged"
+    return [f"  digest: {state[c.KEY_DIGEST]} ({intact})"]
+
+
 def source_summary(state: dict[str, Any]) -> str:
-    """A source ``state_dict()`` in words."""
+    """A source ``state_dict()`` in words (a phased source's phases, then its current phase)."""
+    if state.get(source_checkpoint.KEY_KIND) == phased.KIND:
+        header = [f"phased source state: version {state.get(source_checkpoint.KEY_VERSION)} (this zephon reads "
+                  f"version {phased.VERSION}); phase {state.get(phased.KEY_PHASE)} in progress", "  phases:",
+                  *_phase_lines(state)]
+        known = (source_checkpoint.KEY_KIND, source_checkpoint.KEY_VERSION, source_checkpoint.KEY_LANE,
+                 source_checkpoint.KEY_REPLICAS, phased.KEY_PHASES, phased.KEY_PHASE, phased.KEY_INNER,
+                 source_checkpoint.KEY_DIGEST)
+        return "\n".join(header + _digest_line(state) + _extra_keys(state, known)
+                         + ["current phase:", source_summary(_static_part(state))])
     c = source_checkpoint
     body = state.get(c.KEY_STATE, {})
     lines = [
@@ -106,9 +154,7 @@ def source_summary(state: dict[str, Any]) -> str:
     if ratios:
         lines.append("  tokens per byte: " + ", ".join(
             f"{name} {entry.get(c.KEY_RATIO):.4g} ({entry.get(c.KEY_ORIGIN)})" for name, entry in ratios.items()))
-    if c.KEY_DIGEST in state:
-        intact = "matches the content" if state[c.KEY_DIGEST] == c.digest(state) else "does NOT match: edited or damaged"
-        lines.append(f"  digest: {state[c.KEY_DIGEST]} ({intact})")
+    lines += _digest_line(state)
     known = (c.KEY_KIND, c.KEY_VERSION, c.KEY_LANE, c.KEY_REPLICAS, c.KEY_FINGERPRINT, c.KEY_STATE, c.KEY_RATIOS,
              c.KEY_DIGEST)
     return "\n".join(lines + _extra_keys(state, known))
@@ -127,15 +173,21 @@ def loader_summary(state: dict[str, Any]) -> str:
     ]
     for lane in lanes[:LANES_SHOWN]:
         source_state, consumed, _ = parsed.entries[lane]
-        chunk = source_state.get(source_checkpoint.KEY_STATE, {}).get(source_checkpoint.KEY_CHUNK)
-        lines.append(f"  lane {lane}: chunk in flight starts at global chunk {chunk}, {consumed:,} of its samples "
-                     "received")
-        lines.extend("  " + row for row in _cursor_rows(source_state))
+        static = _static_part(source_state)
+        chunk = static.get(source_checkpoint.KEY_STATE, {}).get(source_checkpoint.KEY_CHUNK)
+        phase = f" (phase {source_state[phased.KEY_PHASE]})" if static is not source_state else ""
+        lines.append(f"  lane {lane}: chunk in flight starts at global chunk {chunk}{phase}, {consumed:,} of its "
+                     "samples received")
+        lines.extend("  " + row for row in _cursor_rows(static))
     if len(lanes) > LANES_SHOWN:
         lines.append(f"  ... and {len(lanes) - LANES_SHOWN} more lanes")
     if lanes:
         first = parsed.entries[lanes[0]][0]
-        lines += ["  fingerprint:", *_fingerprint_lines(first.get(source_checkpoint.KEY_FINGERPRINT, {}))]
+        if first.get(source_checkpoint.KEY_KIND) == phased.KIND:
+            lines += ["  phases:", *_phase_lines(first)]
+        fingerprint = _static_part(first).get(source_checkpoint.KEY_FINGERPRINT, {})
+        lines += ["  fingerprint (current phase):" if first is not _static_part(first) else "  fingerprint:",
+                  *_fingerprint_lines(fingerprint)]
     return "\n".join(lines + _extra_keys(state, ("kind", "version", "canonical_replicas", "datasets", "source",
                                                  "lanes", "topology")))
 
