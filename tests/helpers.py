@@ -3,12 +3,9 @@ from __future__ import annotations
 
 import json
 import numpy as np
-from hypothesis import assume
-from hypothesis import strategies as st
 
 from zephon import Dataset, StaticMixtureWorkSource
-from zephon.testing import collect, source_configs
-from zephon.work import Phase, PhasedMixtureWorkSource
+from zephon.testing import collect
 
 
 def pointers_of(chunks, name=None) -> list[tuple[int, int, int]]:
@@ -42,32 +39,6 @@ def lane_streams(source, replicas: int) -> dict[int, list[tuple[int, int, int]]]
             pointers.extend(map(tuple, chunk.read_order()[0].tolist()))
         out[lane] = pointers
     return out
-
-
-@st.composite
-def phased_configs(draw, max_phases: int = 3):
-    """Keyword arguments of a finite phased source: a static config whose mixture is replaced by
-    1..max_phases phases, each over a random non-empty subset of the datasets."""
-    kwargs = draw(source_configs(num_datasets=st.integers(1, 3)))
-    names = [d.name for d in kwargs["datasets"]]
-    count = draw(st.integers(1, max_phases))
-    phases = []
-    for k in range(count):
-        chosen = draw(st.lists(st.sampled_from(names), min_size=1, max_size=len(names), unique=True))
-        mixture = {n: draw(st.floats(0.05, 1.0)) for n in chosen}
-        if k == count - 1:
-            phases.append(Phase(mixture))
-        elif draw(st.booleans()):
-            phases.append(Phase(mixture, until_chunk=draw(st.integers(1, 6)) * (k + 1)))
-        else:
-            phases.append(Phase(mixture, until_sample=draw(st.integers(1, 60)) * (k + 1)))
-    del kwargs["mixture"]
-    kwargs["phases"] = phases
-    try:
-        PhasedMixtureWorkSource(**kwargs).clone_for_lane(0, 1).next_chunk()
-    except ValueError:
-        assume(False)
-    return kwargs
 
 
 def write_jsonl(directory, shards):

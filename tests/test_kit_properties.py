@@ -12,16 +12,18 @@ from hypothesis import strategies as st
 from zephon import Dataset, StaticMixtureWorkSource
 from zephon.testing import (assert_elastic_resume_equivalent, assert_lanes_partition, assert_mixture_prefix_bound,
                             assert_passes_complete, assert_replay_equivalent, assert_same_stream_in_fresh_process,
-                            collect, cut_points, loader_topologies, reachable_states, sources, stream_digest)
-from zephon.work import MixtureReadConfig, WorkChunk
+                            collect, cut_points, loader_topologies, phased_sources, reachable_states, sources,
+                            stream_digest)
+from zephon.work import MixtureReadConfig, PhasedMixtureWorkSource, WorkChunk
 
 
-@given(sources(canonical_replicas=st.integers(1, 3)), cut_points(max_chunks=30))
+@given(sources(canonical_replicas=st.integers(1, 3)) | phased_sources(canonical_replicas=st.integers(1, 3)),
+       cut_points(max_chunks=30))
 def test_every_checkpoint_replays_the_rest(source, cuts):
     assert_replay_equivalent(lambda: source, cuts, max_chunks=40)
 
 
-@given(sources(), st.integers(1, 4))
+@given(sources() | phased_sources(), st.integers(1, 4))
 def test_lanes_partition_the_global_stream(source, replicas):
     assert_lanes_partition(lambda: source, replicas, max_chunks=60)
 
@@ -65,10 +67,11 @@ def test_every_completed_pass_holds_each_sample_once(source):
     assert_passes_complete(lambda: source, max_chunks=200)
 
 
-@given(st.from_type(StaticMixtureWorkSource), st.from_type(WorkChunk), st.from_type(MixtureReadConfig),
-       st.from_type(Dataset))
-def test_zephon_types_can_be_drawn_with_from_type(source, chunk, read_config, dataset):
+@given(st.from_type(StaticMixtureWorkSource), st.from_type(PhasedMixtureWorkSource), st.from_type(WorkChunk),
+       st.from_type(MixtureReadConfig), st.from_type(Dataset))
+def test_zephon_types_can_be_drawn_with_from_type(source, phased, chunk, read_config, dataset):
     assert source.lane_id is None and len(collect(source.clone_for_lane(0, 1), 3)) >= 1
+    assert phased.lane_id is None and len(collect(phased.clone_for_lane(0, 1), 3)) >= 1
     assert WorkChunk.from_state(chunk.state_dict()) == chunk
     assert sorted(map(tuple, chunk.read_order(read_config)[0].tolist())) == sorted(
         tuple(p) for pointers in chunk.components.values() for p in pointers.tolist())

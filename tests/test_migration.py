@@ -18,11 +18,11 @@ from zephon.core.cursor import take_at
 from zephon.core.schedule import lane_of
 from zephon.runtime import make_state
 from zephon.runtime._state import dataset_fingerprints
-from zephon.testing import assert_replay_equivalent, collect, source_configs
+from zephon.testing import assert_replay_equivalent, collect, phased_source_configs, source_configs
 from zephon.torch import migrate_checkpoint
 from zephon.work import Phase, PhasedMixtureWorkSource, TokenEstimation, migrate
 
-from helpers import phased_configs, three_datasets
+from helpers import three_datasets
 
 
 def _one_pass(kwargs: dict) -> dict:
@@ -37,7 +37,7 @@ def _one_pass(kwargs: dict) -> dict:
 def old_runs(draw):
     """``(template factory, R)`` of a one-pass static or phased run that can start."""
     if draw(st.booleans()):
-        kwargs = _one_pass(draw(phased_configs()))
+        kwargs = _one_pass(draw(phased_source_configs()))
         make = lambda: PhasedMixtureWorkSource(**kwargs)  # noqa: E731
     else:
         kwargs = _one_pass(draw(source_configs(num_datasets=st.integers(1, 3))))

@@ -11,17 +11,17 @@ from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from zephon import Dataset, StaticMixtureWorkSource
-from zephon.testing import assert_lanes_partition, assert_replay_equivalent, collect
+from zephon.testing import assert_lanes_partition, assert_replay_equivalent, collect, phased_source_configs
 from zephon.work import Phase, PhasedMixtureWorkSource, TokenEstimation
 
-from helpers import phased_configs, three_datasets
+from helpers import three_datasets
 
 
 def _read_order(chunks) -> np.ndarray:
     return np.concatenate([c.read_order()[0] for c in chunks]) if chunks else np.zeros((0, 3), dtype=np.int64)
 
 
-@given(phased_configs(), st.integers(2, 4))
+@given(phased_source_configs(), st.integers(2, 4))
 def test_lanes_partition_and_replay(kwargs, replicas):
     assert_lanes_partition(lambda: PhasedMixtureWorkSource(**kwargs), replicas, max_chunks=200)
     lane = replicas - 1
@@ -29,7 +29,7 @@ def test_lanes_partition_and_replay(kwargs, replicas):
                              [0, 1, 3, 7, 12], max_chunks=200)
 
 
-@given(phased_configs(), st.integers(1, 3))
+@given(phased_source_configs(), st.integers(1, 3))
 def test_len_and_random_access_match_the_stream(kwargs, replicas):
     template = PhasedMixtureWorkSource(**kwargs)
     for lane in range(replicas):
@@ -42,7 +42,7 @@ def test_len_and_random_access_match_the_stream(kwargs, replicas):
             assert clone.sample_id_at(len(streamed) - 1) == tuple(streamed[-1].tolist())
 
 
-@given(phased_configs(), st.integers(1, 4))
+@given(phased_source_configs(), st.integers(1, 4))
 def test_boundaries_fall_where_configured_on_every_lane(kwargs, replicas):
     """Every chunk holds only datasets of its phase, and each phase starts at its bound."""
     template = PhasedMixtureWorkSource(**kwargs)
@@ -69,7 +69,7 @@ def test_boundaries_fall_where_configured_on_every_lane(kwargs, replicas):
             assert chunk == single[g]
 
 
-@given(phased_configs())
+@given(phased_source_configs())
 def test_per_phase_mixture_within_the_static_prefix_bound(kwargs):
     """Inside a phase the accumulator starts from zero: every prefix of the phase's chunks is
     within one sample of the phase's weights per dataset (full chunks, repeating datasets)."""

@@ -2,8 +2,8 @@
 
 | use | for |
 |---|---|
-| :func:`sources`, :func:`reachable_states`, :func:`work_chunks`, :func:`loader_topologies` | hypothesis strategies: built sources, states they reach, chunks, job topologies |
-| :func:`datasets`, :func:`mixtures`, :func:`source_configs`, :func:`mixture_read_configs`, :func:`cut_points` | strategies for the parts |
+| :func:`sources`, :func:`phased_sources`, :func:`reachable_states`, :func:`work_chunks`, :func:`loader_topologies` | hypothesis strategies: built sources (static or phased), states they reach, chunks, job topologies |
+| :func:`datasets`, :func:`mixtures`, :func:`source_configs`, :func:`phased_source_configs`, :func:`mixture_read_configs`, :func:`cut_points` | strategies for the parts |
 | :func:`assert_replay_equivalent` | restoring any checkpoint replays the rest exactly |
 | :func:`assert_lanes_partition` | lanes are disjoint and merge into the single-lane stream |
 | :func:`assert_elastic_resume_equivalent` | a job stopped on one topology resumes on another, every lane exact |
@@ -14,6 +14,7 @@
 | :func:`collect` | a source's chunks as a list |
 
 ``st.from_type`` draws :class:`~zephon.Dataset`, :class:`~zephon.StaticMixtureWorkSource`,
+:class:`~zephon.work.PhasedMixtureWorkSource`,
 :class:`~zephon.WorkChunk`, :class:`~zephon.work.MixtureReadConfig` and
 :class:`~zephon.work.MixtureSpec` once zephon is installed (a ``hypothesis`` entry point).
 The pytest plugin adds the ``zephon_golden`` fixture and ``--zephon-update-golden``.
@@ -33,13 +34,15 @@ from zephon.testing._assertions import (assert_lanes_partition, assert_mixture_p
 from zephon.testing._elastic import assert_elastic_resume_equivalent
 from zephon.testing._process import assert_same_stream_in_fresh_process
 from zephon.testing._strategies import (cut_points, datasets, loader_topologies, mixture_read_configs, mixtures,
-                                        reachable_states, source_configs, sources, work_chunks)
+                                        phased_source_configs, phased_sources, reachable_states, source_configs,
+                                        sources, work_chunks)
 from zephon.testing._streams import collect, stream_digest
 
 __all__ = [
     "assert_elastic_resume_equivalent", "assert_lanes_partition", "assert_mixture_prefix_bound",
     "assert_passes_complete", "assert_replay_equivalent", "assert_same_stream_in_fresh_process", "collect",
-    "cut_points", "datasets", "loader_topologies", "mixture_read_configs", "mixtures", "reachable_states",
+    "cut_points", "datasets", "loader_topologies", "mixture_read_configs", "mixtures", "phased_source_configs",
+    "phased_sources", "reachable_states",
     "source_configs", "sources", "stream_digest", "work_chunks",
 ]
 assert sorted(__all__) == sorted(n for n in dir() if n[0] not in "_@" and n != "annotations"), __all__  # @: pytest

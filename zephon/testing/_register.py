@@ -12,7 +12,8 @@ from typing import Any, Callable
 from hypothesis import strategies as st
 
 from zephon.io import Dataset
-from zephon.work import MixtureReadConfig, MixtureSpec, StaticMixtureWorkSource, WorkChunk, WorkSource
+from zephon.work import (MixtureReadConfig, MixtureSpec, PhasedMixtureWorkSource, StaticMixtureWorkSource, WorkChunk,
+                         WorkSource)
 
 
 def _spec_strategy(kit: Any) -> st.SearchStrategy:
@@ -23,6 +24,7 @@ def _spec_strategy(kit: Any) -> st.SearchStrategy:
 STRATEGIES: dict[type, Callable[[Any], st.SearchStrategy]] = {
     Dataset: lambda kit: kit.datasets(),
     StaticMixtureWorkSource: lambda kit: kit.sources(),
+    PhasedMixtureWorkSource: lambda kit: kit.phased_sources(),
     WorkSource: lambda kit: kit.sources(),
     WorkChunk: lambda kit: kit.work_chunks(),
     MixtureReadConfig: lambda kit: kit.mixture_read_configs(),

@@ -6,6 +6,7 @@ chunks, seed 0 and no shuffling.
 """
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 from hypothesis import strategies as st
@@ -15,11 +16,13 @@ from hypothesis.strategies import SearchStrategy
 from zephon.io import Dataset
 from zephon.runtime import MAPPINGS
 from zephon.testing._streams import single_lane
-from zephon.work import ComponentOrder, MixtureReadConfig, MixtureReadMode, StaticMixtureWorkSource, WorkChunk
+from zephon.work import (ComponentOrder, MixtureReadConfig, MixtureReadMode, Phase, PhasedMixtureWorkSource,
+                         StaticMixtureWorkSource, WorkChunk)
 
 POLICY_CHOICES = ("repeat", "stop", "redistribute")
 PASS_TAILS = ("carry", "drop")
 Topology = tuple[int, int, str]  # (world size, DataLoader workers per rank (0: the main process), mapping)
+MixtureSource = StaticMixtureWorkSource | PhasedMixtureWorkSource
 
 
 def _strategy(value: Any) -> SearchStrategy:
@@ -46,10 +49,10 @@ def mixtures(draw, *, names: Any) -> dict[str, float]:
     return {n: draw(st.floats(0.05, 1.0)) for n in draw(_strategy(names))}
 
 
-def _valid(kwargs: dict[str, Any]) -> bool:
+def _valid(kwargs: dict[str, Any], kind: type[MixtureSource] = StaticMixtureWorkSource) -> bool:
     """Construction succeeds and the first chunk can be produced."""
     try:
-        StaticMixtureWorkSource(**kwargs).clone_for_lane(0, 1).next_chunk()
+        kind(**kwargs).clone_for_lane(0, 1).next_chunk()
     except ValueError:
         return False
     return True
@@ -158,13 +161,86 @@ def sources(
     given: then it is bound to ``lane`` (default: a drawn lane of ``canonical_replicas``).
     Shrinks toward one small dataset, chunk size 1, one pass, lane 0.
     """
-    if canonical_replicas is None and lane is not None:
-        raise InvalidArgument("sources(lane=...) needs canonical_replicas too (the number of lanes)")
-    if canonical_replicas is not None:
-        _check_binding(canonical_replicas, lane)
     configs = source_configs(num_datasets=num_datasets, max_chunk_size=max_chunk_size, policies=policies,
                              block_sizes=block_sizes, allocations=allocations, pass_tails=pass_tails)
-    return _sources(configs, canonical_replicas, lane)
+    return _built(configs, StaticMixtureWorkSource, canonical_replicas, lane)
+
+
+@st.composite
+def _phased_source_configs(draw, configs: SearchStrategy, max_phases: Any) -> dict[str, Any]:
+    kwargs = dict(draw(configs))
+    names = list(kwargs.pop("mixture"))
+    most = draw(_strategy(max_phases))
+    if type(most) is not int or most < 1:
+        raise InvalidArgument(f"phased_source_configs() needs max_phases >= 1, got {most!r}")
+    count, phases = draw(st.integers(1, most)), []
+    for k in range(count):
+        mixture = draw(mixtures(names=st.lists(st.sampled_from(names), min_size=1, max_size=len(names), unique=True)))
+        if k == count - 1:
+            phases.append(Phase(mixture))
+        elif draw(st.booleans()):
+            phases.append(Phase(mixture, until_chunk=draw(st.integers(1, 6)) * (k + 1)))
+        else:
+            phases.append(Phase(mixture, until_sample=draw(st.integers(1, 60)) * (k + 1)))
+    kwargs["phases"] = phases
+    return kwargs
+
+
+def phased_source_configs(
+    *,
+    max_phases: Any = 3,
+    num_datasets: Any = st.integers(1, 3),
+    max_chunk_size: Any = 24,
+    policies: Any = st.sampled_from(POLICY_CHOICES),
+    block_sizes: Any = st.none() | st.integers(1, 64) | st.sampled_from(["auto", "global"]),
+    allocations: Any = st.sampled_from(["accumulator", "fixed"]),
+    pass_tails: Any = st.sampled_from(PASS_TAILS),
+) -> SearchStrategy[dict[str, Any]]:
+    """Keyword arguments of a valid, finite :class:`~zephon.work.PhasedMixtureWorkSource`.
+
+    The settings are drawn as in :func:`source_configs` (the arguments are the same); the
+    mixture becomes 1..``max_phases`` phases, each over a non-empty subset of the datasets
+    (the others paused), every phase but the last ending at a drawn ``until_chunk`` or
+    ``until_sample`` bound. Valid: it constructs and its first chunk can be produced.
+    Shrinks toward one phase over one dataset.
+    """
+    configs = source_configs(num_datasets=num_datasets, max_chunk_size=max_chunk_size, policies=policies,
+                             block_sizes=block_sizes, allocations=allocations, pass_tails=pass_tails)
+    return _phased_source_configs(configs, max_phases).filter(functools.partial(_valid, kind=PhasedMixtureWorkSource))
+
+
+def phased_sources(
+    *,
+    max_phases: Any = 3,
+    num_datasets: Any = st.integers(1, 3),
+    max_chunk_size: Any = 24,
+    policies: Any = st.sampled_from(POLICY_CHOICES),
+    block_sizes: Any = st.none() | st.integers(1, 64) | st.sampled_from(["auto", "global"]),
+    allocations: Any = st.sampled_from(["accumulator", "fixed"]),
+    pass_tails: Any = st.sampled_from(PASS_TAILS),
+    canonical_replicas: Any = None,
+    lane: Any = None,
+) -> SearchStrategy[PhasedMixtureWorkSource]:
+    """A built, finite :class:`~zephon.work.PhasedMixtureWorkSource` across every setting.
+
+    Drawn as in :func:`phased_source_configs`, bound to a lane as in :func:`sources` (the
+    arguments are the same). Shrinks toward one phase over one small dataset, lane 0.
+    """
+    configs = phased_source_configs(max_phases=max_phases, num_datasets=num_datasets, max_chunk_size=max_chunk_size,
+                                    policies=policies, block_sizes=block_sizes, allocations=allocations,
+                                    pass_tails=pass_tails)
+    return _built(configs, PhasedMixtureWorkSource, canonical_replicas, lane)
+
+
+def _built(configs: SearchStrategy, kind: type[MixtureSource], canonical_replicas: Any, lane: Any
+           ) -> SearchStrategy[Any]:
+    """Sources of ``kind`` built from ``configs``, bound to a lane when ``canonical_replicas`` is given."""
+    if canonical_replicas is None and lane is not None:
+        raise InvalidArgument(f"{kind.__name__} strategies need canonical_replicas with lane=... (the number of "
+                              "lanes)")
+    if canonical_replicas is not None:
+        _check_binding(canonical_replicas, lane)
+    return _sources(configs, kind, canonical_replicas, lane)
 
 
 def _check_binding(replicas: Any, lane: Any) -> None:
@@ -178,8 +254,9 @@ def _check_binding(replicas: Any, lane: Any) -> None:
 
 
 @st.composite
-def _sources(draw, configs: SearchStrategy, canonical_replicas: Any, lane: Any) -> StaticMixtureWorkSource:
-    source = StaticMixtureWorkSource(**draw(configs))
+def _sources(draw, configs: SearchStrategy, kind: type[MixtureSource], canonical_replicas: Any, lane: Any
+             ) -> MixtureSource:
+    source = kind(**draw(configs))
     if canonical_replicas is None:
         return source
     replicas = draw(_strategy(canonical_replicas))
