@@ -209,6 +209,10 @@ def test_a_reordered_reseeded_template_continues_each_datasets_order():
         assert common > 0 and before[name][:common] == after[name][:common]
     state = moved.state_dict()
     assert state["orders"] == migration.state["orders"]  # kept by later checkpoints
+    rebuilt = StaticMixtureWorkSource.from_config(moved.to_config()).clone_for_lane(0, 1)
+    rebuilt.load_state_dict(state)  # the config leaves the orders out; the checkpoint brings them
+    moved.load_state_dict(state)
+    assert collect(rebuilt, 6) == collect(moved, 6)
 
 
 def test_migrate_refuses_a_dataset_whose_shards_changed():

@@ -152,7 +152,9 @@ class StaticMixtureWorkSource(MixtureShell):
         settings as resolved per dataset. A primed token-mode source writes its measured
         ratios, so rebuilding it measures nothing. Raises ``ValueError`` for what a file
         cannot hold: in-memory records or a custom allocator. The lane binding of a clone
-        is not part of it.
+        is not part of it, nor are the sample orders a migration kept for continuing
+        datasets: those travel in the migrated checkpoint, and loading it into the rebuilt
+        source restores them.
         """
         return mixture_config.config_of(self._config, self._datasets, self._block_size, self._estimation)
 
