@@ -18,10 +18,10 @@ def corpus(name: str, shards: int, rows: int, width: int) -> Dataset:
 
 
 def build_source() -> StaticMixtureWorkSource:
-    """The mixture: 75% prose, 25% code, in chunks of 32, each dataset read once."""
+    """The mixture: 75% prose, 25% code, in chunks of 16, each dataset read once."""
     return StaticMixtureWorkSource(
-        [corpus("prose", shards=4, rows=60, width=12), corpus("code", shards=3, rows=30, width=6)],
-        {"prose": 0.75, "code": 0.25}, chunk_size=32, seed=2024, shuffle_within_shard=True,
+        [corpus("prose", shards=4, rows=400, width=12), corpus("code", shards=3, rows=200, width=6)],
+        {"prose": 0.75, "code": 0.25}, chunk_size=16, seed=2024, shuffle_within_shard=True,
         exhausted_policy="stop",
     )
 
