@@ -9,12 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from zephon.core.chunk import (
-    ComponentOrder,
-    MixtureReadConfig,
-    MixtureReadMode,
-    WorkChunk,
-)
+from zephon.core.chunk import WorkChunk
+from zephon.core.read_config import ComponentOrder, MixtureReadConfig, MixtureReadMode
 
 ids = st.tuples(st.integers(0, 5), st.integers(0, 2**40), st.integers(0, 2**62))
 names = st.text("abcxyz", min_size=1, max_size=3)
@@ -354,26 +350,6 @@ def test_from_buffer_validates_the_other_fields():
         WorkChunk.from_buffer(["a"], BUFFER, [4], seed="1")
     with pytest.raises(ValueError, match="positive sum"):
         WorkChunk.from_buffer(["a"], BUFFER, [4], target_mixture={"a": 0})
-
-
-@pytest.mark.parametrize(
-    ("kwargs", "match"),
-    [
-        (dict(mode="weighted_random"), "MixtureReadMode.WEIGHTED_RANDOM"),
-        (dict(within_component="shuffle"), "ComponentOrder.SHUFFLE"),
-        (dict(seed=False), "seed"),
-        (dict(seed=2.0), "seed"),
-        (dict(precompute=1), "precompute"),
-    ],
-)
-def test_read_config_refuses_bad_fields(kwargs, match):
-    with pytest.raises(TypeError, match=match):
-        MixtureReadConfig(**kwargs)
-
-
-def test_read_config_is_frozen():
-    with pytest.raises(AttributeError):
-        MixtureReadConfig().seed = 1  # type: ignore[misc]
 
 
 @pytest.mark.parametrize("bad", ["weighted_random", 1, MixtureReadMode.WEIGHTED_RANDOM])

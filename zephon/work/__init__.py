@@ -15,7 +15,8 @@
 | ``zephon.work.mixture_config`` | a mixture as a TOML / JSON file (``StaticMixtureWorkSource.from_config``) |
 | :func:`by_value` | a user callable ready to pickle by value (lambdas to spawned workers) |
 """
-from zephon.core.chunk import ComponentOrder, MixtureReadConfig, MixtureReadMode, SampleId, WorkChunk
+from zephon.core.chunk import SampleId, WorkChunk
+from zephon.core.read_config import ComponentOrder, MixtureReadConfig, MixtureReadMode
 from zephon.work._portable import by_value
 from zephon.work.phased_mixture import Phase, PhasedMixtureWorkSource
 from zephon.work.migration import Migration, migrate
