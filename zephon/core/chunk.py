@@ -38,10 +38,22 @@ _INT64 = np.dtype(np.int64)
 class WorkChunk:
     """The pointers of a few named components, read in a seeded, reproducible order.
 
-    ``WorkChunk(components, seed=None, target_mixture=None, source_exhausted=())`` copies
-    and validates ``components`` (name -> list of triples or ``(n, 3)`` integer array);
-    ``from_buffer`` wraps a ready buffer without copying. Immutable; equal chunks compare
-    equal with ``==``.
+    The constructor copies and validates ``components``; ``from_buffer`` wraps a ready
+    buffer without copying. Immutable; equal chunks compare equal with ``==``.
+
+    Parameters
+    ----------
+    components : Mapping[str, Any]
+        Component name -> its pointers, a list of ``(dataset_id, shard_id, offset)``
+        triples or an ``(n, 3)`` integer array of non-negative ids. Components keep this
+        order; an empty one is kept with a count of 0.
+    seed : int or None, default None
+        Seed of the random read orders when the ``MixtureReadConfig`` gives none.
+    target_mixture : Mapping[str, float] or None, default None
+        The shares the chunk was aiming for, name -> weight ``>= 0`` with a positive sum;
+        stored scaled to sum to 1.
+    source_exhausted : Iterable[str], default ()
+        The datasets that can give nothing more; stored sorted, each name once.
     """
 
     __slots__ = ("_names", "_counts", "_buffer", "_seed", "_target", "_exhausted",
@@ -78,13 +90,30 @@ class WorkChunk:
     ) -> WorkChunk:
         """Wrap an ``(N, 3)`` int64 C-contiguous buffer without copying it.
 
-        ``names`` are the components in order, ``pointers`` the buffer and ``counts`` the
-        rows of each component; ``seed``, ``target_mixture`` and ``source_exhausted`` are
-        stored as by the constructor.
-
         Component ``k`` is rows ``[sum(counts[:k]), sum(counts[:k + 1]))``. Only shapes,
         dtype and counts are checked, never the pointer values (the caller guarantees they
         are non-negative), and the caller must not write to ``pointers`` afterwards.
+
+        Parameters
+        ----------
+        names : Sequence[str]
+            The component names, in buffer order.
+        pointers : numpy.ndarray
+            The ``(N, 3)`` int64 C-contiguous buffer of ``(dataset_id, shard_id, offset)``
+            rows.
+        counts : Sequence[int] or numpy.ndarray
+            The rows of each component, one non-negative int per name, summing to ``N``.
+        seed : int or None, default None
+            As for the constructor.
+        target_mixture : Mapping[str, float] or None, default None
+            As for the constructor.
+        source_exhausted : Iterable[str], default ()
+            As for the constructor.
+
+        Returns
+        -------
+        WorkChunk
+            A chunk whose components are read-only views of ``pointers``.
         """
         if not (isinstance(pointers, np.ndarray) and pointers.dtype == _INT64
                 and pointers.ndim == 2 and pointers.shape[1] == 3
@@ -137,6 +166,7 @@ class WorkChunk:
 
     @property
     def component_names(self) -> tuple[str, ...]:
+        """The component names, in insertion order."""
         return self._names
 
     @property
@@ -152,6 +182,7 @@ class WorkChunk:
 
     @property
     def seed(self) -> int | None:
+        """Seed of the random read orders when a ``MixtureReadConfig`` gives none, or None."""
         return self._seed
 
     @property
@@ -161,6 +192,7 @@ class WorkChunk:
 
     @property
     def source_exhausted(self) -> tuple[str, ...]:
+        """The datasets that can give nothing more, sorted."""
         return self._exhausted
 
     def __eq__(self, other: object) -> bool:
@@ -184,6 +216,11 @@ class WorkChunk:
 
         ``component_index`` indexes ``component_names``. Both arrays are read-only and
         cached on the chunk.
+
+        Parameters
+        ----------
+        config : MixtureReadConfig or None, default None
+            The read order; ``None`` reads by weighted round robin, components as stored.
         """
         config = read_config_or_default(config)
         key = self._order_key(config)
@@ -211,6 +248,11 @@ class WorkChunk:
         """``(sample_id, component_name)`` pairs in read order, as plain Python values.
 
         Like ``zip``, the iterator refills a pair for a later step once nothing holds it.
+
+        Parameters
+        ----------
+        config : MixtureReadConfig or None, default None
+            The read order; ``None`` reads by weighted round robin, components as stored.
         """
         config = read_config_or_default(config)
         if config.precompute:
@@ -231,11 +273,25 @@ class WorkChunk:
         return self.iter_samples()
 
     def materialize_order(self, config: MixtureReadConfig | None = None) -> list[tuple[SampleId, str]]:
-        """All ``(sample_id, component_name)`` pairs in read order, as a new list."""
+        """All ``(sample_id, component_name)`` pairs in read order, as a new list.
+
+        Parameters
+        ----------
+        config : MixtureReadConfig or None, default None
+            The read order; ``None`` reads by weighted round robin, components as stored.
+        """
         return list(self.iter_samples(config))
 
     def sample_at(self, i: int, config: MixtureReadConfig | None = None) -> tuple[SampleId, str]:
-        """The ``i``-th pair of the read order; ``IndexError`` unless ``0 <= i < len``."""
+        """The ``i``-th pair of the read order; ``IndexError`` unless ``0 <= i < len``.
+
+        Parameters
+        ----------
+        i : int
+            The position in the read order.
+        config : MixtureReadConfig or None, default None
+            The read order; ``None`` reads by weighted round robin, components as stored.
+        """
         if not isinstance(i, Integral) or isinstance(i, bool):
             raise TypeError(f"sample_at: i={i!r} must be an int; pass a position")
         if not 0 <= i < len(self._buffer):

@@ -40,13 +40,13 @@ class MixtureReadConfig:
 
     Parameters
     ----------
-    mode : MixtureReadMode, default WEIGHTED_ROUND_ROBIN
+    mode : MixtureReadMode, default MixtureReadMode.WEIGHTED_ROUND_ROBIN
         Interleave components by smooth weighted round robin, or draw one per sample.
     seed : int or None, default None
         The seed of random choices; ``None``: the chunk's seed, or 0 when it has none.
     precompute : bool, default False
         Keep the ``(sample_id, name)`` pairs on the chunk for reuse.
-    within_component : ComponentOrder, default AS_IS
+    within_component : ComponentOrder, default ComponentOrder.AS_IS
         Read each component's pointers as stored, or shuffled first.
     """
 
