@@ -4,184 +4,44 @@ How it works
 ------------
 The loader hands torch an internal ``IterableDataset`` and no batching of its own
 (``batch_size=None``). Each reader (a worker, or the main process with ``num_workers=0``)
-reads its lanes round robin (``zephon.runtime.LaneMux``), cuts the stream into batches of
-``batch_size`` (or items), and sends them in *bundles* of several batches, each bundle
-carrying the few facts its ledger needs (lane rotations and chunk starts, by position).
-The main process unpacks bundles and yields batches round robin over the workers, like a
-plain torch DataLoader, and after every batch it knows each worker's position: so
+sends its lanes' batches in bundles (``zephon.torch._bundles``); the main process yields them
+round robin over the readers and knows, after every batch, each reader's position: so
 ``state_dict()`` is exact for what the training loop has received, whatever was prefetched.
 
-Count-only pipelines without map steps take a fast path: a bundle is one pointer array that
-the main process slices into batches. It travels as a numpy array, pickled through the
-worker's pipe, which costs a tenth of moving a tensor to shared memory.
-
 With ``even_batches`` (the default) the main process stops every rank after the same number
-of batches, counted up front from random access (``zephon.runtime._even``); ``stats()``
-counts what the loop received (``zephon.runtime._stats``). Workers die with their trainer
-and a dead worker is reported by name (``zephon.torch._workers``).
+of batches, counted up front from random access (``zephon.runtime.count_ranks``); ``stats()``
+counts what the loop received (``zephon.runtime.LoaderStats``). Workers die with their
+trainer and a dead worker is reported by name (``zephon.torch._workers``).
 """
 from __future__ import annotations
 
 import functools
 import json
 import logging
-import os
-import pickle
 import sys
-import threading
 from collections import deque
 from typing import Any, Callable
 
 import numpy as np
 import torch
 import torch.utils.data as tud
-from torch.utils.data import IterableDataset, get_worker_info
 
 from zephon.runtime import (
-    DROPPED, KEY_COMPONENT, KEY_SAMPLE_ID, SERVED, Entry, Even, Event, LaneBook, LaneMux, LoaderStateDict, LoaderStats,
-    Pipeline, RankCount, Segment, Tracker, count_rank, count_ranks, countable, even_target, log_once, maybe_finite,
+    KEY_COMPONENT, KEY_SAMPLE_ID, SERVED, Entry, Even, LaneBook, LoaderStateDict, LoaderStats, Pipeline, RankCount,
+    Tracker, count_rank, count_ranks, countable, even_target, log_once, maybe_finite,
 )
-from zephon.torch._collate import collate, columnar_batch
+from zephon.torch._bundles import Bundle, Plan, Readers
 from zephon.torch._dist import collective_device
-from zephon.torch._topology import Topology, current_worker, detect_topology
-from zephon.torch._workers import WorkerDiedError, dead_worker, guard_worker, watch_workers
+from zephon.torch._topology import Topology, detect_topology
+from zephon.torch._workers import WorkerDiedError, dead_worker, watch_workers
 from zephon.work import WorkSource
 
-POINTER_BUNDLE = 16384  # samples per bundle on the pointer fast path
-RECORD_BUNDLE = 2048  # samples per bundle when records are read
 log = logging.getLogger("zephon")
 
 
 def _identity(bundle: Any) -> Any:
     return bundle
 
-
-def _pin(data: Any) -> Any:
-    from torch.utils.data._utils.pin_memory import pin_memory
-
-    return pin_memory(data)
-
-
-class Bundle:
-    """Several consecutive batches (or items) of one reader, with their ledger facts."""
-
-    __slots__ = ("worker", "start", "ends", "units", "pointers", "components", "segments", "events", "last",
-                 "tally", "dropped")
-
-    def __init__(self, worker: int, start: int, segments: list[Segment], events: list[Event], last: bool):
-        self.worker, self.start, self.segments, self.events, self.last = worker, start, segments, events, last
-        self.ends: list[int] | None = None  # absolute position after each unit (unit path)
-        self.units: list[Any] | None = None
-        self.pointers: np.ndarray | torch.Tensor | None = None  # pointer fast path: (n, 3) int64
-        self.components: np.ndarray | None = None  # (n,) int64 component ids
-        self.tally: list[np.ndarray] | None = None  # unit path: component ids of each unit's items
-        self.dropped: list[int] | None = None  # unit path: items a filter dropped in each unit
-
-    def __getstate__(self) -> tuple:
-        return tuple(getattr(self, k) for k in self.__slots__)
-
-    def __setstate__(self, state: tuple) -> None:
-        for k, v in zip(self.__slots__, state):
-            setattr(self, k, v)
-
-    def pin_memory(self) -> Bundle:
-        if self.pointers is not None:
-            self.pointers = torch.as_tensor(self.pointers).pin_memory()
-        if self.units is not None:
-            self.units = _pin(self.units)
-        return self
-
-
-class _Plan:
-    """What the readers of one iteration need: set on the internal dataset before workers start."""
-
-    def __init__(self, pipeline: Pipeline, replicas: int, lanes: dict[int, list[int]], entries: dict[int, Entry],
-                 batch_size: int | None, drop_last: bool, collate_fn: Callable | None):
-        self.pipeline, self.replicas, self.lanes, self.entries = pipeline, replicas, lanes, entries
-        self.batch_size, self.drop_last, self.collate_fn = batch_size, drop_last, collate_fn
-        self.pointer_path = pipeline.pointer_only and collate_fn is None
-        self.columnar = pipeline.columnar and collate_fn is None and batch_size is not None
-        self.trainer = os.getpid()  # the process the workers must not outlive
-        self.main_thread = threading.current_thread() is threading.main_thread()  # where workers start
-
-
-class _Readers(IterableDataset):
-    """The internal dataset: each reader yields bundles of its lanes."""
-
-    def __init__(self) -> None:
-        self.plan: _Plan | None = None
-
-    def __getstate__(self) -> dict:
-        """Only with a "spawn" / "forkserver" worker start: the pipeline must then pickle."""
-        try:
-            pickle.dumps(None if self.plan is None else self.plan.pipeline)
-        except Exception as error:
-            raise TypeError(
-                f"the pipeline cannot be pickled ({type(error).__name__}: {error}), so DataLoader workers cannot "
-                "be started with multiprocessing_context='spawn' or 'forkserver'; use the 'fork' start method "
-                "(the default on Linux) or a picklable work source and map functions") from error
-        return dict(self.__dict__)
-
-    def __iter__(self):
-        worker, _ = current_worker()
-        if get_worker_info() is not None:
-            guard_worker(self.plan.trainer, self.plan.main_thread)
-        return _bundles(self.plan, worker)
-
-
-def _bundles(plan: _Plan, worker: int):
-    lanes = plan.lanes.get(worker, [])
-    if not lanes:
-        return
-    pipeline, size = plan.pipeline, plan.batch_size
-    mux = LaneMux(pipeline.source, lanes, plan.replicas, plan.entries, pipeline.vocabulary, pipeline.readahead())
-    unit = size or 1
-    target = max(1, (POINTER_BUNDLE if plan.pointer_path else RECORD_BUNDLE) // unit) * unit
-    while True:
-        start = mux.position
-        pointers, components = mux.take(target)
-        last = len(pointers) < target
-        usable = len(pointers) // size * size if size and plan.drop_last else len(pointers)
-        pointers, components = pointers[:usable], components[:usable]
-        bundle = Bundle(worker, start, *mux.drain(), last)
-        if plan.pointer_path:
-            bundle.pointers, bundle.components = pointers, components
-        else:
-            bundle.units, bundle.ends, bundle.tally, bundle.dropped = _units(plan, pointers, components, start)
-        yield bundle
-        if last:
-            return
-
-
-def _units(plan: _Plan, pointers: Any, components: Any, start: int) -> tuple[list, list[int], list, list[int]]:
-    """A reader's batches (or items) of these samples, with the position after each, the
-    component ids each carries and the items a filter dropped from each."""
-    size, n = plan.batch_size, len(pointers)
-    if size is None:  # items (a filter step needs a batch_size, see DataLoader)
-        items = plan.pipeline.materialize(pointers, components)
-        if plan.collate_fn is not None:
-            items = [plan.collate_fn(item) for item in items]
-        return items, list(range(start + 1, start + n + 1)), [components[k:k + 1] for k in range(n)], [0] * n
-    cuts = list(range(0, n, size))
-    ends = [start + min(a + size, n) for a in cuts]
-    if plan.columnar:
-        units = [columnar_batch(plan.pipeline, pointers[a:a + size], components[a:a + size]) for a in cuts]
-        return units, ends, [components[a:a + size] for a in cuts], [0] * len(cuts)
-    marked = plan.pipeline.materialize_marked(pointers, components)
-    batch = plan.collate_fn or collate
-    units, tally, dropped = [], [], []
-    for a in cuts:
-        kept = [k for k in range(a, min(a + size, n)) if marked[k] is not DROPPED]
-        items = [marked[k] for k in kept]
-        units.append(batch(items) if items or plan.collate_fn else _empty_batch())
-        tally.append(components[kept])
-        dropped.append(min(size, n - a) - len(kept))
-    return units, ends, tally, dropped
-
-
-def _empty_batch() -> dict:
-    """The default batch of a cut whose every item a filter dropped."""
-    return {KEY_SAMPLE_ID: torch.zeros((0, 3), dtype=torch.int64), KEY_COMPONENT: []}
 
 
 class _Cursor:
@@ -232,7 +92,7 @@ class _LoaderIterator:
     """Yields the readers' batches round robin (reader 0, 1, …, skipping finished ones) and
     tracks, per reader, how far the training loop has consumed."""
 
-    def __init__(self, base: Any, plan: _Plan, stats: LoaderStats, even: Even | None,
+    def __init__(self, base: Any, plan: Plan, stats: LoaderStats, even: Even | None,
                  count_left: Callable[[dict], RankCount]):
         self._base = base
         self._plan = plan
@@ -427,7 +287,7 @@ class DataLoader(tud.DataLoader):
         self._zephon_even: Even | None = None
         self._zephon_stats = LoaderStats(pipeline.source, list(pipeline.component_names(
             np.arange(max(pipeline.vocabulary.values(), default=-1) + 1))), topology.rank)
-        super().__init__(_Readers(), batch_size=None, num_workers=num_workers, collate_fn=_identity,
+        super().__init__(Readers(), batch_size=None, num_workers=num_workers, collate_fn=_identity,
                          **dataloader_kwargs)
 
     # torch keeps batch_size / drop_last as attributes; report the zephon ones (batching is ours)
@@ -510,7 +370,7 @@ class DataLoader(tud.DataLoader):
         self._zephon_even = Even(target)
         return self._zephon_even
 
-    def _log_config(self, plan: _Plan, even: Even | None) -> None:
+    def _log_config(self, plan: Plan, even: Even | None) -> None:
         if not log.isEnabledFor(logging.DEBUG):
             return
         book = self._zephon_book
@@ -532,11 +392,11 @@ class DataLoader(tud.DataLoader):
             log_once(f"zephon: rank {book.rank} reads {len(book.rank_lanes())} lanes with {readers} DataLoader "
                      f"workers; workers {idle} have no lane and stay idle")
         batch_size, drop_last, collate_fn = self._zephon_batch
-        plan = _Plan(book.pipeline, book.canonical_replicas, lanes, book.entries(), batch_size, drop_last, collate_fn)
+        plan = Plan(book.pipeline, book.canonical_replicas, lanes, book.entries(), batch_size, drop_last, collate_fn)
         even = self._even()
         self._log_config(plan, even)
         readers_dataset = self.dataset
-        assert isinstance(readers_dataset, _Readers)
+        assert isinstance(readers_dataset, Readers)
         readers_dataset.plan = plan
         if self.persistent_workers and self._iterator is not None:
             self._iterator._shutdown_workers()  # type: ignore[attr-defined]  # workers must start anew
