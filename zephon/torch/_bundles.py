@@ -4,7 +4,7 @@ Each reader (a DataLoader worker, or the main process with ``num_workers=0``) re
 round robin (``zephon.runtime.LaneMux``), cuts the stream into batches of ``batch_size`` (or
 items), and sends them in *bundles* of several batches, each bundle carrying the few facts
 its ledger needs (lane rotations and chunk starts, by position). The trainer reassembles
-them.
+them (``zephon.torch._iterator``).
 
 Count-only pipelines without map steps take a fast path: a bundle is one pointer array that
 the main process slices into batches. It travels as a numpy array, pickled through the
