@@ -380,7 +380,7 @@ def test_spawned_workers_read_the_same_stream_and_need_a_picklable_pipeline():
 
 
 def test_bundles_pin_their_tensors(monkeypatch):
-    from zephon.torch._loader import Bundle
+    from zephon.torch._bundles import Bundle
 
     pinned = []
     monkeypatch.setattr(torch.Tensor, "pin_memory", lambda self, *a, **k: pinned.append(self.shape) or self)

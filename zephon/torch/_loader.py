@@ -4,331 +4,44 @@ How it works
 ------------
 The loader hands torch an internal ``IterableDataset`` and no batching of its own
 (``batch_size=None``). Each reader (a worker, or the main process with ``num_workers=0``)
-reads its lanes round robin (``zephon.runtime.LaneMux``), cuts the stream into batches of
-``batch_size`` (or items), and sends them in *bundles* of several batches, each bundle
-carrying the few facts its ledger needs (lane rotations and chunk starts, by position).
-The main process unpacks bundles and yields batches round robin over the workers, like a
-plain torch DataLoader, and after every batch it knows each worker's position: so
-``state_dict()`` is exact for what the training loop has received, whatever was prefetched.
-
-Count-only pipelines without map steps take a fast path: a bundle is one pointer array that
-the main process slices into batches. It travels as a numpy array, pickled through the
-worker's pipe, which costs a tenth of moving a tensor to shared memory.
+sends its lanes' batches in bundles (``zephon.torch._bundles``); the main process yields them
+round robin over the readers and knows, after every batch, each reader's position
+(``zephon.torch._iterator``): so ``state_dict()`` is exact for what the training loop has
+received, whatever was prefetched.
 
 With ``even_batches`` (the default) the main process stops every rank after the same number
-of batches, counted up front from random access (``zephon.runtime._even``); ``stats()``
-counts what the loop received (``zephon.runtime._stats``). Workers die with their trainer
-and a dead worker is reported by name (``zephon.torch._workers``).
+of batches, counted up front from random access (``zephon.runtime.count_ranks``); ``stats()``
+counts what the loop received (``zephon.runtime.LoaderStats``). Workers die with their
+trainer and a dead worker is reported by name (``zephon.torch._workers``).
 """
 from __future__ import annotations
 
 import functools
 import json
 import logging
-import os
-import pickle
 import sys
-import threading
-from collections import deque
 from typing import Any, Callable
 
 import numpy as np
 import torch
 import torch.utils.data as tud
-from torch.utils.data import IterableDataset, get_worker_info
 
 from zephon.runtime import (
-    DROPPED, KEY_COMPONENT, KEY_SAMPLE_ID, SERVED, Entry, Even, Event, LaneBook, LaneMux, LoaderStateDict, LoaderStats,
-    Pipeline, RankCount, Segment, Tracker, count_rank, count_ranks, countable, even_target, log_once, maybe_finite,
+    Entry, Even, LaneBook, LoaderStateDict, LoaderStats, Pipeline, RankCount, count_rank, count_ranks, countable,
+    even_target, log_once, maybe_finite,
 )
-from zephon.torch._collate import collate, columnar_batch
+from zephon.torch._bundles import Plan, Readers
 from zephon.torch._dist import collective_device
-from zephon.torch._topology import Topology, current_worker, detect_topology
-from zephon.torch._workers import WorkerDiedError, dead_worker, guard_worker, watch_workers
+from zephon.torch._iterator import LoaderIterator
+from zephon.torch._topology import Topology, detect_topology
+from zephon.torch._workers import watch_workers
 from zephon.work import WorkSource
 
-POINTER_BUNDLE = 16384  # samples per bundle on the pointer fast path
-RECORD_BUNDLE = 2048  # samples per bundle when records are read
 log = logging.getLogger("zephon")
 
 
 def _identity(bundle: Any) -> Any:
     return bundle
-
-
-def _pin(data: Any) -> Any:
-    from torch.utils.data._utils.pin_memory import pin_memory
-
-    return pin_memory(data)
-
-
-class Bundle:
-    """Several consecutive batches (or items) of one reader, with their ledger facts."""
-
-    __slots__ = ("worker", "start", "ends", "units", "pointers", "components", "segments", "events", "last",
-                 "tally", "dropped")
-
-    def __init__(self, worker: int, start: int, segments: list[Segment], events: list[Event], last: bool):
-        self.worker, self.start, self.segments, self.events, self.last = worker, start, segments, events, last
-        self.ends: list[int] | None = None  # absolute position after each unit (unit path)
-        self.units: list[Any] | None = None
-        self.pointers: np.ndarray | torch.Tensor | None = None  # pointer fast path: (n, 3) int64
-        self.components: np.ndarray | None = None  # (n,) int64 component ids
-        self.tally: list[np.ndarray] | None = None  # unit path: component ids of each unit's items
-        self.dropped: list[int] | None = None  # unit path: items a filter dropped in each unit
-
-    def __getstate__(self) -> tuple:
-        return tuple(getattr(self, k) for k in self.__slots__)
-
-    def __setstate__(self, state: tuple) -> None:
-        for k, v in zip(self.__slots__, state):
-            setattr(self, k, v)
-
-    def pin_memory(self) -> Bundle:
-        if self.pointers is not None:
-            self.pointers = torch.as_tensor(self.pointers).pin_memory()
-        if self.units is not None:
-            self.units = _pin(self.units)
-        return self
-
-
-class _Plan:
-    """What the readers of one iteration need: set on the internal dataset before workers start."""
-
-    def __init__(self, pipeline: Pipeline, replicas: int, lanes: dict[int, list[int]], entries: dict[int, Entry],
-                 batch_size: int | None, drop_last: bool, collate_fn: Callable | None):
-        self.pipeline, self.replicas, self.lanes, self.entries = pipeline, replicas, lanes, entries
-        self.batch_size, self.drop_last, self.collate_fn = batch_size, drop_last, collate_fn
-        self.pointer_path = pipeline.pointer_only and collate_fn is None
-        self.columnar = pipeline.columnar and collate_fn is None and batch_size is not None
-        self.trainer = os.getpid()  # the process the workers must not outlive
-        self.main_thread = threading.current_thread() is threading.main_thread()  # where workers start
-
-
-class _Readers(IterableDataset):
-    """The internal dataset: each reader yields bundles of its lanes."""
-
-    def __init__(self) -> None:
-        self.plan: _Plan | None = None
-
-    def __getstate__(self) -> dict:
-        """Only with a "spawn" / "forkserver" worker start: the pipeline must then pickle."""
-        try:
-            pickle.dumps(None if self.plan is None else self.plan.pipeline)
-        except Exception as error:
-            raise TypeError(
-                f"the pipeline cannot be pickled ({type(error).__name__}: {error}), so DataLoader workers cannot "
-                "be started with multiprocessing_context='spawn' or 'forkserver'; use the 'fork' start method "
-                "(the default on Linux) or a picklable work source and map functions") from error
-        return dict(self.__dict__)
-
-    def __iter__(self):
-        worker, _ = current_worker()
-        if get_worker_info() is not None:
-            guard_worker(self.plan.trainer, self.plan.main_thread)
-        return _bundles(self.plan, worker)
-
-
-def _bundles(plan: _Plan, worker: int):
-    lanes = plan.lanes.get(worker, [])
-    if not lanes:
-        return
-    pipeline, size = plan.pipeline, plan.batch_size
-    mux = LaneMux(pipeline.source, lanes, plan.replicas, plan.entries, pipeline.vocabulary, pipeline.readahead())
-    unit = size or 1
-    target = max(1, (POINTER_BUNDLE if plan.pointer_path else RECORD_BUNDLE) // unit) * unit
-    while True:
-        start = mux.position
-        pointers, components = mux.take(target)
-        last = len(pointers) < target
-        usable = len(pointers) // size * size if size and plan.drop_last else len(pointers)
-        pointers, components = pointers[:usable], components[:usable]
-        bundle = Bundle(worker, start, *mux.drain(), last)
-        if plan.pointer_path:
-            bundle.pointers, bundle.components = pointers, components
-        else:
-            bundle.units, bundle.ends, bundle.tally, bundle.dropped = _units(plan, pointers, components, start)
-        yield bundle
-        if last:
-            return
-
-
-def _units(plan: _Plan, pointers: Any, components: Any, start: int) -> tuple[list, list[int], list, list[int]]:
-    """A reader's batches (or items) of these samples, with the position after each, the
-    component ids each carries and the items a filter dropped from each."""
-    size, n = plan.batch_size, len(pointers)
-    if size is None:  # items (a filter step needs a batch_size, see DataLoader)
-        items = plan.pipeline.materialize(pointers, components)
-        if plan.collate_fn is not None:
-            items = [plan.collate_fn(item) for item in items]
-        return items, list(range(start + 1, start + n + 1)), [components[k:k + 1] for k in range(n)], [0] * n
-    cuts = list(range(0, n, size))
-    ends = [start + min(a + size, n) for a in cuts]
-    if plan.columnar:
-        units = [columnar_batch(plan.pipeline, pointers[a:a + size], components[a:a + size]) for a in cuts]
-        return units, ends, [components[a:a + size] for a in cuts], [0] * len(cuts)
-    marked = plan.pipeline.materialize_marked(pointers, components)
-    batch = plan.collate_fn or collate
-    units, tally, dropped = [], [], []
-    for a in cuts:
-        kept = [k for k in range(a, min(a + size, n)) if marked[k] is not DROPPED]
-        items = [marked[k] for k in kept]
-        units.append(batch(items) if items or plan.collate_fn else _empty_batch())
-        tally.append(components[kept])
-        dropped.append(min(size, n - a) - len(kept))
-    return units, ends, tally, dropped
-
-
-def _empty_batch() -> dict:
-    """The default batch of a cut whose every item a filter dropped."""
-    return {KEY_SAMPLE_ID: torch.zeros((0, 3), dtype=torch.int64), KEY_COMPONENT: []}
-
-
-class _Cursor:
-    """The main process's place in one bundle."""
-
-    __slots__ = ("bundle", "next", "count", "pointers", "names", "ids", "size", "length")
-
-    def __init__(self, bundle: Bundle, pipeline: Pipeline, size: int | None):
-        self.bundle, self.next, self.size = bundle, 0, size
-        self.pointers: Any = None  # torch tensor of the bundle's pointers
-        self.names: Any = None  # component names, one per pointer
-        self.ids: Any = None  # pointers as lists (one item at a time)
-        if bundle.pointers is not None:
-            pointers = bundle.pointers
-            if isinstance(pointers, np.ndarray):
-                pointers = torch.from_numpy(pointers if pointers.flags.writeable else pointers.copy())
-            self.pointers = pointers
-            n = self.length = len(pointers)
-            self.count = n if size is None else -(-n // size)
-            assert bundle.components is not None  # bundles of pointers carry their components
-            self.names = pipeline.component_names(bundle.components)
-            if size is None:
-                self.ids = pointers.tolist()
-        else:
-            assert bundle.units is not None  # a bundle holds pointers or units
-            self.count = len(bundle.units)
-
-    def take(self, stats: LoaderStats) -> tuple[Any, int]:
-        k, bundle = self.next, self.bundle
-        self.next += 1
-        if bundle.units is not None:
-            assert bundle.ends is not None and bundle.tally is not None and bundle.dropped is not None  # units carry these
-            unit, bundle.units[k] = bundle.units[k], None
-            stats.count(bundle.tally[k])
-            stats.filtered += bundle.dropped[k]
-            return unit, bundle.ends[k]
-        assert bundle.components is not None  # a bundle of pointers carries their components
-        if self.size is None:
-            stats.count(bundle.components[k:k + 1])
-            return {KEY_SAMPLE_ID: tuple(self.ids[k]), KEY_COMPONENT: self.names[k]}, bundle.start + k + 1
-        a = k * self.size
-        b = min(a + self.size, self.length)
-        stats.count(bundle.components[a:b])
-        return {KEY_SAMPLE_ID: self.pointers[a:b], KEY_COMPONENT: self.names[a:b]}, bundle.start + b
-
-
-class _LoaderIterator:
-    """Yields the readers' batches round robin (reader 0, 1, …, skipping finished ones) and
-    tracks, per reader, how far the training loop has consumed."""
-
-    def __init__(self, base: Any, plan: _Plan, stats: LoaderStats, even: Even | None,
-                 count_left: Callable[[dict], RankCount]):
-        self._base = base
-        self._plan = plan
-        self._stats, self._even, self._count_left = stats, even, count_left
-        readers = [w for w, lanes in sorted(plan.lanes.items()) if lanes]
-        self._trackers = {w: Tracker({lane: plan.entries[lane] for lane in plan.lanes[w]}) for w in readers}
-        self._positions = dict.fromkeys(readers, 0)
-        self._pending: dict[int, deque] = {w: deque() for w in readers}
-        self._cursors: dict[int, _Cursor | None] = dict.fromkeys(readers)
-        # resume the round robin after the readers that already gave their batch of this cycle
-        served = [w for w in readers if all(plan.entries[lane][2] & SERVED for lane in plan.lanes[w])]
-        first = next((k for k, w in enumerate(readers) if w not in served), 0)
-        self._rotation = deque(readers[first:] + readers[:first])
-
-    def __iter__(self) -> _LoaderIterator:
-        return self
-
-    def __next__(self) -> Any:
-        try:
-            return self._next()
-        except RuntimeError as error:  # torch's "worker exited unexpectedly" and the like
-            if isinstance(error, WorkerDiedError) or (died := self.dead_worker()) is None:
-                raise
-            raise died from error
-
-    def dead_worker(self) -> WorkerDiedError | None:
-        """The error for a worker of this iteration that died, if one did."""
-        return dead_worker(self._base, self._plan.lanes)
-
-    def _next(self) -> Any:
-        even = self._even
-        if even is not None and even.left <= 0:
-            self._hold_back()
-            raise StopIteration
-        while self._rotation:
-            worker = self._rotation[0]
-            unit = self._next_unit(worker)
-            if unit is None:
-                self._rotation.popleft()
-                continue
-            self._rotation.rotate(-1)
-            self._stats.batches += 1
-            if even is not None:
-                even.given += 1
-            return unit
-        self._stats.end(self._plan.replicas, self.entries(), "end")
-        raise StopIteration
-
-    def _next_unit(self, worker: int) -> Any:
-        cursor = self._cursors[worker]
-        while cursor is None or cursor.next == cursor.count:
-            if cursor is not None and cursor.bundle.last:
-                return None
-            bundle = self._pull(worker)
-            tracker = self._trackers[worker]
-            tracker.fold(self._positions[worker])
-            tracker.extend(bundle.segments, bundle.events)
-            self._stats.observe(event.state for event in bundle.events)
-            cursor = self._cursors[worker] = _Cursor(bundle, self._plan.pipeline, self._plan.batch_size)
-        unit, self._positions[worker] = cursor.take(self._stats)
-        return unit
-
-    def _pull(self, worker: int) -> Bundle:
-        pending = self._pending[worker]
-        while not pending:
-            try:
-                bundle = next(self._base)
-            except StopIteration:
-                raise RuntimeError(f"zephon: DataLoader worker {worker} stopped before its last batch") from None
-            self._pending[bundle.worker].append(bundle)
-        return pending.popleft()
-
-    def _hold_back(self) -> None:
-        """The equal-steps budget ran out: count and say (once) what this rank holds back."""
-        even, stats = self._even, self._stats
-        assert even is not None  # only an equal-steps budget runs out
-        if even.held_back_units or stats.ended:
-            return
-        entries = self.entries()
-        left = self._count_left(entries)
-        even.held_back_units, even.held_back_samples = left.units, left.samples
-        if left.units:
-            log_once(f"zephon: rank {stats.rank}: even_batches holds back {left.units} batches ({left.samples} "
-                     f"samples) so that every rank takes {even.target} steps; they stay unread in the checkpoint")
-        stats.end(self._plan.replicas, entries, f"even_batches: {even.target} steps on every rank" if left.units
-                  else "end")
-
-    def entries(self) -> dict[int, Entry]:
-        """The ledger of the rank's lanes after the last unit yielded, with both turn flags."""
-        upcoming = self._rotation[0] if self._rotation else None
-        out: dict[int, Entry] = {}
-        for worker, tracker in self._trackers.items():
-            served = SERVED if upcoming is not None and worker < upcoming else 0
-            for lane, (state, consumed, flags) in tracker.entries_at(self._positions[worker]).items():
-                out[lane] = (state, consumed, flags | served)
-        return out
 
 
 class DataLoader(tud.DataLoader):
@@ -422,12 +135,12 @@ class DataLoader(tud.DataLoader):
                                      readers=max(1, num_workers) if type(num_workers) is int else 1)
         self._zephon_topology = topology
         self._zephon_batch = (batch_size, bool(drop_last), collate_fn)
-        self._zephon_live: _LoaderIterator | None = None
+        self._zephon_live: LoaderIterator | None = None
         self._zephon_even_batches = even_batches
         self._zephon_even: Even | None = None
         self._zephon_stats = LoaderStats(pipeline.source, list(pipeline.component_names(
             np.arange(max(pipeline.vocabulary.values(), default=-1) + 1))), topology.rank)
-        super().__init__(_Readers(), batch_size=None, num_workers=num_workers, collate_fn=_identity,
+        super().__init__(Readers(), batch_size=None, num_workers=num_workers, collate_fn=_identity,
                          **dataloader_kwargs)
 
     # torch keeps batch_size / drop_last as attributes; report the zephon ones (batching is ours)
@@ -510,7 +223,7 @@ class DataLoader(tud.DataLoader):
         self._zephon_even = Even(target)
         return self._zephon_even
 
-    def _log_config(self, plan: _Plan, even: Even | None) -> None:
+    def _log_config(self, plan: Plan, even: Even | None) -> None:
         if not log.isEnabledFor(logging.DEBUG):
             return
         book = self._zephon_book
@@ -522,7 +235,7 @@ class DataLoader(tud.DataLoader):
                   "source": source_settings(book.pipeline.source)}
         log.debug("zephon: resolved configuration %s", json.dumps(config, default=str))
 
-    def __iter__(self) -> _LoaderIterator:  # type: ignore[override]  # zephon's iterator wraps torch's
+    def __iter__(self) -> LoaderIterator:  # type: ignore[override]  # zephon's iterator wraps torch's
         self._settle()
         book = self._zephon_book
         readers = self._readers()
@@ -532,16 +245,16 @@ class DataLoader(tud.DataLoader):
             log_once(f"zephon: rank {book.rank} reads {len(book.rank_lanes())} lanes with {readers} DataLoader "
                      f"workers; workers {idle} have no lane and stay idle")
         batch_size, drop_last, collate_fn = self._zephon_batch
-        plan = _Plan(book.pipeline, book.canonical_replicas, lanes, book.entries(), batch_size, drop_last, collate_fn)
+        plan = Plan(book.pipeline, book.canonical_replicas, lanes, book.entries(), batch_size, drop_last, collate_fn)
         even = self._even()
         self._log_config(plan, even)
         readers_dataset = self.dataset
-        assert isinstance(readers_dataset, _Readers)
+        assert isinstance(readers_dataset, Readers)
         readers_dataset.plan = plan
         if self.persistent_workers and self._iterator is not None:
             self._iterator._shutdown_workers()  # type: ignore[attr-defined]  # workers must start anew
             self._iterator = None
-        live = _LoaderIterator(super().__iter__(), plan, self._zephon_stats, even, self._counter())
+        live = LoaderIterator(super().__iter__(), plan, self._zephon_stats, even, self._counter())
         if self.num_workers > 0:
             watch_workers(live)
         self._zephon_live = live
