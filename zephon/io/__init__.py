@@ -11,14 +11,16 @@
 | :func:`fetch_table` | the same as one Arrow table (the columnar form) |
 | :func:`block_span` | how many shards a fetch cache must hold under block shuffle |
 | :class:`Readahead` | a reader's bounded background loading of the records its lanes need next |
+| :class:`CacheInfo`, :class:`ReadaheadStats` | the figures of ``Dataset.cache_info()`` and ``Readahead.stats()`` (dicts) |
 | :func:`write_atomically` | replace a file atomically and durably (:class:`AtomicWriteError` if it cannot) |
 """
+from zephon.io._cache import CacheInfo
 from zephon.io._fetch import block_span, fetch, fetch_table
-from zephon.io._readahead import Readahead
+from zephon.io._readahead import Readahead, ReadaheadStats
 from zephon.io.atomic import AtomicWriteError, write_atomically
 from zephon.io.catalog import build_catalog
 from zephon.io.dataset import Dataset
 from zephon.io.retry import RetryPolicy, ShardChangedError, StorageError, StorageTimeoutError
 
-__all__ = ["AtomicWriteError", "Dataset", "Readahead", "RetryPolicy", "ShardChangedError", "StorageError", "StorageTimeoutError",
-           "block_span", "build_catalog", "fetch", "fetch_table", "write_atomically"]
+__all__ = ["AtomicWriteError", "CacheInfo", "Dataset", "Readahead", "ReadaheadStats", "RetryPolicy", "ShardChangedError",
+           "StorageError", "StorageTimeoutError", "block_span", "build_catalog", "fetch", "fetch_table", "write_atomically"]

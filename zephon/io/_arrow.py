@@ -11,14 +11,14 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.fs as pafs
 
 from zephon.io._fs import Entry, Location
-from zephon.io._shards import Format, Handles, Scan, ShardReader, register
+from zephon.io._cache import ShardCache
+from zephon.io._shards import Format, Handles, Scan, ShardReader, Shards, register
 
 SUFFIXES = (".arrow", ".feather")
 FILE_MAGIC = b"ARROW1"
@@ -29,7 +29,7 @@ def _messages(file: pa.NativeFile) -> list[tuple[int, int, pa.ipc.Message]]:
     start = 8 if file.read_at(6, 0) == FILE_MAGIC else 0
     file.seek(start)
     reader = pa.ipc.MessageReader.open_stream(file)
-    out = []
+    out: list[tuple[int, int, pa.ipc.Message]] = []
     while True:
         position = file.tell()
         try:
@@ -75,7 +75,7 @@ class _Meta:
     ends: np.ndarray
 
 
-class ArrowReader(ShardReader):
+class ArrowReader(ShardReader[_Meta]):
     """Reads rows of an Arrow IPC dataset, one record batch at a time, through the fetch cache."""
 
     piece_name = "record batch"
@@ -119,7 +119,7 @@ class ArrowFormat(Format):
     def scan(self, location: Location, entry: Entry) -> Scan:
         return scan(location, entry)
 
-    def reader(self, shards: Any, cache: Any) -> ArrowReader:
+    def reader(self, shards: Shards, cache: ShardCache) -> ArrowReader:
         return ArrowReader(shards, cache)
 
 

@@ -29,26 +29,54 @@ import numbers
 import os
 import threading
 import weakref
-from typing import Any
+from typing import Any, Protocol, TypedDict
+
+PieceKey = tuple[int, "tuple[str, ...] | None"]  # (piece, columns) of a decoded piece (see ShardReader.key)
+Piece = Any  # a decoded piece, as its format holds it: an Arrow table, or a span of JSONL lines
 
 
 def _count(value: Any) -> bool:
-    return isinstance(value, numbers.Integral) and not isinstance(value, bool) and value >= 1
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool) and int(value) >= 1
+
+
+class Ticket(Protocol):
+    """A piece the readahead announced (:class:`zephon.io._readahead.Ticket`): what the cache asks of it."""
+
+    def claim(self) -> bool: ...  # a read wants it: True if it is (being) loaded, False if now cancelled
+
+    def result(self) -> tuple[Piece, int]: ...  # wait for it: (piece, bytes); raises the load's error
+
+    def replaceable(self) -> bool: ...  # a new announcement may take its place
+
+    def withdraw(self) -> bool: ...  # taken back unless claimed; True if withdrawn
+
+    def discard(self) -> None: ...  # nobody will take it: free it
+
+
+class CacheInfo(TypedDict):
+    """The figures of a fetch cache (``Dataset.cache_info()``): its bounds, what it holds, what it did."""
+
+    max_shards: int  # the bound on shards held
+    max_bytes: int | None  # the bound on decoded bytes held (None: none)
+    shards: int  # shards held now
+    bytes: int  # decoded bytes held now
+    peak_bytes: int  # the most decoded bytes held at once
+    hits: int  # pieces found in the cache
+    misses: int  # pieces not found: decoded by the read (or taken from the readahead)
+    evictions: int  # pieces dropped to stay within the bounds
+    prefetched: int  # pieces the readahead had loaded before the read asked
 
 
 class _Shard:
     __slots__ = ("pieces", "nbytes")
 
     def __init__(self) -> None:
-        self.pieces: dict[Any, tuple[Any, int]] = {}  # insertion order = recency
+        self.pieces: dict[PieceKey, tuple[Piece, int]] = {}  # insertion order = recency
         self.nbytes = 0
 
 
 class _Reading:
     """The announcement of a piece the caller is loading itself (see :meth:`ShardCache.get`)."""
-
-    def claim(self) -> bool:
-        return False
 
     def replaceable(self) -> bool:
         return False
@@ -76,11 +104,24 @@ os.register_at_fork(after_in_child=_reset_after_fork)
 class ShardCache:
     """LRU of decoded shard pieces; ``ShardCache(max_shards=1, max_bytes=None)``."""
 
+    _max_shards: int
+    _max_bytes: int | None
+    _pid: int  # the process the pieces belong to (a forked child drops them)
+    _bytes: int  # the counters of CacheInfo
+    _peak: int
+    _hits: int
+    _misses: int
+    _evictions: int
+    _prefetched: int
+
     def __init__(self, max_shards: int = 1, max_bytes: int | None = None):
+        self._setup(max_shards, max_bytes)
+
+    def _setup(self, max_shards: int, max_bytes: int | None) -> None:
         self._lock = threading.RLock()
         _CACHES.add(self)
         self._shards: dict[int, _Shard] = {}  # insertion order = recency
-        self._ahead: dict[tuple[int, Any], Any] = {}  # (shard, key) -> readahead ticket
+        self._ahead: dict[tuple[int, PieceKey], Ticket | _Reading] = {}  # (shard, key) -> announcement
         self._max_shards, self._max_bytes = 1, None
         self._reset_counters()
         self.resize(max_shards, max_bytes)
@@ -105,17 +146,16 @@ class ShardCache:
             self._drop_tickets()
             self._reset_counters()
 
-    def info(self) -> dict[str, int | None]:
+    def info(self) -> CacheInfo:
         """Bounds, current and peak size, hits and misses (pieces decoded)."""
         with self._lock:
-            return {"max_shards": self._max_shards, "max_bytes": self._max_bytes,
-                    "shards": len(self._shards), "bytes": self._bytes, "peak_bytes": self._peak,
-                    "hits": self._hits, "misses": self._misses, "evictions": self._evictions,
-                    "prefetched": self._prefetched}
+            return CacheInfo(max_shards=self._max_shards, max_bytes=self._max_bytes, shards=len(self._shards),
+                             bytes=self._bytes, peak_bytes=self._peak, hits=self._hits, misses=self._misses,
+                             evictions=self._evictions, prefetched=self._prefetched)
 
     # -- use ----------------------------------------------------------------------------
 
-    def get(self, shard: int, key: Any) -> Any:
+    def get(self, shard: int, key: PieceKey) -> Piece:
         """A cached piece (or one the readahead announced, waited for) or ``None``; counts a hit or a miss.
 
         On ``None`` the caller loads the piece and :meth:`put` s it; until then an announcement
@@ -130,7 +170,7 @@ class ShardCache:
                 return found[0]
             self._misses += 1
             ticket = self._ahead.get((shard, key))
-            if ticket is None or not ticket.claim():
+            if ticket is None or isinstance(ticket, _Reading) or not ticket.claim():
                 self._ahead[(shard, key)] = READING  # the caller reads it: not for the readahead
                 return None
         value, nbytes = ticket.result()  # raises the readahead's error, naming the shard
@@ -139,7 +179,7 @@ class ShardCache:
             self.put(shard, key, value, nbytes)
         return value
 
-    def expect(self, shard: int, key: Any, ticket: Any) -> bool:
+    def expect(self, shard: int, key: PieceKey, ticket: Ticket) -> bool:
         """Announce a piece the readahead will load; False (nothing announced) if it is cached or announced."""
         with self._lock:
             if self._pid != os.getpid():
@@ -153,13 +193,13 @@ class ShardCache:
             self._ahead[(shard, key)] = ticket
             return True
 
-    def withdraw(self, shard: int, key: Any, ticket: Any) -> None:
+    def withdraw(self, shard: int, key: PieceKey, ticket: Ticket) -> None:
         """The readahead takes back an announcement nobody claimed (its stream is closed)."""
         with self._lock:
             if self._ahead.get((shard, key)) is ticket and ticket.withdraw():
                 del self._ahead[(shard, key)]
 
-    def put(self, shard: int, key: Any, value: Any, nbytes: int) -> None:
+    def put(self, shard: int, key: PieceKey, value: Piece, nbytes: int) -> None:
         """Store a piece of ``nbytes`` bytes, then evict down to the bounds."""
         with self._lock:
             entry = self._touch(shard)
@@ -180,7 +220,7 @@ class ShardCache:
         return {"max_shards": self._max_shards, "max_bytes": self._max_bytes}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__(state["max_shards"], state["max_bytes"])
+        self._setup(state["max_shards"], state["max_bytes"])
 
     # -- internals ----------------------------------------------------------------------
 
@@ -200,7 +240,7 @@ class ShardCache:
         self._evict(None)
         return entry
 
-    def _evict(self, keep: Any) -> None:
+    def _evict(self, keep: PieceKey | None) -> None:
         while len(self._shards) > self._max_shards or (
                 self._max_bytes is not None and self._bytes > self._max_bytes and len(self._shards) > 1):
             self._drop(next(iter(self._shards)))

@@ -43,7 +43,7 @@ class Location:
 
     @property
     def is_local(self) -> bool:
-        return self.fs.type_name == "local"
+        return bool(self.fs.type_name == "local")
 
     def path(self, name: str) -> str:
         return f"{self.root.rstrip('/')}/{name}" if self.root else name
@@ -60,7 +60,8 @@ class Location:
 
     def read_bytes(self, name: str) -> bytes:
         with self.fs.open_input_stream(self.path(name), compression=None) as stream:
-            return stream.read()
+            data: bytes = stream.read()
+            return data
 
 
 def _from_fsspec(filesystem: Any) -> pafs.FileSystem:

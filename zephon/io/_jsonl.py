@@ -21,20 +21,23 @@ import hashlib
 import json
 import mmap
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Union
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.fs as pafs
 
 from zephon.io._fs import Entry, Location
-from zephon.io._shards import Format, Handles, Scan, ShardReader, register
+from zephon.io._cache import PieceKey, ShardCache
+from zephon.io._shards import Format, Handles, Scan, ShardReader, Shards, register
 
 SUFFIXES = {".jsonl": None, ".jsonl.gz": "gzip", ".jsonl.zst": "zstd"}  # suffix -> pyarrow codec
 BLOCK = 16 << 20  # bytes scanned per numpy pass
 PIECE_BYTES = 4 << 20  # bytes per ranged read of an uncompressed file that is not local
 _NOT_BLANK = np.ones(256, dtype=bool)
 _NOT_BLANK[[9, 10, 13, 32]] = False  # JSON whitespace
+Content = Union[bytes, mmap.mmap]  # (decompressed) bytes of a file or of a span of its lines
+Span = tuple[Content, int, int]  # a piece: (content, byte offset of content[0], its first record)
 
 
 def codec_of(name: str) -> str | None:
@@ -44,12 +47,12 @@ def codec_of(name: str) -> str | None:
     raise ValueError(f"{name!r} is not a JSONL file name (expected one of {', '.join(SUFFIXES)})")
 
 
-def _open(location: Location, name: str, codec: str | None) -> Any:
+def _open(location: Location, name: str, codec: str | None) -> pa.NativeFile:
     stream = location.fs.open_input_stream(location.path(name), compression=None)
     return stream if codec is None else pa.CompressedInputStream(stream, codec)
 
 
-def line_number(content: Any, start: int) -> int:
+def line_number(content: Content, start: int) -> int:
     """The 1-based physical line at byte ``start`` of ``content``."""
     return bytes(content[:start]).count(b"\n") + 1
 
@@ -109,7 +112,7 @@ def scan(location: Location, entry: Entry) -> Scan:
     return Scan(len(index) - 1, hasher.hexdigest(), columns, index)
 
 
-def _decode(line: bytes, path: str, number: int) -> dict[str, Any]:
+def _decode(line: bytes, path: str, number: int | str) -> dict[str, Any]:
     try:
         record = json.loads(line)
     except (ValueError, UnicodeDecodeError) as error:
@@ -119,7 +122,7 @@ def _decode(line: bytes, path: str, number: int) -> dict[str, Any]:
     return record
 
 
-def _mapped(info: pafs.FileInfo) -> Any:
+def _mapped(info: pafs.FileInfo) -> Content:
     """A local file's content, memory-mapped (the file itself is closed at once)."""
     if not info.size:
         return b""
@@ -133,10 +136,10 @@ class _Meta:
     files: Handles  # an uncompressed file that is not local: handles for ranged reads
     index: np.ndarray  # the line index
     ends: np.ndarray  # records before the end of each piece
-    mapped: Any  # the content of a local uncompressed file, else None
+    mapped: Content | None  # the content of a local uncompressed file, else None
 
 
-class JsonlReader(ShardReader):
+class JsonlReader(ShardReader[_Meta]):
     """Reads records of a JSONL dataset through its line index and the fetch cache.
 
     A piece's value is ``(content, byte offset of content[0], first record)``."""
@@ -172,10 +175,10 @@ class JsonlReader(ShardReader):
         _, start, end = self._span(meta, piece)
         return end - start
 
-    def key(self, piece: int, columns: tuple[str, ...] | None) -> tuple:
+    def key(self, piece: int, columns: tuple[str, ...] | None) -> PieceKey:
         return piece, None  # a span of lines serves every projection
 
-    def _load(self, k: int, meta: _Meta, piece: int, columns: tuple[str, ...] | None) -> tuple[Any, int]:
+    def _load(self, k: int, meta: _Meta, piece: int, columns: tuple[str, ...] | None) -> tuple[Span, int]:
         if meta.mapped is not None:
             return (meta.mapped, 0, 0), 0  # mapped pages are the kernel's to keep or drop
         name = self.shards.files[k]
@@ -195,7 +198,7 @@ class JsonlReader(ShardReader):
             data = file.read_at(end - start, start)
         return (data, start, first), len(data)
 
-    def _take(self, k: int, value: Any, local: np.ndarray, columns: tuple[str, ...] | None) -> list[Any]:
+    def _take(self, k: int, value: Span, local: np.ndarray, columns: tuple[str, ...] | None) -> list[Any]:
         content, base, first = value
         index = self.meta(k).index
         at = local + first
@@ -218,7 +221,7 @@ class JsonlReader(ShardReader):
             out.append(record)
         return out
 
-    def _line(self, k: int, content: Any, base: int, start: int) -> int | str:
+    def _line(self, k: int, content: Content, base: int, start: int) -> int | str:
         """The physical line at ``start`` (known exactly when the content starts at the file's start)."""
         if base == 0:
             return line_number(content, start)
@@ -231,7 +234,7 @@ class JsonlFormat(Format):
     def scan(self, location: Location, entry: Entry) -> Scan:
         return scan(location, entry)
 
-    def reader(self, shards: Any, cache: Any) -> JsonlReader:
+    def reader(self, shards: Shards, cache: ShardCache) -> JsonlReader:
         return JsonlReader(shards, cache)
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
-from typing import Any
+from typing import Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -19,7 +19,8 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from zephon.io._fs import Entry, Location
-from zephon.io._shards import Format, Handles, Scan, ShardReader, register
+from zephon.io._cache import ShardCache
+from zephon.io._shards import Format, Handles, Scan, ShardReader, Shards, register
 
 SUFFIX = ".parquet"
 TAIL_BYTES = 64 << 10  # read at once from a file's end: the footer of most files
@@ -50,7 +51,7 @@ class _Meta:
     ends: np.ndarray  # rows before the end of each row group
 
 
-class ParquetReader(ShardReader):
+class ParquetReader(ShardReader[_Meta]):
     """Reads rows of a Parquet dataset, one row group at a time, through the fetch cache."""
 
     piece_name = "row group"
@@ -70,7 +71,7 @@ class ParquetReader(ShardReader):
 
     def _estimate(self, k: int, meta: _Meta, piece: int, columns: tuple[str, ...] | None) -> int:
         group = meta.metadata.row_group(piece)
-        wanted = range(group.num_columns)
+        wanted: Sequence[int] = range(group.num_columns)
         if columns is not None:
             top = [group.column(i).path_in_schema.split(".")[0] for i in wanted]
             wanted = [i for i in wanted if top[i] in columns]
@@ -101,7 +102,7 @@ class ParquetFormat(Format):
         digest = hashlib.blake2b(footer, digest_size=8).hexdigest()
         return Scan(metadata.num_rows, digest, tuple((f.name, str(f.type)) for f in schema))
 
-    def reader(self, shards: Any, cache: Any) -> ParquetReader:
+    def reader(self, shards: Shards, cache: ShardCache) -> ParquetReader:
         return ParquetReader(shards, cache)
 
 

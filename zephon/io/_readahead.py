@@ -22,12 +22,30 @@ import itertools
 import logging
 import threading
 import weakref
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, TypedDict, Union
 
 import numpy as np
 
+from zephon.io._cache import Piece, PieceKey, ShardCache
+from zephon.io._shards import ShardReader
+
 LOG = logging.getLogger("zephon")
 QUEUED, RUNNING, DONE, CANCELLED = range(4)
+
+
+class ReadaheadStats(TypedDict):
+    """What a readahead did (``Readahead.stats()``; logged with ``extra={"readahead": stats}``)."""
+
+    prefetch_bytes: int  # the bound on bytes loaded ahead and not yet read
+    peak_bytes: int  # the most bytes held at once
+    bytes_held: int  # bytes held now
+    pieces: int  # pieces loaded ahead
+    bytes: int  # their decoded bytes
+    used: int  # pieces a read took from the readahead
+    cancelled: int  # pieces a read got to first (it read them itself)
+    stale: int  # pieces dropped unstarted: the stream was already past them
+    too_large: int  # pieces larger than the whole bound, left to the read
+    errors: int  # loads that failed (the read that needs the piece raises the error)
 
 
 class Ticket:
@@ -36,13 +54,15 @@ class Ticket:
     __slots__ = ("pool", "state", "event", "value", "nbytes", "error", "reserved", "discarded", "where", "claimed",
                  "stale", "first", "done", "__weakref__")
 
-    def __init__(self, pool: _Pool, reserved: int, where: tuple, first: int, done: Callable[[], int]):
+    def __init__(self, pool: _Pool, reserved: int, where: tuple[ShardCache, int, PieceKey], first: int,
+                 done: Callable[[], int]):
         self.pool, self.state, self.reserved, self.where = pool, QUEUED, reserved, where
         self.first, self.done = first, done  # its chunk's first pointer that needs it; how many the stream took
         self.stale = False  # dropped unstarted: the stream got there first
         self.event = threading.Event()
-        self.value: Any = None
-        self.nbytes, self.error, self.discarded, self.claimed = 0, None, False, False
+        self.value: Piece = None
+        self.error: BaseException | None = None
+        self.nbytes, self.discarded, self.claimed = 0, False, False
 
     def claim(self) -> bool:
         """A read wants the piece: True if it is (being) loaded, False if it was still queued (now cancelled)."""
@@ -53,7 +73,7 @@ class Ticket:
             self.claimed = self.state != CANCELLED and not self.discarded
             return self.claimed
 
-    def result(self) -> tuple[Any, int]:
+    def result(self) -> tuple[Piece, int]:
         """Wait for the piece, hand it over and free its bytes (raises the load's error)."""
         self.event.wait()
         with self.pool.cond:
@@ -89,13 +109,17 @@ class Ticket:
             self.value = None
 
 
+Load = tuple[Ticket, "ShardReader[Any]", int, int, int]  # a piece to load: (ticket, reader, shard, piece, estimate)
+Job = Union[Load, Callable[[], None]]  # a piece to load, or a shard's plan (which queues its pieces)
+
+
 class _Pool:
     """The threads, the queue and the byte budget (what the threads hold on to; see :class:`Readahead`)."""
 
     def __init__(self, budget: int, threads: int, columns: tuple[str, ...] | None):
         self.budget, self.threads, self.columns = budget, threads, columns
         self.cond = threading.Condition()
-        self.queue: list[tuple[float, int, Any]] = []
+        self.queue: list[tuple[float, int, Job]] = []
         self.sequence = itertools.count()
         self.used = self.peak = self.running = 0
         self.scale = 1.0
@@ -110,7 +134,7 @@ class _Pool:
             ticket.reserved = 0
             self.cond.notify_all()
 
-    def push(self, priority: float, job: Any) -> None:
+    def push(self, priority: float, job: Job) -> None:
         with self.cond:
             if self.closed:
                 if isinstance(job, tuple):  # announced while closing: take it back
@@ -123,7 +147,7 @@ class _Pool:
                 worker.start()
             self.cond.notify()
 
-    def _next(self) -> Any:
+    def _next(self) -> Job | None:
         """The most urgent job that fits the budget (None when closed); marks a piece running."""
         with self.cond:
             while not self.closed:
@@ -162,7 +186,7 @@ class _Pool:
             else:
                 job()
 
-    def _load(self, ticket: Ticket, reader: Any, k: int, piece: int, estimate: int) -> None:
+    def _load(self, ticket: Ticket, reader: ShardReader[Any], k: int, piece: int, estimate: int) -> None:
         try:
             value, nbytes = reader.load(k, piece, self.columns)
         except BaseException as error:  # noqa: BLE001 - handed to the read that needs the piece
@@ -187,7 +211,7 @@ class _Pool:
             ticket.event.set()
             self.cond.notify_all()
 
-    def plan(self, reader: Any, k: int, positions: np.ndarray, offsets: np.ndarray, priority: float,
+    def plan(self, reader: ShardReader[Any], k: int, positions: np.ndarray, offsets: np.ndarray, priority: float,
              done: Callable[[], int]) -> None:
         """Announce and queue the pieces of one ``(dataset, shard)`` group of a chunk.
 
@@ -212,9 +236,13 @@ class _Pool:
                     self.tickets.add(ticket)
                 self.push(priority + int(positions[first]) / span, (ticket, reader, k, piece, estimate))
 
-    def stats(self) -> dict[str, int]:
+    def stats(self) -> ReadaheadStats:
         with self.cond:
-            return {"prefetch_bytes": self.budget, "peak_bytes": self.peak, "bytes_held": self.used, **self.counters}
+            counts = self.counters
+            return ReadaheadStats(prefetch_bytes=self.budget, peak_bytes=self.peak, bytes_held=self.used,
+                                  pieces=counts["pieces"], bytes=counts["bytes"], used=counts["used"],
+                                  cancelled=counts["cancelled"], stale=counts["stale"],
+                                  too_large=counts["too_large"], errors=counts["errors"])
 
     def close(self, wait: bool = False) -> None:
         """Stop; withdraw the pieces nobody took (loaded ones free their bytes, queued ones are cancelled).
@@ -249,7 +277,8 @@ class Readahead:
 
     def __init__(self, datasets_by_id: Mapping[int, Any], prefetch_bytes: int, threads: int,
                  columns: tuple[str, ...] | None):
-        self._readers = {i: d.reader for i, d in datasets_by_id.items() if getattr(d, "reader", None) is not None}
+        self._readers: dict[int, ShardReader[Any]] = {
+            i: d.reader for i, d in datasets_by_id.items() if getattr(d, "reader", None) is not None}
         self._pool = _Pool(int(prefetch_bytes), int(threads), columns)
         self._finalizer = weakref.finalize(self, _finish, self._pool, False)
 
@@ -270,14 +299,15 @@ class Readahead:
                 continue
             positions = np.flatnonzero(inverse == group)
 
-            def plan(reader: Any = reader, k: int = int(pointers[first[group], 1]), at: np.ndarray = positions) -> None:
+            def plan(reader: ShardReader[Any] = reader, k: int = int(pointers[first[group], 1]),
+                     at: np.ndarray = positions) -> None:
                 try:
                     pool.plan(reader, k, at, pointers[at, 2], priority, done)
                 except Exception as error:  # noqa: BLE001 - the read itself meets (and raises) it
                     LOG.debug("zephon: readahead could not plan shard %s: %s", k, error)
             pool.push(priority + positions[0] / span - 1e-9, plan)
 
-    def stats(self) -> dict[str, int]:
+    def stats(self) -> ReadaheadStats:
         """Bound, peak and current bytes, pieces loaded, read, cancelled (read first), stale, too large, failed."""
         return self._pool.stats()
 

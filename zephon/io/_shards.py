@@ -21,16 +21,18 @@ import weakref
 from collections import OrderedDict
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Iterator, Sequence
+from typing import Any, Callable, Generic, Iterator, Sequence, TypeVar
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.fs as pafs
 
-from zephon.io._cache import ShardCache
+from zephon.io._cache import Piece, PieceKey, ShardCache
 from zephon.io._fs import Entry, Location
 from zephon.io.retry import RetryPolicy, ShardChangedError, StorageError
 
+T = TypeVar("T")
+Meta = TypeVar("Meta")  # what a format keeps of an open shard (its footer, its line index, ...)
 OPEN_SHARDS = 64  # shards whose metadata a reader keeps (LRU)
 HANDLES_PER_FILE = 8  # open handles per file on filesystems that need one per concurrent read
 
@@ -116,6 +118,9 @@ class Shards:
     policy: RetryPolicy
 
     def index_of(self, k: int) -> np.ndarray:
+        """File ``k``'s index (only for a format that keeps one: ``ValueError`` otherwise)."""
+        if self.index is None or self.index_starts is None:
+            raise ValueError(f"{self.location.uri_of(self.files[k])}: the catalog keeps no index of this format")
         return np.asarray(self.index[self.index_starts[k]:self.index_starts[k + 1]])
 
 
@@ -129,15 +134,16 @@ class Format:
     def scan(self, location: Location, entry: Entry) -> Scan:
         raise NotImplementedError
 
-    def reader(self, shards: Shards, cache: ShardCache) -> ShardReader:
+    def reader(self, shards: Shards, cache: ShardCache) -> ShardReader[Any]:
         raise NotImplementedError
 
     def matches(self, file: str) -> bool:
         return file.endswith(self.suffixes) and not file.startswith(".")
 
 
+Rows = Any  # rows taken from a piece: an Arrow table (a columnar format) or a list of records
 FORMATS: dict[str, Format] = {}
-_READERS: weakref.WeakSet[ShardReader] = weakref.WeakSet()
+_READERS: weakref.WeakSet[ShardReader[Any]] = weakref.WeakSet()
 
 
 def _reset_after_fork() -> None:
@@ -154,13 +160,17 @@ def register(fmt: Format) -> Format:
     return fmt
 
 
-class ShardReader:
-    """Reads rows of a dataset's shards piece by piece (see the module docstring)."""
+class ShardReader(Generic[Meta]):
+    """Reads rows of a dataset's shards piece by piece (see the module docstring); ``Meta`` is
+    what the format keeps of an open shard."""
 
     columnar = True  # pieces are Arrow tables (False: ``_take`` returns records)
     piece_name = "piece"  # what a piece is called in messages
 
     def __init__(self, shards: Shards, cache: ShardCache):
+        self._setup(shards, cache)
+
+    def _setup(self, shards: Shards, cache: ShardCache) -> None:
         self.shards, self.cache = shards, cache
         self._after_fork()
         _READERS.add(self)
@@ -168,13 +178,13 @@ class ShardReader:
     def _after_fork(self) -> None:
         """Fresh lock and no open files (a forked child must not share a lock some thread held)."""
         self._lock = threading.Lock()
-        self._metas: OrderedDict[int, Any] = OrderedDict()
+        self._metas: OrderedDict[int, Meta] = OrderedDict()
 
-    def __getstate__(self) -> dict:
+    def __getstate__(self) -> dict[str, Any]:
         return {"shards": self.shards, "cache": self.cache}
 
-    def __setstate__(self, state: dict) -> None:
-        self.__init__(state["shards"], state["cache"])
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self._setup(state["shards"], state["cache"])
 
     # -- naming -------------------------------------------------------------------------
 
@@ -188,12 +198,12 @@ class ShardReader:
     def path(self, k: int) -> str:
         return self.shards.location.path(self.shards.files[k])
 
-    def call(self, k: int, what: str, fn: Any) -> Any:
+    def call(self, k: int, what: str, fn: Callable[[], T]) -> T:
         return self.policy.call(fn, what=what, dataset=self.shards.name, shard=k, uri=self.uri(k))
 
     # -- opening --------------------------------------------------------------------------
 
-    def meta(self, k: int) -> Any:
+    def meta(self, k: int) -> Meta:
         """The shard's open metadata (identity checked on first use; kept for :data:`OPEN_SHARDS` shards)."""
         with self._lock:
             found = self._metas.get(k)
@@ -231,19 +241,19 @@ class ShardReader:
 
     # -- format hooks -----------------------------------------------------------------------
 
-    def _open(self, k: int, info: pafs.FileInfo) -> Any:
+    def _open(self, k: int, info: pafs.FileInfo) -> Meta:
         raise NotImplementedError
 
-    def _ends(self, k: int, meta: Any) -> np.ndarray:
+    def _ends(self, k: int, meta: Meta) -> np.ndarray:
         raise NotImplementedError
 
-    def _estimate(self, k: int, meta: Any, piece: int, columns: tuple[str, ...] | None) -> int:
+    def _estimate(self, k: int, meta: Meta, piece: int, columns: tuple[str, ...] | None) -> int:
         raise NotImplementedError
 
-    def _load(self, k: int, meta: Any, piece: int, columns: tuple[str, ...] | None) -> tuple[Any, int]:
+    def _load(self, k: int, meta: Meta, piece: int, columns: tuple[str, ...] | None) -> tuple[Piece, int]:
         raise NotImplementedError
 
-    def _take(self, k: int, value: Any, local: np.ndarray, columns: tuple[str, ...] | None) -> Any:
+    def _take(self, k: int, value: Piece, local: np.ndarray, columns: tuple[str, ...] | None) -> Rows:
         raise NotImplementedError
 
     # -- pieces ---------------------------------------------------------------------------------
@@ -259,7 +269,7 @@ class ShardReader:
         """Roughly the bytes piece ``piece`` takes once loaded (what the readahead reserves)."""
         return int(self._estimate(k, self.meta(k), piece, columns))
 
-    def load(self, k: int, piece: int, columns: tuple[str, ...] | None) -> tuple[Any, int]:
+    def load(self, k: int, piece: int, columns: tuple[str, ...] | None) -> tuple[Piece, int]:
         """Load one piece under the retry policy: ``(value, bytes)``."""
         meta = self.meta(k)
         try:
@@ -270,10 +280,10 @@ class ShardReader:
             self.recheck(k, error, f"{self.piece_name} {piece}")
             raise
 
-    def key(self, piece: int, columns: tuple[str, ...] | None) -> tuple:
+    def key(self, piece: int, columns: tuple[str, ...] | None) -> PieceKey:
         return piece, columns
 
-    def piece(self, k: int, piece: int, columns: tuple[str, ...] | None) -> Any:
+    def piece(self, k: int, piece: int, columns: tuple[str, ...] | None) -> Piece:
         """A piece from the fetch cache (or the readahead), loaded on a miss."""
         key = self.key(piece, columns)
         value = self.cache.get(k, key)
@@ -283,7 +293,7 @@ class ShardReader:
         return value
 
     def parts(self, k: int, offsets: np.ndarray, columns: tuple[str, ...] | None
-              ) -> tuple[np.ndarray | None, Iterator[tuple[np.ndarray, Any]]]:
+              ) -> tuple[np.ndarray | None, Iterator[tuple[np.ndarray, Rows]]]:
         """``(order, parts)``: per piece, the positions of ``offsets`` it holds and the rows taken from it.
 
         ``order`` is None when the parts come in the order of ``offsets`` (else the parts follow
@@ -296,7 +306,7 @@ class ShardReader:
         order = np.arange(len(pieces)) if ascending else np.argsort(pieces, kind="stable")
         cuts = np.flatnonzero(np.diff(pieces[order])) + 1
 
-        def generate() -> Iterator[tuple[np.ndarray, Any]]:
+        def generate() -> Iterator[tuple[np.ndarray, Rows]]:
             for segment in np.split(order, cuts) if len(order) else []:
                 p = int(pieces[segment[0]])
                 value = self.piece(k, p, columns)
@@ -330,7 +340,8 @@ class ShardReader:
     def read(self, k: int, offsets: np.ndarray, columns: Sequence[str] | None) -> list[Any]:
         columns = None if columns is None else tuple(columns)
         if self.columnar:
-            return self.read_table(k, offsets, columns).to_pylist()
+            records: list[Any] = self.read_table(k, offsets, columns).to_pylist()
+            return records
         out: list[Any] = [None] * len(offsets)
         _, parts = self.parts(k, offsets, columns)
         for segment, records in parts:

@@ -30,7 +30,7 @@ class AtomicWriteError(OSError):
     """
 
 
-def write_atomically(path: str | os.PathLike, data: bytes | Callable[[BinaryIO], object], mode: int = 0o644) -> None:
+def write_atomically(path: str | os.PathLike[str], data: bytes | Callable[[BinaryIO], object], mode: int = 0o644) -> None:
     """Replace ``path`` by ``data`` atomically and durably (see the module docstring).
 
     Parameters
@@ -74,7 +74,7 @@ def write_atomically(path: str | os.PathLike, data: bytes | Callable[[BinaryIO],
     remove_stale(path)
 
 
-def remove_stale(path: str | os.PathLike) -> int:
+def remove_stale(path: str | os.PathLike[str]) -> int:
     """Remove temporary files that killed writers of ``path`` left behind; returns how many."""
     path = os.path.abspath(os.fspath(path))
     directory, name = os.path.split(path)

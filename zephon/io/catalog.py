@@ -51,7 +51,7 @@ import os
 import time
 import warnings
 from dataclasses import dataclass, field, replace
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence, TypedDict
 
 import numpy as np
 import pyarrow as pa
@@ -69,6 +69,26 @@ ENV_CACHE_DIR = "ZEPHON_CACHE_DIR"
 RACY_NS = 2 * 10**9  # files modified this close to a build are re-scanned on the next load
 
 Schema = tuple[tuple[str, str], ...]  # (column name, type) per column; JSONL types are "json"
+
+
+class CatalogDocument(TypedDict):
+    """A catalog file's JSON (see the module docstring for each field; one list entry per shard)."""
+
+    kind: str  # KIND
+    version: int  # VERSION
+    format: str  # a registered format: "parquet", "jsonl", "arrow"
+    directory: str
+    fingerprint: str
+    built_ns: int
+    files: list[str]
+    sizes: list[int]
+    mtimes_ns: list[int]
+    rows: list[int]
+    digests: list[str]
+    schema_of: list[int]
+    schemas: list[list[list[str]]]  # per schema, [name, type] per column
+    index: str | None  # the index sidecar's file name, beside the catalog (None: no index)
+    index_sizes: list[int] | None  # entries of each file's index
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -93,7 +113,9 @@ class Catalog:
     source: Location | None = field(default=None, repr=False)  # where the files are read
 
     def shards(self, name: str, policy: RetryPolicy) -> Shards:
-        """What a reader of these files needs."""
+        """What a reader of these files needs (a catalog from :func:`load_or_build`, which knows its ``source``)."""
+        if self.source is None:
+            raise ValueError(f"the catalog of {self.directory} has no source to read from; get it from load_or_build")
         starts = None if self.index_sizes is None else np.concatenate(([0], np.cumsum(self.index_sizes)))
         return Shards(name, self.source, self.files, self.sizes, self.mtimes, self.rows, self.index, starts, policy)
 
@@ -172,7 +194,7 @@ def _listing(source: Location, fmt: str | None, name: str) -> tuple[str, list[En
 # -- locations ---------------------------------------------------------------------------------
 
 
-def cache_root(catalog_dir: Any = None) -> str:
+def cache_root(catalog_dir: str | os.PathLike[str] | None = None) -> str:
     """Where catalogs are cached: ``catalog_dir``, else ``$ZEPHON_CACHE_DIR``, ``$XDG_CACHE_HOME/zephon``,
     ``~/.cache/zephon``."""
     if catalog_dir is not None:
@@ -188,7 +210,7 @@ def _key(source: Location) -> str:
     return hashlib.sha256(uri.encode()).hexdigest()[:16]
 
 
-def cached_location(source: Location, catalog_dir: Any = None) -> str:
+def cached_location(source: Location, catalog_dir: str | os.PathLike[str] | None = None) -> str:
     """The cache file of ``source``'s catalog."""
     return os.path.join(cache_root(catalog_dir), f"catalog-{_key(source)}.json")
 
@@ -207,7 +229,7 @@ def _listing_key(files: Sequence[str], sizes: np.ndarray, mtimes: np.ndarray) ->
 # -- load / save ---------------------------------------------------------------------------------
 
 
-def _parse(data: Any, fmt: str, index_of: Any) -> Catalog | None:
+def _parse(data: Any, fmt: str, index_of: Callable[[str], np.ndarray]) -> Catalog | None:
     """A catalog from its JSON; ``index_of(name)`` loads the sidecar. None if malformed."""
     if data.get("kind") != KIND or data.get("version") != VERSION or data.get("format") != fmt:
         return None
@@ -254,26 +276,24 @@ def _load_published(source: Location, fmt: str) -> Catalog | None:
 
 
 def _document(catalog: Catalog, sidecar: str | None) -> bytes:
-    data = {"kind": KIND, "version": VERSION, "format": catalog.fmt, "directory": catalog.directory,
-            "fingerprint": catalog.fingerprint, "built_ns": catalog.built_ns, "files": list(catalog.files),
-            "sizes": catalog.sizes.tolist(), "mtimes_ns": catalog.mtimes.tolist(),
-            "rows": catalog.rows.tolist(), "digests": list(catalog.digests),
-            "schema_of": catalog.schema_of.tolist(), "schemas": [list(map(list, s)) for s in catalog.schemas],
-            "index": sidecar, "index_sizes": None if catalog.index_sizes is None else catalog.index_sizes.tolist()}
+    data = CatalogDocument(
+        kind=KIND, version=VERSION, format=catalog.fmt, directory=catalog.directory,
+        fingerprint=catalog.fingerprint, built_ns=catalog.built_ns, files=list(catalog.files),
+        sizes=catalog.sizes.tolist(), mtimes_ns=catalog.mtimes.tolist(),
+        rows=catalog.rows.tolist(), digests=list(catalog.digests),
+        schema_of=catalog.schema_of.tolist(), schemas=[list(map(list, s)) for s in catalog.schemas],
+        index=sidecar, index_sizes=None if catalog.index_sizes is None else catalog.index_sizes.tolist())
     return json.dumps(data, separators=(",", ":")).encode()
 
 
-def _sidecar_name(catalog: Catalog, location: str) -> str | None:
+def _sidecar(catalog: Catalog, location: str) -> tuple[str | None, bytes]:
+    """The index sidecar's file name (beside ``location``) and content; ``(None, b"")`` when the format keeps no index."""
     if catalog.index is None:
-        return None
+        return None, b""
     key = _listing_key(catalog.files, catalog.sizes, catalog.mtimes)
-    return os.path.basename(f"{_sidecar_stem(location)}.{key}.index.npy")
-
-
-def _npy(array: np.ndarray) -> bytes:
     buffer = io.BytesIO()
-    np.save(buffer, np.asarray(array, dtype=np.int64))
-    return buffer.getvalue()
+    np.save(buffer, np.asarray(catalog.index, dtype=np.int64))
+    return os.path.basename(f"{_sidecar_stem(location)}.{key}.index.npy"), buffer.getvalue()
 
 
 def _save(catalog: Catalog, location: str) -> Catalog:
@@ -281,9 +301,9 @@ def _save(catalog: Catalog, location: str) -> Catalog:
     try:
         folder = os.path.dirname(location)
         os.makedirs(folder, exist_ok=True)
-        sidecar = _sidecar_name(catalog, location)
+        sidecar, content = _sidecar(catalog, location)
         if sidecar is not None:
-            write_atomically(os.path.join(folder, sidecar), _npy(catalog.index))
+            write_atomically(os.path.join(folder, sidecar), content)
         write_atomically(location, _document(catalog, sidecar))
         for stale in glob.glob(glob.escape(_sidecar_stem(location)) + ".*.index.npy"):
             if os.path.basename(stale) != sidecar:
@@ -335,9 +355,9 @@ def _build(source: Location, fmt: str, entries: list[Entry], old: Catalog | None
     sizes = np.array([e.size for e in entries], dtype=np.int64)
     mtimes = np.array([e.mtime_ns for e in entries], dtype=np.int64)
     reusable = {} if old is None else {f: i for i, f in enumerate(old.files)}
-    old_starts = None
-    if old is not None and old.index_sizes is not None:
-        old_starts = np.concatenate(([0], np.cumsum(old.index_sizes))).astype(np.int64)
+    old_index = None  # the old catalog's index and where each file's part starts
+    if old is not None and old.index is not None and old.index_sizes is not None:
+        old_index = old.index, np.concatenate(([0], np.cumsum(old.index_sizes))).astype(np.int64)
     n = len(files)
     rows = np.zeros(n, dtype=np.int64)
     schema_of = np.full(n, -1, dtype=np.int64)
@@ -347,12 +367,13 @@ def _build(source: Location, fmt: str, entries: list[Entry], old: Catalog | None
     todo = []
     for k, file in enumerate(files):
         i = reusable.get(file)
-        if i is not None and old.sizes[i] == sizes[k] and old.mtimes[i] == mtimes[k] and _settled(old, mtimes[k]):
+        if old is not None and i is not None and old.sizes[i] == sizes[k] and old.mtimes[i] == mtimes[k] and _settled(old, mtimes[k]):
             rows[k], digests[k] = old.rows[i], old.digests[i]
             if old.schema_of[i] >= 0:
                 schema_of[k] = schemas.setdefault(old.schemas[int(old.schema_of[i])], len(schemas))
-            if old_starts is not None:
-                indexes[k] = np.asarray(old.index[old_starts[i]:old_starts[i + 1]])
+            if old_index is not None:
+                every, starts = old_index
+                indexes[k] = np.asarray(every[starts[i]:starts[i + 1]])
         else:
             todo.append(k)
     bar = Progress(len(todo), f"zephon: cataloging {name!r} ({len(todo):,} {fmt} files)", progress)
@@ -365,7 +386,7 @@ def _build(source: Location, fmt: str, entries: list[Entry], old: Catalog | None
             bar.advance()
     finally:
         bar.close()
-    ordered = tuple(sorted(schemas, key=schemas.get))
+    ordered = tuple(sorted(schemas, key=schemas.__getitem__))
     index = index_sizes = None
     if any(i is not None for i in indexes):
         parts = [np.zeros(0, dtype=np.int64) if i is None else np.asarray(i, dtype=np.int64) for i in indexes]
@@ -376,19 +397,20 @@ def _build(source: Location, fmt: str, entries: list[Entry], old: Catalog | None
                    index, index_sizes, fingerprint, built_ns, None, len(todo), source)
 
 
-def _settled(catalog: Catalog, mtime: Any) -> bool:
+def _settled(catalog: Catalog, mtime: int | np.integer) -> bool:
     """The entry was written well before the catalog read it (see RACY_NS)."""
-    return mtime < catalog.built_ns - RACY_NS
+    return bool(mtime < catalog.built_ns - RACY_NS)
 
 
 def _unchanged(catalog: Catalog, entries: list[Entry]) -> bool:
     return (len(catalog.files) == len(entries) and list(catalog.files) == [e.name for e in entries]
             and catalog.sizes.tolist() == [e.size for e in entries]
             and catalog.mtimes.tolist() == [e.mtime_ns for e in entries]
-            and bool(_settled(catalog, max((e.mtime_ns for e in entries), default=0))))
+            and _settled(catalog, max((e.mtime_ns for e in entries), default=0)))
 
 
-def load_or_build(uri: Any, fmt: str | None = None, *, name: str = "dataset", catalog_dir: Any = None,
+def load_or_build(uri: Any, fmt: str | None = None, *, name: str = "dataset",
+                  catalog_dir: str | os.PathLike[str] | None = None,
                   progress: bool | None = None, filesystem: Any = None, files: Sequence[str] | None = None,
                   policy: RetryPolicy = DEFAULT_POLICY) -> Catalog:
     """The catalog of the dataset directory ``uri``: reused if still valid, else (re)built and cached.
@@ -404,13 +426,12 @@ def load_or_build(uri: Any, fmt: str | None = None, *, name: str = "dataset", ca
         fmt, entries, published = _listing(source, fmt, name)
     else:
         _check_fmt(fmt, name)
+        if fmt is None:
+            raise ValueError(f"Dataset {name!r}: files= needs fmt= (the format of those files)")
         entries, published = entries_of(source, list(files), name), False
-    stored = []
-    if published:
-        stored.append(_load_published(source, fmt))
     cache = cached_location(source, catalog_dir)
-    stored.append(_load(cache, fmt))
-    stored = [c for c in stored if c is not None]
+    found = [_load_published(source, fmt) if published else None, _load(cache, fmt)]
+    stored = [c for c in found if c is not None]
     for catalog in stored:
         if _unchanged(catalog, entries):
             return replace(catalog, directory=source.uri, source=source)
@@ -418,7 +439,7 @@ def load_or_build(uri: Any, fmt: str | None = None, *, name: str = "dataset", ca
     return _save(built, cache)
 
 
-def build_catalog(uri: Any, out: Any = None, filesystem: Any = None, *, fmt: str | None = None,
+def build_catalog(uri: Any, out: str | os.PathLike[str] | None = None, filesystem: Any = None, *, fmt: str | None = None,
                   progress: bool | None = None) -> str:
     """Build the catalog of ``uri`` and publish it; returns where it was written.
 
@@ -433,14 +454,14 @@ def build_catalog(uri: Any, out: Any = None, filesystem: Any = None, *, fmt: str
     if out is not None:
         target = os.path.abspath(os.fspath(out))
         os.makedirs(os.path.dirname(target), exist_ok=True)
-        sidecar = _sidecar_name(catalog, target)
+        sidecar, content = _sidecar(catalog, target)
         if sidecar is not None:
-            write_atomically(os.path.join(os.path.dirname(target), sidecar), _npy(catalog.index))
+            write_atomically(os.path.join(os.path.dirname(target), sidecar), content)
         write_atomically(target, _document(catalog, sidecar))
         return target
-    sidecar = _sidecar_name(catalog, CATALOG_NAME)
+    sidecar, content = _sidecar(catalog, CATALOG_NAME)
     if sidecar is not None:
-        _write_through(source, sidecar, _npy(catalog.index))
+        _write_through(source, sidecar, content)
     _write_through(source, CATALOG_NAME, _document(catalog, sidecar))
     return source.uri_of(CATALOG_NAME)
 

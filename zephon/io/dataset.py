@@ -20,9 +20,9 @@ import numpy as np
 import pyarrow as pa
 
 from zephon.io import catalog as _catalog
-from zephon.io._cache import ShardCache
+from zephon.io._cache import CacheInfo, ShardCache
 from zephon.io._hf import hf_files
-from zephon.io._shards import FORMATS
+from zephon.io._shards import FORMATS, ShardReader
 from zephon.io.retry import DEFAULT_POLICY, RetryPolicy
 from zephon.limits import MAX_SAMPLES, show
 
@@ -125,7 +125,9 @@ class Dataset:
                 raise ValueError(f"Dataset {name!r}: shard id {duplicate} appears twice; shard ids must be unique")
         ids.flags.writeable = rows.flags.writeable = sizes.flags.writeable = False
         self._name, self._ids, self._counts, self._raw_bytes, self._total = name, ids, rows, sizes, total
-        self._shards, self._reader, self._catalog = shards, None, None
+        self._shards = shards
+        self._reader: ShardReader[Any] | None = None
+        self._catalog: _catalog.Catalog | None = None
 
     # -- constructors ---------------------------------------------------------------------
 
@@ -134,9 +136,8 @@ class Dataset:
                     raw_bytes: Sequence[int] | None = None) -> Dataset:
         """A count-only dataset ``name``: shard ``i`` has ``counts[i]`` rows, id ``shard_ids[i]`` (default ``i``)
         and ``raw_bytes[i]`` bytes on disk (default 0)."""
-        if shard_ids is None:
-            shard_ids = np.arange(len(counts), dtype=np.int64)
-        return cls(name, shard_ids, counts, raw_bytes=raw_bytes)
+        ids = np.arange(len(counts), dtype=np.int64) if shard_ids is None else shard_ids
+        return cls(name, ids, counts, raw_bytes=raw_bytes)
 
     @classmethod
     def from_records(cls, name: str, shards: Sequence[Sequence[Any]]) -> Dataset:
@@ -156,8 +157,8 @@ class Dataset:
                    raw_bytes=sizes)
 
     @classmethod
-    def from_path(cls, name: str, uri: str | os.PathLike, fmt: str | None = None, *, filesystem: Any = None,
-                  catalog_dir: str | os.PathLike | None = None, cache_dir: str | os.PathLike | None = None,
+    def from_path(cls, name: str, uri: str | os.PathLike[str], fmt: str | None = None, *, filesystem: Any = None,
+                  catalog_dir: str | os.PathLike[str] | None = None, cache_dir: str | os.PathLike[str] | None = None,
                   progress: bool | None = None, cache_shards: int = 1, cache_bytes: int | None = None,
                   check_schema: bool = True, retry: RetryPolicy | None = None) -> Dataset:
         """A directory of shard files, one file per shard, local or in object storage.
@@ -205,7 +206,7 @@ class Dataset:
 
     @classmethod
     def from_hf(cls, name: str, dataset_or_path: Any, *, filesystem: Any = None,
-                catalog_dir: str | os.PathLike | None = None, progress: bool | None = None,
+                catalog_dir: str | os.PathLike[str] | None = None, progress: bool | None = None,
                 cache_shards: int = 1, cache_bytes: int | None = None, retry: RetryPolicy | None = None) -> Dataset:
         """A Hugging Face ``datasets`` dataset, read from its Arrow files (no network, one shard per file).
 
@@ -302,13 +303,13 @@ class Dataset:
         return None if self._reader is None else self._reader.uri(k)
 
     @property
-    def reader(self) -> Any:
+    def reader(self) -> ShardReader[Any] | None:
         """The shard reader of a path dataset (None otherwise): what the readahead plans pieces with."""
         return self._reader
 
     # -- reading --------------------------------------------------------------------------
 
-    def read(self, shard_id: int, offsets: Sequence[int], columns: Sequence[str] | None = None) -> list[Any]:
+    def read(self, shard_id: int, offsets: Sequence[int] | np.ndarray, columns: Sequence[str] | None = None) -> list[Any]:
         """The records at ``offsets`` of shard ``shard_id``, in the order asked.
 
         Path datasets return dicts (only ``columns`` if given) and read only the row groups /
@@ -318,11 +319,12 @@ class Dataset:
         k, rows, columns = self._prepare(shard_id, offsets, columns)
         if self._reader is not None:
             return self._reader.read(k, rows, columns)
+        assert self._shards is not None  # _prepare refused a count-only dataset
         shard = self._shards[k]
         records = [shard[offset] for offset in rows.tolist()]
         return records if columns is None else [self._project(r, columns) for r in records]
 
-    def read_table(self, shard_id: int, offsets: Sequence[int], columns: Sequence[str] | None = None) -> pa.Table:
+    def read_table(self, shard_id: int, offsets: Sequence[int] | np.ndarray, columns: Sequence[str] | None = None) -> pa.Table:
         """Like :meth:`read`, as an Arrow table (rows in the order asked)."""
         k, rows, columns = self._prepare(shard_id, offsets, columns)
         if self._reader is not None:
@@ -387,7 +389,7 @@ class Dataset:
         if self._reader is not None:
             self._reader.cache.resize(max_shards, max_bytes)
 
-    def cache_info(self) -> dict[str, int | None] | None:
+    def cache_info(self) -> CacheInfo | None:
         """Bounds, size, peak bytes, hits and misses of the fetch cache; None without one."""
         return None if self._reader is None else self._reader.cache.info()
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import Counter
-from typing import Any, Callable
+from typing import Any, Callable, NoReturn
 
 import pyarrow as pa
 import pyarrow.fs as pafs
@@ -23,7 +23,7 @@ import pyarrow.fs as pafs
 Rule = Callable[[str, str], Any]
 
 
-class FaultInjectingHandler(pafs.FileSystemHandler):
+class FaultInjectingHandler(pafs.FileSystemHandler):  # type: ignore[misc]  # pyarrow ships no stubs: Any
     """The ``pyarrow.fs.FileSystemHandler`` behind :func:`faulty_filesystem` (read-only)."""
 
     def __init__(self, base: pafs.FileSystem, latency_s: float = 0.0, rule: Rule | None = None):
@@ -48,23 +48,26 @@ class FaultInjectingHandler(pafs.FileSystemHandler):
     def get_type_name(self) -> str:
         return f"faulty+{self.base.type_name}"
 
-    def __eq__(self, other: Any) -> bool:
+    def __eq__(self, other: object) -> bool:
         return self is other
 
-    def __ne__(self, other: Any) -> bool:
+    def __ne__(self, other: object) -> bool:
         return self is not other
 
     def normalize_path(self, path: str) -> str:
-        return self.base.normalize_path(path)
+        normalized: str = self.base.normalize_path(path)
+        return normalized
 
     def get_file_info(self, paths: list[str]) -> list[pafs.FileInfo]:
         for path in paths:
             self.request("stat", path)
-        return self.base.get_file_info(paths)
+        infos: list[pafs.FileInfo] = self.base.get_file_info(paths)
+        return infos
 
     def get_file_info_selector(self, selector: pafs.FileSelector) -> list[pafs.FileInfo]:
         self.request("list", selector.base_dir)
-        return self.base.get_file_info(selector)
+        infos: list[pafs.FileInfo] = self.base.get_file_info(selector)
+        return infos
 
     def open_input_file(self, path: str) -> pa.NativeFile:
         self.request("open", path)
@@ -74,7 +77,7 @@ class FaultInjectingHandler(pafs.FileSystemHandler):
         self.request("open", path)
         return pa.PythonFile(_File(self, path, self.base.open_input_file(path)), mode="r")
 
-    def _read_only(self, *args: Any) -> Any:
+    def _read_only(self, *args: Any) -> NoReturn:
         raise OSError("faulty_filesystem is read-only")
 
     create_dir = delete_dir = delete_dir_contents = delete_root_dir_contents = delete_file = _read_only
@@ -90,16 +93,17 @@ class _File:
 
     def read(self, nbytes: int = -1) -> bytes:
         self._handler.request("read", self._path)
-        return self._file.read(None if nbytes is None or nbytes < 0 else nbytes)
+        data: bytes = self._file.read(None if nbytes is None or nbytes < 0 else nbytes)
+        return data
 
     def seek(self, position: int, whence: int = 0) -> int:
-        return self._file.seek(position, whence)
+        return int(self._file.seek(position, whence))
 
     def tell(self) -> int:
-        return self._file.tell()
+        return int(self._file.tell())
 
     def size(self) -> int:
-        return self._file.size()
+        return int(self._file.size())
 
     def readable(self) -> bool:
         return True

@@ -50,7 +50,7 @@ class StorageTimeoutError(StorageError, TimeoutError):
 def _positive(parameter: str, value: Any, allow_none: bool = False) -> None:
     if value is None and allow_none:
         return
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not value > 0:
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not float(value) > 0:
         hint = " or None (no timeout)" if allow_none else ""
         raise ValueError(f"RetryPolicy: {parameter}={value!r} must be a number > 0{hint}")
 
@@ -139,22 +139,22 @@ class _Timeout(TimeoutError):
 def _timed(fn: Callable[[], T], timeout_s: float) -> T:
     """``fn()`` in a daemon thread, abandoned after ``timeout_s`` (a stuck read never blocks exit)."""
     done = threading.Event()
-    box: list[Any] = []
+    results: list[T] = []
+    errors: list[BaseException] = []
 
     def run() -> None:
         try:
-            box.append((True, fn()))
+            results.append(fn())
         except BaseException as error:  # noqa: BLE001 - handed to the caller
-            box.append((False, error))
+            errors.append(error)
         done.set()
 
     threading.Thread(target=run, name="zephon-read", daemon=True).start()
     if not done.wait(timeout_s):
         raise _Timeout(f"no answer within timeout_s={timeout_s} s")
-    ok, value = box[0]
-    if ok:
-        return value
-    raise value
+    if errors:
+        raise errors[0]
+    return results[0]
 
 
 DEFAULT_POLICY = RetryPolicy()

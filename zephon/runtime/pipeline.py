@@ -116,7 +116,7 @@ class Pipeline:
         self._any_records = bool(readable.any())
         self._all_paths = _same_columns(datasets.values(), self._columns)
         if prefetch_bytes is None:
-            remote = any(getattr(d, "reader", None) is not None and not d.reader.shards.location.is_local
+            remote = any((reader := getattr(d, "reader", None)) is not None and not reader.shards.location.is_local
                          for d in datasets.values())
             prefetch_bytes = PREFETCH_BYTES if remote else 0
         self._prefetch = (int(prefetch_bytes), int(prefetch_threads))
