@@ -17,34 +17,107 @@ import dataclasses
 import hashlib
 import json
 import math
-from typing import Any
+from typing import Any, Final, Mapping, TypedDict, TypeVar, cast
 
 from zephon.core import alloc as allocators
-from zephon.core.config import ORIGINS, REPEAT, SourceConfig
+from zephon.core.config import ORIGINS, REPEAT, DatasetPlan, SourceConfig
 from zephon.core.schedule import CursorState, SourceState
 from zephon.core.tokens import deficit_bound
 from zephon.limits import MAX_CHUNK_INDEX, MAX_STATE_NODES, STATE_NODES_PER_DATASET, check_json, show
 
-KIND = "zephon.StaticMixtureWorkSource"
+KIND: Final = "zephon.StaticMixtureWorkSource"
 # 2: token deficits are exact ints (token streams changed); sample-mode state as in 1
 # 3: an integrity digest; fingerprints compare normalised weights; two-stage renormalisation
 # 4: pass_tail (the default "carry" changed repeating streams) and each cursor's tails
-VERSION = 4
-KEY_KIND, KEY_VERSION, KEY_LANE, KEY_REPLICAS = "kind", "version", "lane", "canonical_replicas"
-KEY_FINGERPRINT, KEY_STATE, KEY_DIGEST = "fingerprint", "state", "digest"
-KEY_CHUNK, KEY_ALLOC, KEY_CURSORS, KEY_EPOCH, KEY_POSITION = "chunk_index", "alloc", "cursors", "epoch", "position"
-KEY_TAILS = "tails"
-KEY_RATIOS, KEY_RATIO, KEY_ORIGIN = "token_ratios", "ratio", "origin"
-KEY_ORDERS = "orders"  # present only after a migration kept some datasets' older sample order
-KEY_REQUEUE = "requeue"  # present only while a migrated lane still has samples to re-serve
-KEY_MIGRATIONS = "migrations"  # the run's migration history (zephon.work.migrate), if it has one
+VERSION: Final = 4
+# The keys (Final: the TypedDicts below are indexed with them)
+KEY_KIND: Final = "kind"
+KEY_VERSION: Final = "version"
+KEY_LANE: Final = "lane"
+KEY_REPLICAS: Final = "canonical_replicas"
+KEY_FINGERPRINT: Final = "fingerprint"
+KEY_STATE: Final = "state"
+KEY_DIGEST: Final = "digest"
+KEY_CHUNK: Final = "chunk_index"
+KEY_ALLOC: Final = "alloc"
+KEY_CURSORS: Final = "cursors"
+KEY_EPOCH: Final = "epoch"
+KEY_POSITION: Final = "position"
+KEY_TAILS: Final = "tails"
+KEY_RATIOS: Final = "token_ratios"
+KEY_RATIO: Final = "ratio"
+KEY_ORIGIN: Final = "origin"
+KEY_ORDERS: Final = "orders"  # present only after a migration kept some datasets' older sample order
+KEY_REQUEUE: Final = "requeue"  # present only while a migrated lane still has samples to re-serve
+KEY_MIGRATIONS: Final = "migrations"  # the run's migration history (zephon.work.migrate), if it has one
 MAX_REQUEUE = 1 << 13  # ranges a requeue region may hold (5 JSON values each, inside MAX_STATE_NODES)
+Sealed = TypeVar("Sealed", bound=Mapping[str, Any])
 
 
-def state_to_json(state: SourceState, config: SourceConfig) -> dict[str, Any]:
+class CursorStateDict(TypedDict):
+    """A dataset's cursor in a checkpoint (:class:`zephon.core.CursorState` as JSON)."""
+
+    epoch: int  # the pass it reads, from 0
+    position: int  # samples of that pass read so far
+    tails: int  # samples of earlier passes' tails skipped when each next pass started
+
+
+class _SourceStateKeys(TypedDict):
+    chunk_index: int
+    alloc: Any  # the allocator's JSON state (a list of floats, ``[]`` for "fixed"); token mode: the token deficits (ints)
+    cursors: dict[str, CursorStateDict]  # by dataset name
+
+
+class SourceStateDict(_SourceStateKeys, total=False):
+    """Where a mixture stream stands (:class:`zephon.core.SourceState` as JSON): ``chunk_index``
+    (global chunks before it), ``alloc`` (the allocator's state), ``cursors`` (by dataset name)
+    and, only while a migrated lane still re-serves unread samples, ``requeue`` (ranges
+    ``[dataset, pass, start, stop]``)."""
+
+    requeue: list[list[int]]
+
+
+class TokenRatioDict(TypedDict):
+    """A dataset's tokens per byte in a token-mode checkpoint, and how it was obtained."""
+
+    ratio: float
+    origin: str  # "measured", "pinned" or "fallback"
+
+
+MigrationRecord = TypedDict("MigrationRecord", {"cut_chunk": int, "from": str, "unread": int, "requeued": bool})
+MigrationRecord.__doc__ = """One migration of a run (``zephon.work.migrate``): the global chunk it cut at, a digest
+of the settings it left, the samples assigned but not read, and whether they were re-served."""
+
+
+class _StaticMixtureStateKeys(TypedDict):
+    kind: str  # KIND
+    version: int  # VERSION
+    lane: int | None  # the lane binding (None: the template)
+    canonical_replicas: int | None
+    fingerprint: dict[str, Any]  # every setting that shapes the stream (SourceConfig.fingerprint())
+    state: SourceStateDict
+    digest: str  # sha256 of the rest as canonical JSON (32 hex digits)
+
+
+class StaticMixtureStateDict(_StaticMixtureStateKeys, total=False):
+    """The JSON checkpoint of a :class:`~zephon.work.StaticMixtureWorkSource` (its ``state_dict()``).
+
+    Always: ``kind``, ``version``, the lane binding (``lane``, ``canonical_replicas``; None for
+    the template), the ``fingerprint`` of the settings, the ``state`` and the ``digest``.
+    Sometimes: ``orders`` (after a migration kept some datasets' sample order: per dataset
+    ``[seed, key id, shuffle_shards, shuffle_within_shard, block size, reshuffle_on_repeat]``),
+    ``token_ratios`` (token mode, once primed) and ``migrations`` (the run's migration history).
+    """
+
+    orders: dict[str, list[int | bool]]
+    token_ratios: dict[str, TokenRatioDict]
+    migrations: list[MigrationRecord]
+
+
+def state_to_json(state: SourceState, config: SourceConfig) -> StaticMixtureStateDict:
     """The checkpoint of ``state`` under ``config``: plain JSON types only."""
     alloc = state.alloc
-    checkpoint: dict[str, Any] = {
+    checkpoint: StaticMixtureStateDict = {
         KEY_KIND: KIND,
         KEY_VERSION: VERSION,
         KEY_LANE: config.lane,
@@ -58,6 +131,7 @@ def state_to_json(state: SourceState, config: SourceConfig) -> dict[str, Any]:
                 for d, c in zip(config.datasets, state.cursors)
             },
         },
+        KEY_DIGEST: "",  # sealed() computes it, and puts it last
     }
     if any(d.order is not None for d in config.datasets):
         checkpoint[KEY_ORDERS] = {d.name: [*d.order, d.block_size, d.reshuffle_on_repeat]
@@ -65,11 +139,18 @@ def state_to_json(state: SourceState, config: SourceConfig) -> dict[str, Any]:
     if state.requeue:
         checkpoint[KEY_STATE][KEY_REQUEUE] = [list(r) for r in state.requeue]
     if config.token_mode and config.primed:
-        checkpoint[KEY_RATIOS] = {d.name: {KEY_RATIO: d.token_ratio, KEY_ORIGIN: d.ratio_origin} for d in config.datasets}
+        checkpoint[KEY_RATIOS] = {d.name: _ratio_to_json(d) for d in config.datasets}
     return sealed(checkpoint)
 
 
-def digest(checkpoint: dict[str, Any]) -> str:
+def _ratio_to_json(plan: DatasetPlan) -> TokenRatioDict:
+    """A primed dataset's ratio and its origin (both are set together when it is primed)."""
+    if plan.token_ratio is None or plan.ratio_origin is None:
+        raise ValueError(f"dataset {plan.name!r} has no tokens-per-byte ratio yet; prime the source first")
+    return {KEY_RATIO: plan.token_ratio, KEY_ORIGIN: plan.ratio_origin}
+
+
+def digest(checkpoint: Mapping[str, Any]) -> str:
     """sha256 of a checkpoint without its digest, as canonical JSON (sorted keys, compact); 32 hex
     digits (128 bits) catch any edit and keep a loader state of many lanes small."""
     body = {k: v for k, v in checkpoint.items() if k != KEY_DIGEST}
@@ -77,12 +158,13 @@ def digest(checkpoint: dict[str, Any]) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:32]
 
 
-def sealed(checkpoint: dict[str, Any]) -> dict[str, Any]:
-    """``checkpoint`` with its digest (re)computed."""
-    return {**{k: v for k, v in checkpoint.items() if k != KEY_DIGEST}, KEY_DIGEST: digest(checkpoint)}
+def sealed(checkpoint: Sealed) -> Sealed:
+    """``checkpoint`` with its digest (re)computed, as its last key."""
+    out = {**{k: v for k, v in checkpoint.items() if k != KEY_DIGEST}, KEY_DIGEST: digest(checkpoint)}
+    return cast(Sealed, out)  # the same keys and value types: only the digest's value and place change
 
 
-def ratios_from_json(checkpoint: dict[str, Any], config: SourceConfig) -> dict[str, tuple[float, str]]:
+def ratios_from_json(checkpoint: Mapping[str, Any], config: SourceConfig) -> dict[str, tuple[float, str]]:
     """The tokens-per-byte ratios a token-mode checkpoint carries, validated ({} in sample mode)."""
     if not config.token_mode:
         return {}
@@ -176,7 +258,7 @@ def fingerprint_differences(saved: Any, config: SourceConfig) -> list[str]:
     return differences + ([f"unknown keys {show(unknown)}"] if unknown else [])
 
 
-def state_from_json(checkpoint: dict[str, Any], config: SourceConfig) -> SourceState:
+def state_from_json(checkpoint: Mapping[str, Any], config: SourceConfig) -> SourceState:
     """Validate a checkpoint's state against ``config`` and build it; raise ``ValueError`` if bad."""
     differences = fingerprint_differences(checkpoint[KEY_FINGERPRINT], config)
     if differences:

@@ -7,11 +7,22 @@ and ``tails`` are exactly the samples its pass starts skipped: never read.
 """
 from __future__ import annotations
 
+from typing import TypedDict
+
 from zephon.core.config import CARRY, DatasetPlan, SourceConfig
 from zephon.core.schedule import CursorState, SourceState
 
 
-def dataset_coverage(plan: DatasetPlan, cursor: CursorState) -> dict[str, int]:
+class DatasetCoverage(TypedDict):
+    """What a stream has read of one dataset (a source's ``coverage()``, per dataset name)."""
+
+    passes_completed: int  # passes read completely
+    position: int  # samples read of the current pass
+    pass_length: int  # samples in a pass (the dataset's size)
+    never_read: int  # samples of its passes so far that were skipped (pass_tail="drop"), not read
+
+
+def dataset_coverage(plan: DatasetPlan, cursor: CursorState) -> DatasetCoverage:
     """One dataset's ``passes_completed``, ``position`` (in the current pass), ``pass_length``
     and ``never_read`` (samples of its passes so far that were skipped, not read)."""
     if plan.total == 0:
@@ -25,7 +36,7 @@ def dataset_coverage(plan: DatasetPlan, cursor: CursorState) -> dict[str, int]:
     return {"passes_completed": passes, "position": position, "pass_length": plan.total, "never_read": never_read}
 
 
-def coverage(state: SourceState, config: SourceConfig) -> dict[str, dict[str, int]]:
+def coverage(state: SourceState, config: SourceConfig) -> dict[str, DatasetCoverage]:
     """Per dataset name, what the stream up to ``state`` has read of it (``dataset_coverage``).
 
     For a lane the state counts every chunk of the global schedule before its position, the

@@ -72,7 +72,7 @@ class LoaderStats:
         self.ended = False
         self.exhausted: list[str] = []
         self._plans = _plans(template)
-        self._latest: dict | None = None  # the lane state with the highest chunk index seen
+        self._latest: Mapping[str, Any] | None = None  # the lane state with the highest chunk index seen
         self._passes: dict[str, int] = {}
         self.redistributed: list[str] = []
 
@@ -81,7 +81,7 @@ class LoaderStats:
         if len(components):
             self.delivered += np.bincount(components, minlength=len(self.delivered))[:len(self.delivered)]
 
-    def observe(self, states: Iterable[dict]) -> None:
+    def observe(self, states: Iterable[Mapping[str, Any]]) -> None:
         """Chunk-start states the readers reported: log new passes and drained datasets once."""
         for state in states:
             if _chunk_index(state) > _chunk_index(self._latest):

@@ -82,7 +82,7 @@ class Event:
 
     position: int
     lane: int
-    state: dict
+    state: Mapping[str, Any]  # the source's state_dict()
 
 
 class _Lane:
@@ -157,7 +157,7 @@ class LaneMux:
         self._segments.append(Segment(self._start, self._rotation))
         self._record_fresh(fresh)
 
-    def _pull(self, slot: _Lane) -> tuple[dict, Any]:
+    def _pull(self, slot: _Lane) -> tuple[Mapping[str, Any], Any]:
         """The lane's next chunk and the state before it (taken from ``ahead`` if pulled early)."""
         slot.fed = slot.ahead is not None
         if slot.ahead is not None:
@@ -192,7 +192,7 @@ class LaneMux:
             return offset - start if current == chunk and offset is not None else 1 << 62
         return taken
 
-    def _load_chunk(self, slot: _Lane) -> dict | None:
+    def _load_chunk(self, slot: _Lane) -> Mapping[str, Any] | None:
         """Pull the lane's next non-empty chunk; its chunk-start state, or None at the end."""
         while True:
             state, chunk = self._pull(slot)
@@ -210,7 +210,7 @@ class LaneMux:
         slot.pointers, slot.components = pointers, ids[local]
         return state
 
-    def _refill_slots(self) -> list[tuple[int, dict]]:
+    def _refill_slots(self) -> list[tuple[int, Mapping[str, Any]]]:
         """Lanes whose chunk is used up pull the next one or leave the rotation (an END event).
 
         Returns ``(lane, chunk-start state)`` of the lanes that got a new chunk."""
@@ -231,7 +231,7 @@ class LaneMux:
         self._active = survivors
         return fresh
 
-    def _record_fresh(self, fresh: list[tuple[int, dict]]) -> None:
+    def _record_fresh(self, fresh: list[tuple[int, Mapping[str, Any]]]) -> None:
         """NEW events at the position of each refreshed lane's next turn in the rotation."""
         m = len(self._rotation)
         index = {lane: i for i, lane in enumerate(self._rotation)}

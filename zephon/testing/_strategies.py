@@ -7,7 +7,7 @@ chunks, seed 0 and no shuffling.
 from __future__ import annotations
 
 import functools
-from typing import Any
+from typing import Any, Mapping
 
 from hypothesis import strategies as st
 from hypothesis.errors import InvalidArgument
@@ -266,7 +266,7 @@ def _sources(draw, configs: SearchStrategy, kind: type[MixtureSource], canonical
 
 
 @st.composite
-def reachable_states(draw, source: Any, *, max_chunks: Any = 64) -> dict[str, Any]:
+def reachable_states(draw, source: Any, *, max_chunks: Any = 64) -> Mapping[str, Any]:
     """A checkpoint (``state_dict()``) that ``source`` actually reaches: after a drawn number of
     chunks, from none to the end of the stream (the end included when it comes within
     ``max_chunks``).

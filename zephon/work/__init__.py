@@ -6,6 +6,8 @@
 | :class:`PhasedMixtureWorkSource`, :class:`Phase` | a curriculum: mixtures that change at set points of the run |
 | :func:`migrate`, :class:`Migration` | continue a run under a new mixture or datasets (a report of what was unread) |
 | :class:`WorkSource` | the interface to implement for a custom curriculum |
+| :class:`DatasetCoverage` | what ``coverage()`` of a mixture source reports per dataset |
+| :class:`StaticMixtureStateDict`, :class:`PhasedMixtureStateDict` | the JSON ``state_dict()`` of the built-in sources, with :class:`SourceStateDict`, :class:`CursorStateDict`, :class:`TokenRatioDict`, :class:`MigrationRecord` inside |
 | :func:`check_lane`, :func:`check_replicas` | the checks of a lane binding (``lane_id``, ``canonical_replicas``) |
 | :class:`WorkChunk` | a bundle of sample pointers grouped by component |
 | :class:`MixtureSpec` | validated mixture weights |
@@ -15,10 +17,14 @@
 | ``zephon.work.mixture_config`` | a mixture as a TOML / JSON file (``StaticMixtureWorkSource.from_config``) |
 | :func:`by_value` | a user callable ready to pickle by value (lambdas to spawned workers) |
 """
+from zephon.core.checkpoint import (
+    CursorStateDict, MigrationRecord, SourceStateDict, StaticMixtureStateDict, TokenRatioDict,
+)
 from zephon.core.chunk import SampleId, WorkChunk
+from zephon.core.coverage import DatasetCoverage
 from zephon.core.read_config import ComponentOrder, MixtureReadConfig, MixtureReadMode
 from zephon.work._portable import by_value
-from zephon.work.phased_mixture import Phase, PhasedMixtureWorkSource
+from zephon.work.phased_mixture import Phase, PhasedMixtureStateDict, PhasedMixtureWorkSource
 from zephon.work.migration import Migration, migrate
 from zephon.work.sequence import PointerSequence
 from zephon.work.source import WorkSource, check_lane, check_replicas
@@ -27,7 +33,8 @@ from zephon.work.static_mixture import StaticMixtureWorkSource
 from zephon.work.tokens import TokenEstimation
 
 __all__ = [
-    "ComponentOrder", "MixtureReadConfig", "MixtureReadMode", "Migration", "MixtureSpec", "Phase",
-    "PhasedMixtureWorkSource", "PointerSequence", "SampleId", "StaticMixtureWorkSource", "TokenEstimation", "WorkChunk",
-    "WorkSource", "check_lane", "check_replicas", "migrate", "by_value",
+    "ComponentOrder", "CursorStateDict", "DatasetCoverage", "MigrationRecord", "MixtureReadConfig", "MixtureReadMode",
+    "Migration", "MixtureSpec", "Phase", "PhasedMixtureStateDict", "PhasedMixtureWorkSource", "PointerSequence",
+    "SampleId", "SourceStateDict", "StaticMixtureStateDict", "StaticMixtureWorkSource", "TokenEstimation",
+    "TokenRatioDict", "WorkChunk", "WorkSource", "check_lane", "check_replicas", "migrate", "by_value",
 ]

@@ -8,12 +8,13 @@ priming, ``len``, lookups and their argument checks) lives here once.
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Protocol, TypeVar
+from typing import Any, Callable, Mapping, Protocol, TypeVar, cast
 
 import numpy as np
 
 from zephon.core import checkpoint
-from zephon.core.checkpoint import KEY_MIGRATIONS
+from zephon.core.checkpoint import KEY_MIGRATIONS, MigrationRecord
+from zephon.core.coverage import DatasetCoverage
 from zephon.core.chunk import SampleId, WorkChunk
 from zephon.io import Dataset
 from zephon.limits import show
@@ -23,7 +24,7 @@ from zephon.work.source import WorkSource
 MAX_HISTORY = 8  # migrations a state remembers (the most recent)
 _HISTORY_KEYS = {"cut_chunk": int, "from": str, "unread": int, "requeued": bool}
 Shell = TypeVar("Shell", bound="MixtureShell")
-Record = dict[str, Any]  # one migration of the history: ``_HISTORY_KEYS``
+State = TypeVar("State", bound=Mapping[str, Any])  # a source's checkpoint (StaticMixtureStateDict, PhasedMixtureStateDict)
 
 
 class Indexed(Protocol):
@@ -33,7 +34,7 @@ class Indexed(Protocol):
     def length(self) -> int: ...
 
 
-def check_history(value: Any) -> tuple[Record, ...]:
+def check_history(value: Any) -> tuple[MigrationRecord, ...]:
     """Validate a state's migration history: at most ``MAX_HISTORY`` small records."""
     if not isinstance(value, list) or len(value) > MAX_HISTORY:
         raise ValueError(f"checkpoint migrations must be a list of at most {MAX_HISTORY} records, got {value!r}")
@@ -42,14 +43,15 @@ def check_history(value: Any) -> tuple[Record, ...]:
                 and all(type(entry[k]) is t for k, t in _HISTORY_KEYS.items())):
             raise ValueError(f"checkpoint migration record must be {sorted(_HISTORY_KEYS)} with int/str/bool "
                              f"values, got {entry!r}; the checkpoint is corrupted")
-    return tuple(dict(e) for e in value)
+    return tuple(cast(MigrationRecord, dict(e)) for e in value)  # checked right above
 
 
-def with_history(state: dict[str, Any], history: tuple[Record, ...]) -> dict[str, Any]:
+def with_history(state: State, history: tuple[MigrationRecord, ...]) -> State:
     """A sealed checkpoint with the run's migration history, if it has one (the digest covers it)."""
     if not history:
         return state
-    return checkpoint.sealed({**state, KEY_MIGRATIONS: [dict(h) for h in history]})
+    marked = {**state, KEY_MIGRATIONS: [dict(h) for h in history]}
+    return checkpoint.sealed(cast(State, marked))  # the checkpoint types all hold an optional "migrations"
 
 
 class MixtureShell(WorkSource):
@@ -63,11 +65,11 @@ class MixtureShell(WorkSource):
     _core_samples: Callable[[Any, Any, np.ndarray], np.ndarray]
     _core_indexable: Callable[[Any], bool]
     _core_bind: Callable[[Any, int, int], Any]
-    _core_coverage: Callable[[Any, Any], dict[str, dict[str, int]]]
+    _core_coverage: Callable[[Any, Any], dict[str, DatasetCoverage]]
 
-    _history: tuple[Record, ...] = ()  # the migrations this run went through (zephon.work.migrate)
+    _history: tuple[MigrationRecord, ...] = ()  # the migrations this run went through (zephon.work.migrate)
 
-    def _with_history(self, state: dict[str, Any]) -> dict[str, Any]:
+    def _with_history(self, state: State) -> State:
         return with_history(state, self._history)
 
     def _setup(self, config: Any, datasets: Any, estimation: Any) -> None:
@@ -180,7 +182,7 @@ class MixtureShell(WorkSource):
             raise IndexError(f"sample index {show(i)} is out of range [0, {length})")
         return int(i)
 
-    def coverage(self) -> dict[str, dict[str, int]]:
+    def coverage(self) -> dict[str, DatasetCoverage]:
         """Per dataset name, from the state alone in O(datasets): ``passes_completed``,
         ``position`` in the current pass, ``pass_length`` and ``never_read``, the samples of
         its passes so far that were skipped (0 under ``pass_tail="carry"``, the dropped tails

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 from zephon.core import checkpoint
-from zephon.core.checkpoint import KEY_MIGRATIONS
+from zephon.core.checkpoint import KEY_MIGRATIONS, MigrationRecord, StaticMixtureStateDict
 from zephon.core.config import REPEAT, SourceConfig, shard_digest
 from zephon.core.migration import Cut, LaneAt, as_phased, cut
 from zephon.core.phases import PhasedConfig, PhasedState, bind
@@ -24,9 +24,9 @@ from zephon.core.requeue import past_region
 from zephon.core.schedule import CursorState, SourceState, initial_state
 from zephon.io import Dataset
 from zephon.work import phased_mixture
-from zephon.work._mixture import MAX_HISTORY, Record, check_history, with_history
+from zephon.work._mixture import MAX_HISTORY, check_history, with_history
 from zephon.work._resolve import resolve
-from zephon.work.phased_mixture import PhasedMixtureWorkSource
+from zephon.work.phased_mixture import PhasedMixtureStateDict, PhasedMixtureWorkSource
 from zephon.work.static_mixture import StaticMixtureWorkSource
 from zephon.work.tokens import TokenEstimation
 
@@ -43,7 +43,7 @@ class Migration:
     its cursor continues.
     """
 
-    state: dict[str, Any]
+    state: Mapping[str, Any]  # migrate: a StaticMixtureStateDict or PhasedMixtureStateDict; migrate_checkpoint: a loader state
     report: dict[str, Any]
 
 
@@ -190,9 +190,9 @@ def _report(result: Cut, old: PhasedConfig, new: SourceConfig | PhasedConfig, la
     }
 
 
-def migrate_lanes(states: Mapping[int, tuple[dict[str, Any], int]],
+def migrate_lanes(states: Mapping[int, tuple[Mapping[str, Any], int]],
                   new_template: StaticMixtureWorkSource | PhasedMixtureWorkSource, requeue: bool = False
-                  ) -> tuple[SourceState | PhasedState, dict[str, Any], tuple[Record, ...], dict[str, list[Any]]]:
+                  ) -> tuple[SourceState | PhasedState, dict[str, Any], tuple[MigrationRecord, ...], dict[str, list[Any]]]:
     """The core of :func:`migrate` for several lanes of one run: the new global state, the
     report, the new history and the kept sample orders (see :func:`lane_state`). ``states``
     maps lane -> (its state_dict, samples of its chunk read)."""
@@ -205,7 +205,7 @@ def migrate_lanes(states: Mapping[int, tuple[dict[str, Any], int]],
     new_datasets = {d.name: new_template.datasets_by_id[i] for i, d in enumerate(new_config.datasets)}
     lanes: list[LaneAt] = []
     settings: dict[str, Any] | None = None
-    history: tuple[Record, ...] = ()
+    history: tuple[MigrationRecord, ...] = ()
     config: PhasedConfig | None = None
     for lane, (state, consumed) in sorted(states.items()):
         first = settings
@@ -236,23 +236,21 @@ def migrate_lanes(states: Mapping[int, tuple[dict[str, Any], int]],
     if isinstance(new_config, PhasedConfig):  # its phase 0 starts after the requeued chunks, from the cut's cursors
         new_state = PhasedState(0, new_state, past_region(new_state, base))
     report = _report(result, config, new_config, lanes, requeue)
-    record = {"cut_chunk": result.chunk_index, "from": _digest(settings), "unread": report["unread_count"],
+    record: MigrationRecord = {"cut_chunk": result.chunk_index, "from": _digest(settings), "unread": report["unread_count"],
               "requeued": requeue}
     return new_state, report, (history + (record,))[-MAX_HISTORY:], orders
 
 
-def lane_state(new_state: Any, config: SourceConfig | PhasedConfig, history: tuple[Record, ...],
-               orders: dict[str, list[Any]]) -> dict[str, Any]:
+def lane_state(new_state: Any, config: SourceConfig | PhasedConfig, history: tuple[MigrationRecord, ...],
+               orders: dict[str, list[Any]]) -> StaticMixtureStateDict | PhasedMixtureStateDict:
     """The state_dict of the migrated stream for ``config``'s lane: the state, the kept orders
     and the history."""
     if isinstance(config, PhasedConfig):
-        out = phased_mixture.state_to_json(new_state, phased_mixture.with_orders(config, orders))
-    else:
-        out = checkpoint.state_to_json(new_state, checkpoint.with_orders(config, orders))
-    return with_history(out, history)
+        return with_history(phased_mixture.state_to_json(new_state, phased_mixture.with_orders(config, orders)), history)
+    return with_history(checkpoint.state_to_json(new_state, checkpoint.with_orders(config, orders)), history)
 
 
-def migrate(state: dict[str, Any], new_template: StaticMixtureWorkSource | PhasedMixtureWorkSource, *,
+def migrate(state: Mapping[str, Any], new_template: StaticMixtureWorkSource | PhasedMixtureWorkSource, *,
             requeue: bool = False) -> Migration:
     """Continue the run that wrote ``state`` under ``new_template``.
 

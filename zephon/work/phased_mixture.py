@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 import numbers
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any, Final, Mapping, Sequence, TypedDict
 
 from zephon.core import checkpoint, coverage, phases
 from zephon.core.config import REPEAT, SourceConfig
@@ -21,9 +21,12 @@ from zephon.work._mixture import MixtureShell, check_history
 from zephon.work._resolve import check_liveness, resolve
 from zephon.work.spec import MixtureSpec
 
-KIND = "zephon.PhasedMixtureWorkSource"
-VERSION = 1
-KEY_PHASES, KEY_PHASE, KEY_INNER, KEY_ORIGIN = "phases", "phase", "inner", "origin"
+KIND: Final = "zephon.PhasedMixtureWorkSource"
+VERSION: Final = 1
+KEY_PHASES: Final = "phases"  # Final: PhasedMixtureStateDict is indexed with them
+KEY_PHASE: Final = "phase"
+KEY_INNER: Final = "inner"
+KEY_ORIGIN: Final = "origin"
 _BOUNDS = (("until_chunk", phases.CHUNK), ("until_sample", phases.SAMPLE), ("until_token", phases.TOKEN))
 
 
@@ -159,7 +162,7 @@ class PhasedMixtureWorkSource(MixtureShell):
     _core_bind = staticmethod(phases.bind)
 
     @staticmethod
-    def _core_coverage(state: PhasedState, config: PhasedConfig) -> dict[str, dict[str, int]]:
+    def _core_coverage(state: PhasedState, config: PhasedConfig) -> dict[str, coverage.DatasetCoverage]:
         return coverage.coverage(state.inner, config.base)
 
     def __init__(
@@ -202,11 +205,12 @@ class PhasedMixtureWorkSource(MixtureShell):
                 _check_phase(phase, k)
         self._setup(config, datasets, token_estimation)
 
-    def state_dict(self) -> dict[str, Any]:
-        """The checkpoint: the phase, the static checkpoint inside it and the phases' fingerprint."""
+    def state_dict(self) -> PhasedMixtureStateDict:
+        """The checkpoint: the phase, the static checkpoint inside it and the phases' fingerprint
+        (see :class:`~zephon.work.PhasedMixtureStateDict` for its keys)."""
         return self._with_history(state_to_json(self._state, self._config))
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Restore a checkpoint (strict: same datasets, settings and phases, same lane).
 
         A state made by ``zephon.work.migrate`` carries the run's migration history, where the
@@ -279,9 +283,34 @@ def check_state(state: Any, count: int, datasets: int) -> None:
         raise ValueError(f"checkpoint phase must be an int in [0, {count}), got {show(p)}")
 
 
-def state_to_json(state: PhasedState, config: PhasedConfig) -> dict[str, Any]:
+class _PhasedMixtureStateKeys(TypedDict):
+    kind: str  # KIND
+    version: int  # VERSION
+    lane: int | None  # the lane binding (None: the template)
+    canonical_replicas: int | None
+    phases: list[dict[str, Any]]  # per phase: its normalised weights, mixture order and end (``until``)
+    phase: int  # the phase the stream is in
+    inner: checkpoint.StaticMixtureStateDict  # the stream inside that phase
+    digest: str  # sha256 of the rest as canonical JSON (32 hex digits)
+
+
+class PhasedMixtureStateDict(_PhasedMixtureStateKeys, total=False):
+    """The JSON checkpoint of a :class:`~zephon.work.PhasedMixtureWorkSource` (its ``state_dict()``).
+
+    Always: ``kind``, ``version``, the lane binding (``lane``, ``canonical_replicas``; None for
+    the template), the ``phases`` (their weights and ends), the current ``phase``, the
+    :class:`~zephon.work.StaticMixtureStateDict` of the stream ``inner`` that phase, and the
+    ``digest``. After a migration: ``origin`` (where the migrated stream's phase 0 started, a
+    :class:`~zephon.work.SourceStateDict`) and ``migrations`` (the run's migration history).
+    """
+
+    origin: checkpoint.SourceStateDict
+    migrations: list[checkpoint.MigrationRecord]
+
+
+def state_to_json(state: PhasedState, config: PhasedConfig) -> PhasedMixtureStateDict:
     """The checkpoint of ``state`` under ``config`` (plain JSON)."""
-    out = {
+    out: PhasedMixtureStateDict = {
         checkpoint.KEY_KIND: KIND,
         checkpoint.KEY_VERSION: VERSION,
         checkpoint.KEY_LANE: config.lane,
@@ -289,6 +318,7 @@ def state_to_json(state: PhasedState, config: PhasedConfig) -> dict[str, Any]:
         KEY_PHASES: config.fingerprint()[KEY_PHASES],
         KEY_PHASE: state.phase,
         KEY_INNER: checkpoint.state_to_json(state.inner, config.phases[state.phase]),
+        checkpoint.KEY_DIGEST: "",  # sealed() computes it, and puts it last
     }
     if state.origin is not None:
         out[KEY_ORIGIN] = checkpoint.state_to_json(state.origin, config.base)[checkpoint.KEY_STATE]

@@ -60,11 +60,12 @@ class WorkSource(abc.ABC):
         """The dataset behind each dataset id used in pointers."""
 
     @abc.abstractmethod
-    def state_dict(self) -> dict[str, Any]:
-        """A JSON-able checkpoint of everything that drives ``next_chunk``."""
+    def state_dict(self) -> Mapping[str, Any]:
+        """A JSON-able checkpoint of everything that drives ``next_chunk`` (a dict; the built-in
+        sources type theirs: :class:`StaticMixtureStateDict`, :class:`PhasedMixtureStateDict`)."""
 
     @abc.abstractmethod
-    def load_state_dict(self, state: dict[str, Any]) -> None:
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Restore a checkpoint; the source then continues exactly as the saved one would."""
 
     @property
