@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from zephon.core.chunk import WorkChunk
+from zephon.core.chunk_state import WorkChunkStateDict
 from zephon.core.read_config import ComponentOrder, MixtureReadConfig, MixtureReadMode
 
 ids = st.tuples(st.integers(0, 5), st.integers(0, 2**40), st.integers(0, 2**62))
@@ -220,6 +221,7 @@ def test_sample_at_outside_the_chunk_raises_index_error(i):
 @given(chunk=chunks())
 def test_state_round_trips_through_json(chunk):
     state = json.loads(json.dumps(chunk.state_dict()))
+    assert list(state) == list(WorkChunkStateDict.__annotations__)
     restored = WorkChunk.from_state(state)
     assert restored == chunk
     assert restored.state_dict() == state

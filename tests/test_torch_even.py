@@ -12,7 +12,7 @@ from helpers import lane_streams
 
 import zephon.torch as zt
 from zephon import Dataset, Pipeline, StaticMixtureWorkSource
-from zephon.runtime import rank_lanes, worker_lanes
+from zephon.runtime import DatasetStatsDict, EvenBatchesDict, LoaderStatsDict, rank_lanes, worker_lanes
 from zephon.runtime._book import GROWTH, default_replicas
 
 pytestmark = pytest.mark.filterwarnings("ignore:This DataLoader will create:UserWarning",
@@ -61,6 +61,7 @@ def test_ranks_with_lanes_of_different_lengths_take_equal_steps():
     for r, u in zip(even, uneven):
         assert r["batches"] == u["batches"][:min(counts)]  # the surplus is the tail of each rank's order
         held = r["stats"]["even_batches"]
+        assert list(held) == list(EvenBatchesDict.__annotations__)
         assert held["steps"] == held["given"] == min(counts)
         assert held["held_back_batches"] == len(u["batches"]) - min(counts)
         assert held["held_back_samples"] == sum(map(len, u["batches"][min(counts):]))
@@ -162,6 +163,8 @@ def test_stats_count_components_passes_and_redistributed_datasets(caplog):
         loader = zt.DataLoader(Pipeline(source), batch_size=8, num_workers=2)
         batches = list(loader)
     stats = json.loads(json.dumps(loader.stats()))
+    assert list(stats) == list(LoaderStatsDict.__annotations__)  # the documented type is what it returns
+    assert all(list(entry) == list(DatasetStatsDict.__annotations__) for entry in stats["datasets"].values())
     assert stats["batches"] == len(batches) and len(loader) == 0
     names = [n for b in batches for n in b["_component"]]
     assert stats["samples"] == {"big": names.count("big"), "small": names.count("small")}

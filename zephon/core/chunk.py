@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from zephon.core import chunk_checks as checks
-from zephon.core.chunk_state import fields_from_json, state_to_json
+from zephon.core.chunk_state import WorkChunkStateDict, fields_from_json, state_to_json
 from zephon.core.read_config import (
     ComponentOrder,
     MixtureReadConfig,
@@ -303,8 +303,9 @@ class WorkChunk:
 
     # -- JSON state -------------------------------------------------------------------
 
-    def state_dict(self) -> dict[str, Any]:
-        """The chunk as tagged, versioned JSON-able data (str/int/float/list/dict/None)."""
+    def state_dict(self) -> WorkChunkStateDict:
+        """The chunk as tagged, versioned JSON-able data (str/int/float/list/dict/None); see
+        :class:`WorkChunkStateDict`."""
         return state_to_json(self.components, self._seed, self._target, self._exhausted)
 
     @classmethod

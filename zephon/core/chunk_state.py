@@ -11,25 +11,38 @@ states of ``STATE_VERSION`` only.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Any, NamedTuple
+from typing import Any, Final, NamedTuple, TypedDict
 
 import numpy as np
 
 from zephon.core.chunk_checks import INT64_MAX
 
-STATE_KIND = "zephon.WorkChunk"
-STATE_VERSION = 1
-KEY_KIND = "kind"
-KEY_VERSION = "version"
-KEY_COMPONENTS = "components"
-KEY_COUNTS = "counts"
-KEY_SEED = "seed"
-KEY_TARGET_MIXTURE = "target_mixture"
-KEY_SOURCE_EXHAUSTED = "source_exhausted"
+STATE_KIND: Final = "zephon.WorkChunk"
+STATE_VERSION: Final = 1
+# The keys (Final: WorkChunkStateDict is indexed with them)
+KEY_KIND: Final = "kind"
+KEY_VERSION: Final = "version"
+KEY_COMPONENTS: Final = "components"
+KEY_COUNTS: Final = "counts"
+KEY_SEED: Final = "seed"
+KEY_TARGET_MIXTURE: Final = "target_mixture"
+KEY_SOURCE_EXHAUSTED: Final = "source_exhausted"
 STATE_KEYS = (
     KEY_KIND, KEY_VERSION, KEY_COMPONENTS, KEY_COUNTS, KEY_SEED, KEY_TARGET_MIXTURE,
     KEY_SOURCE_EXHAUSTED,
 )
+
+
+class WorkChunkStateDict(TypedDict):
+    """``WorkChunk.state_dict()``: a chunk as tagged, versioned JSON."""
+
+    kind: str  # "zephon.WorkChunk"
+    version: int  # the layout version (1)
+    components: dict[str, list[list[int]]]  # name -> its [dataset_id, shard_id, offset] pointers, in order
+    counts: dict[str, int]  # name -> its number of pointers
+    seed: int | None
+    target_mixture: dict[str, float] | None
+    source_exhausted: list[str]
 
 
 class ChunkFields(NamedTuple):
@@ -46,7 +59,7 @@ def state_to_json(
     seed: int | None,
     target_mixture: Mapping[str, float] | None,
     source_exhausted: Iterable[str],
-) -> dict[str, Any]:
+) -> WorkChunkStateDict:
     """A chunk's fields as tagged, versioned JSON-able data (str/int/float/list/dict/None)."""
     return {
         KEY_KIND: STATE_KIND,

@@ -13,23 +13,23 @@
 | ``Entry``, ``SERVED``, ``LOADER_STATE_KIND`` | a lane's ledger entry, its served flag, the ``kind`` of a loader state |
 | ``DROPPED`` | the marker of an item a ``filter`` step rejected |
 | :func:`count_ranks`, :func:`even_target`, :class:`Even` | equal steps: each rank's remaining batches and the common budget |
-| :class:`LoaderStats` | what a rank delivered, as plain JSON |
+| :class:`LoaderStats`, :class:`LoaderStatsDict` | what a rank delivered, and its JSON (``DataLoader.stats()``) |
 
 The torch front ends (``zephon.torch``) are thin layers over this package.
 """
 from zephon.runtime._book import LaneBook, log_once
 from zephon.runtime._checkpoint import load_checkpoint, save_checkpoint
-from zephon.runtime._even import Even, RankCount, count_rank, count_ranks, countable, even_target, maybe_finite
+from zephon.runtime._even import Even, EvenBatchesDict, RankCount, count_rank, count_ranks, countable, even_target, maybe_finite
 from zephon.runtime._lanes import CONTIGUOUS, INTERLEAVED, MAPPINGS, rank_lanes, worker_lanes
 from zephon.runtime._migrate import migrate_checkpoint
 from zephon.runtime._state import KIND as LOADER_STATE_KIND
 from zephon.runtime._state import DatasetRecord, LoaderState, LoaderStateDict, make_state, merge_states, parse_state
-from zephon.runtime._stats import LoaderStats
+from zephon.runtime._stats import DatasetStatsDict, LoaderStats, LoaderStatsDict
 from zephon.runtime._stream import DROPPED, SERVED, Entry, Event, Items, ItemStream, LaneMux, Segment, Tracker, initial_entries
 from zephon.runtime.pipeline import KEY_COMPONENT, KEY_SAMPLE_ID, Pipeline
 
 __all__ = [
-    "CONTIGUOUS", "DROPPED", "Even", "LoaderStats", "RankCount", "count_rank", "count_ranks", "countable", "even_target",
+    "CONTIGUOUS", "DROPPED", "DatasetStatsDict", "Even", "EvenBatchesDict", "LoaderStats", "LoaderStatsDict", "RankCount", "count_rank", "count_ranks", "countable", "even_target",
     "maybe_finite", "DatasetRecord", "Entry", "Event", "INTERLEAVED", "ItemStream", "Items", "KEY_COMPONENT", "KEY_SAMPLE_ID", "LOADER_STATE_KIND",
     "LaneBook", "LaneMux", "LoaderState", "LoaderStateDict", "MAPPINGS", "Pipeline", "SERVED", "Segment", "Tracker", "initial_entries",
     "load_checkpoint", "log_once", "make_state", "merge_states", "migrate_checkpoint", "parse_state", "rank_lanes",

@@ -14,10 +14,19 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping, Sequence, TypedDict
 
 from zephon.runtime._lanes import rank_lanes, worker_lanes
 from zephon.runtime._stream import Entry
+
+
+class EvenBatchesDict(TypedDict):
+    """``stats()["even_batches"]``: the equal step count and what it held back."""
+
+    steps: int  # the equal step count of this run, from where it was set
+    given: int  # batches (or items) yielded of it so far
+    held_back_batches: int  # the rank's surplus, never yielded in this run (left unread in the checkpoint)
+    held_back_samples: int
 
 
 def countable(template: Any) -> bool:
@@ -91,7 +100,7 @@ class Even:
     def left(self) -> int:
         return self.target - self.given
 
-    def as_json(self) -> dict:
+    def as_json(self) -> EvenBatchesDict:
         return {"steps": self.target, "given": self.given, "held_back_batches": self.held_back_units,
                 "held_back_samples": self.held_back_samples}
 

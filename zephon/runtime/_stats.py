@@ -9,14 +9,39 @@ at INFO. Everything :meth:`LoaderStats.as_json` returns is plain JSON.
 from __future__ import annotations
 
 import logging
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Mapping, TypedDict
 
 import numpy as np
 
+from zephon.runtime._even import EvenBatchesDict
 from zephon.runtime._stream import Entry
 
 log = logging.getLogger("zephon")
 REDISTRIBUTE = "redistribute"
+
+
+class DatasetStatsDict(TypedDict):
+    """A dataset in ``stats()["datasets"]``, at the latest chunk the loop reached."""
+
+    passes_completed: int
+    position: int  # samples read of the current pass
+    pass_length: int  # samples in a pass
+    never_read: int  # samples of skipped pass tails ("carry" datasets only)
+    policy: str  # its exhaustion policy
+
+
+class LoaderStatsDict(TypedDict):
+    """``DataLoader.stats()``: what this rank delivered and where its datasets stand."""
+
+    rank: int
+    batches: int
+    samples: dict[str, int]  # per component
+    filtered: int  # items that filter steps dropped
+    datasets: dict[str, DatasetStatsDict]
+    redistributed: list[str]  # datasets that ran dry and whose share went to the others
+    exhausted: list[str]  # what ended the stream (empty while it runs)
+    ended: bool
+    even_batches: EvenBatchesDict | None  # None without even_batches
 
 
 def _plans(template: Any) -> list[Any]:
@@ -113,7 +138,7 @@ class LoaderStats:
         log.info("zephon: rank %d: the stream ended after %d batches%s", self.rank, self.batches,
                  cause if why == "end" else f" ({why})")
 
-    def datasets(self, replicas: int, entries: Mapping[int, Entry]) -> dict[str, dict]:
+    def datasets(self, replicas: int, entries: Mapping[int, Entry]) -> dict[str, DatasetStatsDict]:
         """Per dataset, at the latest chunk the loop reached: the source's ``coverage()``
         (``passes_completed``, ``position`` in the current pass, ``pass_length``, ``never_read``)
         and its ``policy``."""
@@ -123,7 +148,7 @@ class LoaderStats:
         source = self._template.clone_for_lane(lane, replicas)
         source.load_state_dict(state)
         covered = source.coverage() if hasattr(source, "coverage") else {}
-        out = {}
+        out: dict[str, DatasetStatsDict] = {}
         for plan in self._plans:
             figures = covered.get(plan.name, {})
             out[plan.name] = {"passes_completed": int(figures.get("passes_completed", 0)),
@@ -132,7 +157,7 @@ class LoaderStats:
                               "never_read": int(figures.get("never_read", 0)), "policy": plan.policy}
         return out
 
-    def as_json(self, replicas: int, entries: Mapping[int, Entry], even: dict | None) -> dict:
+    def as_json(self, replicas: int, entries: Mapping[int, Entry], even: EvenBatchesDict | None) -> LoaderStatsDict:
         return {
             "rank": self.rank,
             "batches": self.batches,

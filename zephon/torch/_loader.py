@@ -27,7 +27,7 @@ import torch
 import torch.utils.data as tud
 
 from zephon.runtime import (
-    Entry, Even, LaneBook, LoaderStateDict, LoaderStats, Pipeline, RankCount, count_rank, count_ranks, countable,
+    Entry, Even, LaneBook, LoaderStateDict, LoaderStats, LoaderStatsDict, Pipeline, RankCount, count_rank, count_ranks, countable,
     even_target, log_once, maybe_finite,
 )
 from zephon.torch._bundles import Plan, Readers
@@ -273,8 +273,9 @@ class DataLoader(tud.DataLoader):
             return even.left
         return self._counter()(self._entries()).units
 
-    def stats(self) -> dict:
-        """What this rank delivered and where its datasets stand (plain JSON).
+    def stats(self) -> LoaderStatsDict:
+        """What this rank delivered and where its datasets stand (plain JSON; see
+        :class:`zephon.runtime.LoaderStatsDict`).
 
         ``batches``; ``samples`` per component; ``filtered`` (items filter steps dropped);
         ``datasets``: per dataset its ``passes_completed``, ``position`` in the current pass,

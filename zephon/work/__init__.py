@@ -9,7 +9,7 @@
 | :class:`DatasetCoverage` | what ``coverage()`` of a mixture source reports per dataset |
 | :class:`StaticMixtureStateDict`, :class:`PhasedMixtureStateDict` | the JSON ``state_dict()`` of the built-in sources, with :class:`SourceStateDict`, :class:`CursorStateDict`, :class:`TokenRatioDict`, :class:`MigrationRecord` inside |
 | :func:`check_lane`, :func:`check_replicas` | the checks of a lane binding (``lane_id``, ``canonical_replicas``) |
-| :class:`WorkChunk` | a bundle of sample pointers grouped by component |
+| :class:`WorkChunk`, :class:`WorkChunkStateDict` | a bundle of sample pointers grouped by component, and its JSON ``state_dict()`` |
 | :class:`MixtureSpec` | validated mixture weights |
 | :class:`MixtureReadConfig` and its enums | how a chunk's pointers are interleaved when read |
 | :class:`PointerSequence` | a map-style view (``len``, ``[i]``) of an indexable source |
@@ -21,6 +21,7 @@ from zephon.core.checkpoint import (
     CursorStateDict, MigrationRecord, SourceStateDict, StaticMixtureStateDict, TokenRatioDict,
 )
 from zephon.core.chunk import SampleId, WorkChunk
+from zephon.core.chunk_state import WorkChunkStateDict
 from zephon.core.coverage import DatasetCoverage
 from zephon.core.read_config import ComponentOrder, MixtureReadConfig, MixtureReadMode
 from zephon.work._portable import by_value
@@ -36,5 +37,5 @@ __all__ = [
     "ComponentOrder", "CursorStateDict", "DatasetCoverage", "MigrationRecord", "MixtureReadConfig", "MixtureReadMode",
     "Migration", "MixtureSpec", "Phase", "PhasedMixtureStateDict", "PhasedMixtureWorkSource", "PointerSequence",
     "SampleId", "SourceStateDict", "StaticMixtureStateDict", "StaticMixtureWorkSource", "TokenEstimation",
-    "TokenRatioDict", "WorkChunk", "WorkSource", "check_lane", "check_replicas", "migrate", "by_value",
+    "TokenRatioDict", "WorkChunk", "WorkChunkStateDict", "WorkSource", "check_lane", "check_replicas", "migrate", "by_value",
 ]
