@@ -15,12 +15,11 @@ a new shape or fetch a pass layout:
    it, by stream position up to a chunk.
 2. **Walk** — each non-empty interval is walked once from its snapshot with the scheduling
    kernel, only as far as its last target; each target's chunk gives its dataset and rank
-   through the chunk's weighted round robin, looked up in a table per distinct
-   quota vector (a *shape*). Shapes are few per stream; they stay cached on the Lookup, first
-   in first out beyond ``max_shapes`` shapes or ``shape_budget`` bytes (8 per sample of a
-   chunk; the current shape is kept even if it alone is larger). The pass position is the
-   chunk's start in that dataset plus the rank; a "carry" dataset's is then moved back by its
-   tails at that chunk and into its pass (``schedule._carry_back``), once per target.
+   through the chunk's weighted round robin, a table per distinct quota vector kept in a
+   ``shapes.ShapeCache`` on the Lookup (``max_shapes`` shapes, ``shape_budget`` bytes). The
+   pass position is the chunk's start in that dataset plus the rank; a "carry" dataset's is
+   then moved back by its tails at that chunk and into its pass (``schedule._carry_back``),
+   once per target.
 3. **Pointers** — targets are grouped by dataset, stably, so each dataset's passes come in
    runs (the walk goes forward chunk by chunk; targets sharing a guessed chunk next to a short
    one may alternate passes, which only makes more runs); every run goes through the cursor kernel
@@ -38,12 +37,11 @@ import threading
 cimport cython
 
 import numpy as np
-from libc.stdint cimport int32_t, int64_t, uint64_t
+from libc.stdint cimport int64_t, uint64_t
 from libc.stdlib cimport free, malloc, realloc
-from libc.string cimport memcpy
 from zephon._ext.cursor cimport PassLayout, _take_at
-from zephon._ext.readorder cimport SCRATCH, START, round_robin
 from zephon._ext.schedule cimport PLANNED, Schedule, Scheduler, _carry_back, _walk
+from zephon._ext.shapes cimport Draw, ShapeCache, shapes_close, shapes_draws, shapes_open
 
 cdef enum:
     DIGIT_BITS = 11  # widest radix digit: 2048 counters
@@ -53,17 +51,6 @@ cdef int64_t MAX_TARGETS = <int64_t>1 << 32  # per call: a target's index takes 
 cdef uint64_t LOW = (<uint64_t>1 << 32) - 1  # the low half of a Walk item
 cdef int64_t MAX_CHUNK = <int64_t>1 << 31  # must match zephon/core/readorder.py (ranks and offsets fit 32 bits)
 cdef Py_ssize_t RUNS_KEPT = 4096  # a Lookup keeps its run buffer between calls up to this many runs
-
-
-cdef struct Draw:  # one step of a chunk's round robin
-    int32_t dataset
-    int32_t rank  # among the dataset's draws in the chunk (< MAX_CHUNK)
-
-
-cdef struct Shape:  # a cached round robin
-    int64_t* quotas  # n, per dataset (zeros included)
-    Draw* draws  # one per sample of the chunk
-    Py_ssize_t total
 
 
 cdef struct Run:  # consecutive targets (in walk order) of one dataset in one pass
@@ -103,7 +90,7 @@ cdef class Lookup:
     cdef double per_chunk  # 1 / chunk_size
     cdef int routing
     cdef uint64_t lane_key
-    cdef Py_ssize_t n, snapshots, max_shapes, shape_budget
+    cdef Py_ssize_t n, snapshots
     cdef int64_t full_chunks  # chunks of the lane before the first snapshot interval with a short chunk
     cdef object layout_of, lock
     cdef list layouts  # the current PassLayout of each dataset, or None
@@ -117,8 +104,7 @@ cdef class Lookup:
     cdef bint opened
     cdef Run* runs  # the runs of the current call (kept between calls up to RUNS_KEPT)
     cdef Py_ssize_t n_runs, run_capacity
-    cdef Shape* shapes  # FIFO ring of max_shapes entries
-    cdef Py_ssize_t first, count, last, shape_bytes
+    cdef ShapeCache shapes
     # (C fields start zeroed: NULL pointers, opened False, until __init__ sets them)
 
     def __init__(self, Scheduler scheduler not None, const int64_t[:, ::1] ints, const double[:, ::1] acc,
@@ -138,31 +124,25 @@ cdef class Lookup:
         self.scheduler, self.ints, self.acc, self.reshuffle, self.layout_of = scheduler, ints, acc, reshuffle, layout_of
         self.every, self.length, self.chunk_size, self.n, self.snapshots = every, length, chunk_size, n, ints.shape[0]
         self.per_chunk = 1.0 / <double>chunk_size
-        self.max_shapes, self.shape_budget = max_shapes, shape_budget
         self.lane, self.replicas, self.routing = scheduler.lane, scheduler.replicas, scheduler.routing
         self.lane_key = scheduler.lane_key
         self.lock, self.layouts = threading.Lock(), [None] * n
         self.layout_epochs = <int64_t*>malloc((5 * n + 1) * sizeof(int64_t))  # and state, run_of
         self.state_acc = <double*>malloc((2 * n + 1) * sizeof(double))
         self.plans = <int64_t*>malloc((4 * n * every + every + 1) * sizeof(int64_t))  # and starts
-        self.shapes = <Shape*>malloc(max_shapes * sizeof(Shape))
-        if self.layout_epochs == NULL or self.state_acc == NULL or self.plans == NULL or self.shapes == NULL:
+        if self.layout_epochs == NULL or self.state_acc == NULL or self.plans == NULL:
             raise MemoryError("Lookup: no memory for the walk's state")
         self.state, self.run_of = self.layout_epochs + n, self.layout_epochs + 4 * n
         self.starts = self.plans + 4 * n * every
         for c in range(n):
             self.layout_epochs[c] = -1
         self.full_chunks = self._full_chunks()
-        self.first = self.count = self.last = self.shape_bytes = 0
+        shapes_open(&self.shapes, n, max_shapes, shape_budget)
         scheduler._open(&self.sched, self.state_acc + n)
         self.opened = True
 
     def __dealloc__(self):
-        cdef Py_ssize_t i
-        if self.shapes != NULL:
-            for i in range(self.count):
-                _free_shape(&self.shapes[(self.first + i) % self.max_shapes])
-        free(self.shapes)
+        shapes_close(&self.shapes)
         free(self.layout_epochs)
         free(self.state_acc)
         free(self.plans)
@@ -176,7 +156,7 @@ cdef class Lookup:
     @property
     def shapes_cached(self):
         """How many chunk shapes (round-robin tables) the cache holds now."""
-        return self.count
+        return self.shapes.count
 
     def samples_at(self, const int64_t[::1] targets, int64_t[:, ::1] out):
         """Write the sample at stream index ``targets[j]`` into ``out[j]`` for every j.
@@ -338,7 +318,7 @@ cdef class Lookup:
                 k += 1
             plan = self.plans + 4 * n * k
             if k != chunk:
-                draws, chunk = self._draws(plan), k
+                draws, chunk = shapes_draws(&self.shapes, plan), k
             draw = draws[target - self.starts[k]]
             c = draw.dataset
             epoch, position = plan[n + c], plan[2 * n + c] + draw.rank
@@ -384,57 +364,6 @@ cdef class Lookup:
         self.runs[r].count += 1
         return 0
 
-    # -- shapes ---------------------------------------------------------------------------
-
-    cdef const Draw* _draws(self, const int64_t* quotas) except NULL nogil:
-        """The round robin of a chunk with these quotas, from the cache or built."""
-        cdef Py_ssize_t i, slot
-        if self.count and _same(self.shapes[self.last].quotas, quotas, self.n):
-            return self.shapes[self.last].draws
-        for i in range(self.count):
-            slot = (self.first + i) % self.max_shapes
-            if _same(self.shapes[slot].quotas, quotas, self.n):
-                self.last = slot
-                return self.shapes[slot].draws
-        with gil:
-            return self._add_shape(quotas)
-
-    cdef const Draw* _add_shape(self, const int64_t* quotas) except NULL:
-        """Build a chunk's round robin and cache it, evicting the oldest shapes over budget."""
-        cdef Py_ssize_t c, t, slot, n = self.n
-        cdef int64_t total = 0
-        for c in range(n):
-            total += quotas[c]
-        counts, scratch = np.empty(n, dtype=np.int64), np.zeros((SCRATCH, n), dtype=np.int64)
-        component, rows = np.empty(total, dtype=np.int64), np.empty(total, dtype=np.int64)
-        cdef int64_t[::1] counts_view = counts, component_view = component, rows_view = rows
-        cdef int64_t[:, ::1] scratch_view = scratch
-        cdef Shape shape
-        shape.total = total
-        shape.quotas = <int64_t*>malloc(n * sizeof(int64_t))
-        shape.draws = <Draw*>malloc(total * sizeof(Draw))
-        if shape.quotas == NULL or shape.draws == NULL:
-            _free_shape(&shape)
-            raise MemoryError(f"samples_at: no memory for the round robin of a {total}-sample chunk")
-        memcpy(shape.quotas, quotas, n * sizeof(int64_t))
-        memcpy(&counts_view[0], quotas, n * sizeof(int64_t))
-        with nogil:
-            round_robin(counts_view, total, scratch_view, component_view, rows_view)
-            for t in range(total):
-                c = component_view[t]
-                shape.draws[t].dataset = <int32_t>c
-                shape.draws[t].rank = <int32_t>(rows_view[t] - scratch_view[START, c])
-        while self.count and (self.count == self.max_shapes
-                              or self.shape_bytes + total * sizeof(Draw) > self.shape_budget):
-            self.shape_bytes -= self.shapes[self.first].total * sizeof(Draw)
-            _free_shape(&self.shapes[self.first])
-            self.first, self.count = (self.first + 1) % self.max_shapes, self.count - 1
-        slot = (self.first + self.count) % self.max_shapes
-        self.shapes[slot], self.last = shape, slot
-        self.count += 1
-        self.shape_bytes += total * sizeof(Draw)
-        return shape.draws
-
     # -- 3. pointers ----------------------------------------------------------------------
 
     cdef int _pointers(self, Walk* w, int64_t* out) except -1:
@@ -468,19 +397,6 @@ cdef inline int64_t _divide(int64_t t, int64_t d, double inverse) noexcept nogil
     while (q + 1) * d <= t:
         q += 1
     return q
-
-
-cdef inline bint _same(const int64_t* a, const int64_t* b, Py_ssize_t n) noexcept nogil:
-    cdef Py_ssize_t c
-    for c in range(n):
-        if a[c] != b[c]:
-            return False
-    return True
-
-
-cdef void _free_shape(Shape* shape) noexcept nogil:
-    free(shape.quotas)
-    free(shape.draws)
 
 
 cdef void _radix_sort(Walk* w, int64_t top) noexcept nogil:
