@@ -152,6 +152,6 @@ cdef int _runs_grow(Runs* runs) except -1 nogil:
     cdef Run* grown = <Run*>realloc(runs.at, capacity * sizeof(Run))
     if grown == NULL:
         with gil:
-            raise MemoryError("batch: no memory for the runs of the targets")
+            raise MemoryError("Runs: no memory for the runs of the targets")
     runs.at, runs.capacity = grown, capacity
     return 0

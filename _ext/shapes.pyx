@@ -56,7 +56,7 @@ cdef const Draw* shapes_add(ShapeCache* cache, const int64_t* quotas) except NUL
     shape.draws = <Draw*>malloc(total * sizeof(Draw))
     if shape.quotas == NULL or shape.draws == NULL:
         _free_shape(&shape)
-        raise MemoryError(f"samples_at: no memory for the round robin of a {total}-sample chunk")
+        raise MemoryError(f"ShapeCache: no memory for the round robin of a {total}-sample chunk")
     memcpy(shape.quotas, quotas, n * sizeof(int64_t))
     memcpy(&counts_view[0], quotas, n * sizeof(int64_t))
     with nogil:
@@ -65,7 +65,8 @@ cdef const Draw* shapes_add(ShapeCache* cache, const int64_t* quotas) except NUL
             c = component_view[t]
             shape.draws[t].dataset = <int32_t>c
             shape.draws[t].rank = <int32_t>(rows_view[t] - scratch_view[START, c])
-    while cache.count and (cache.count == cache.max_shapes or cache.bytes + total * <Py_ssize_t>sizeof(Draw) > cache.budget):
+    while cache.count and (cache.count == cache.max_shapes
+                           or cache.bytes + total * <Py_ssize_t>sizeof(Draw) > cache.budget):
         cache.bytes -= cache.ring[cache.first].total * sizeof(Draw)
         _free_shape(&cache.ring[cache.first])
         cache.first, cache.count = (cache.first + 1) % cache.max_shapes, cache.count - 1
