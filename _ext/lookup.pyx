@@ -9,26 +9,26 @@ a new shape or fetch a pass layout:
    interval holding it and its chunk inside the interval if every chunk were full (a lower
    bound). Chunks are almost always full, so that is ``target // chunk_size`` up to the
    first short chunk of the lane, and after it the guess ``target // (every · chunk_size)``
-   corrected by a galloping search along the snapshots' sample counts. An LSD radix sort on
-   the keys (digits of at most 11 bits, as many passes as the largest key needs; none for
-   keys already in order, one target included) orders the targets by snapshot and, within
+   corrected by a galloping search along the snapshots' sample counts. The batch kernel
+   (``batch.walk_sort``, a radix sort) orders the targets by key: by snapshot and, within
    it, by stream position up to a chunk.
 2. **Walk** — each non-empty interval is walked once from its snapshot with the scheduling
    kernel, only as far as its last target; each target's chunk gives its dataset and rank
-   through the chunk's weighted round robin, looked up in a table per distinct
-   quota vector (a *shape*). Shapes are few per stream; they stay cached on the Lookup, first
-   in first out beyond ``max_shapes`` shapes or ``shape_budget`` bytes (8 per sample of a
-   chunk; the current shape is kept even if it alone is larger). The pass position is the
-   chunk's start in that dataset plus the rank; a "carry" dataset's is then moved back by its
-   tails at that chunk and into its pass (``schedule._carry_back``), once per target.
-3. **Pointers** — targets are grouped by dataset, stably, so each dataset's passes come in
-   runs (the walk goes forward chunk by chunk; targets sharing a guessed chunk next to a short
-   one may alternate passes, which only makes more runs); every run goes through the cursor kernel
-   (``cursor._take_at``) in one batch, which scatters its pointers to the targets' rows. The
-   layout of a pass comes from the ``layout_of`` callable only when a dataset's pass changes;
-   the last one per dataset is kept. A run builds its pass's tables in pass order
-   (``PassLayout._prepare``) only if it has at least as many targets as the pass has shards:
-   unlike a pass read in order, random targets seldom come back to the same pass.
+   through the chunk's weighted round robin, a table per distinct quota vector kept in a
+   ``shapes.ShapeCache`` on the Lookup (``max_shapes`` shapes, ``shape_budget`` bytes). The
+   pass position is the chunk's start in that dataset plus the rank; a "carry" dataset's is
+   then moved back by its tails at that chunk and into its pass (``schedule._carry_back``),
+   once per target. Consecutive targets of a dataset in one pass make a run
+   (``batch.runs_count``).
+3. **Pointers** — targets are grouped by dataset, stably (``batch.walk_group``), so each
+   dataset's runs come one after the other (the walk goes forward chunk by chunk; targets
+   sharing a guessed chunk next to a short one may alternate passes, which only makes more
+   runs); every run goes through the cursor kernel (``cursor._take_at``) in one batch, which
+   scatters its pointers to the targets' rows. The layout of a pass comes from the
+   ``layout_of`` callable only when a dataset's pass changes; the last one per dataset is
+   kept. A run builds its pass's tables in pass order (``PassLayout._prepare``) only if it
+   has at least as many targets as the pass has shards: unlike a pass read in order, random
+   targets seldom come back to the same pass.
 
 The index, the schedule and the shapes are read under a lock, so one Lookup may serve
 several threads (one at a time).
@@ -38,49 +38,18 @@ import threading
 cimport cython
 
 import numpy as np
-from libc.stdint cimport int32_t, int64_t, uint64_t
-from libc.stdlib cimport free, malloc, realloc
-from libc.string cimport memcpy
+from libc.stdint cimport int64_t, uint64_t
+from libc.stdlib cimport free, malloc
+from zephon._ext.batch cimport (LOW, MAX_TARGETS, Run, Runs, Walk, runs_close, runs_count, runs_open,
+                                runs_start, runs_trim, walk_group, walk_open, walk_sort)
 from zephon._ext.cursor cimport PassLayout, _take_at
-from zephon._ext.readorder cimport SCRATCH, START, round_robin
 from zephon._ext.schedule cimport PLANNED, Schedule, Scheduler, _carry_back, _walk
+from zephon._ext.shapes cimport Draw, ShapeCache, shapes_close, shapes_draws, shapes_open
 
 cdef enum:
-    DIGIT_BITS = 11  # widest radix digit: 2048 counters
     ENDED = 1  # the walk status when the stream ends before a target (snapshots of another config)
 
-cdef int64_t MAX_TARGETS = <int64_t>1 << 32  # per call: a target's index takes the high half of a Walk item
-cdef uint64_t LOW = (<uint64_t>1 << 32) - 1  # the low half of a Walk item
 cdef int64_t MAX_CHUNK = <int64_t>1 << 31  # must match zephon/core/readorder.py (ranks and offsets fit 32 bits)
-cdef Py_ssize_t RUNS_KEPT = 4096  # a Lookup keeps its run buffer between calls up to this many runs
-
-
-cdef struct Draw:  # one step of a chunk's round robin
-    int32_t dataset
-    int32_t rank  # among the dataset's draws in the chunk (< MAX_CHUNK)
-
-
-cdef struct Shape:  # a cached round robin
-    int64_t* quotas  # n, per dataset (zeros included)
-    Draw* draws  # one per sample of the chunk
-    Py_ssize_t total
-
-
-cdef struct Run:  # consecutive targets (in walk order) of one dataset in one pass
-    Py_ssize_t dataset
-    int64_t epoch  # the key epoch of the pass
-    Py_ssize_t count
-
-
-cdef struct Walk:  # one call's scratch: four arrays of m 64-bit words
-    Py_ssize_t m
-    int64_t* keys  # the sort key of each target (snapshot · every + chunk guess)
-    uint64_t* items  # target index << 32 | offset from its guessed chunk (< chunk_size), then | dataset
-    int64_t* spare_keys  # the radix sort's other buffers
-    uint64_t* spare_items
-    int64_t* positions  # spare_keys after the sort: each target's pass position, in walk order
-    int64_t* grouped  # keys after the walk: the pass positions, grouped by dataset
-    int64_t* rows  # spare_items after the walk: the target indices, grouped by dataset
 
 
 @cython.final
@@ -103,7 +72,7 @@ cdef class Lookup:
     cdef double per_chunk  # 1 / chunk_size
     cdef int routing
     cdef uint64_t lane_key
-    cdef Py_ssize_t n, snapshots, max_shapes, shape_budget
+    cdef Py_ssize_t n, snapshots
     cdef int64_t full_chunks  # chunks of the lane before the first snapshot interval with a short chunk
     cdef object layout_of, lock
     cdef list layouts  # the current PassLayout of each dataset, or None
@@ -112,13 +81,10 @@ cdef class Lookup:
     cdef int64_t* state  # n epochs, n positions, n tails
     cdef int64_t* plans  # every chunks of n quotas, n start epochs, n start positions (the schedule's), n tails
     cdef int64_t* starts  # every + 1 chunk starts (samples before)
-    cdef int64_t* run_of  # per dataset: its current run, -1: none
     cdef Schedule sched  # the scheduling kernel's scratch, opened once
     cdef bint opened
-    cdef Run* runs  # the runs of the current call (kept between calls up to RUNS_KEPT)
-    cdef Py_ssize_t n_runs, run_capacity
-    cdef Shape* shapes  # FIFO ring of max_shapes entries
-    cdef Py_ssize_t first, count, last, shape_bytes
+    cdef Runs runs  # the runs of the current call
+    cdef ShapeCache shapes
     # (C fields start zeroed: NULL pointers, opened False, until __init__ sets them)
 
     def __init__(self, Scheduler scheduler not None, const int64_t[:, ::1] ints, const double[:, ::1] acc,
@@ -138,35 +104,30 @@ cdef class Lookup:
         self.scheduler, self.ints, self.acc, self.reshuffle, self.layout_of = scheduler, ints, acc, reshuffle, layout_of
         self.every, self.length, self.chunk_size, self.n, self.snapshots = every, length, chunk_size, n, ints.shape[0]
         self.per_chunk = 1.0 / <double>chunk_size
-        self.max_shapes, self.shape_budget = max_shapes, shape_budget
         self.lane, self.replicas, self.routing = scheduler.lane, scheduler.replicas, scheduler.routing
         self.lane_key = scheduler.lane_key
         self.lock, self.layouts = threading.Lock(), [None] * n
-        self.layout_epochs = <int64_t*>malloc((5 * n + 1) * sizeof(int64_t))  # and state, run_of
+        self.layout_epochs = <int64_t*>malloc((4 * n + 1) * sizeof(int64_t))  # and state
         self.state_acc = <double*>malloc((2 * n + 1) * sizeof(double))
         self.plans = <int64_t*>malloc((4 * n * every + every + 1) * sizeof(int64_t))  # and starts
-        self.shapes = <Shape*>malloc(max_shapes * sizeof(Shape))
-        if self.layout_epochs == NULL or self.state_acc == NULL or self.plans == NULL or self.shapes == NULL:
+        if self.layout_epochs == NULL or self.state_acc == NULL or self.plans == NULL:
             raise MemoryError("Lookup: no memory for the walk's state")
-        self.state, self.run_of = self.layout_epochs + n, self.layout_epochs + 4 * n
+        self.state = self.layout_epochs + n
         self.starts = self.plans + 4 * n * every
         for c in range(n):
             self.layout_epochs[c] = -1
         self.full_chunks = self._full_chunks()
-        self.first = self.count = self.last = self.shape_bytes = 0
+        runs_open(&self.runs, n)
+        shapes_open(&self.shapes, n, max_shapes, shape_budget)
         scheduler._open(&self.sched, self.state_acc + n)
         self.opened = True
 
     def __dealloc__(self):
-        cdef Py_ssize_t i
-        if self.shapes != NULL:
-            for i in range(self.count):
-                _free_shape(&self.shapes[(self.first + i) % self.max_shapes])
-        free(self.shapes)
+        shapes_close(&self.shapes)
+        runs_close(&self.runs)
         free(self.layout_epochs)
         free(self.state_acc)
         free(self.plans)
-        free(self.runs)
         if self.opened:
             self.scheduler._close(&self.sched)
 
@@ -176,7 +137,7 @@ cdef class Lookup:
     @property
     def shapes_cached(self):
         """How many chunk shapes (round-robin tables) the cache holds now."""
-        return self.count
+        return self.shapes.count
 
     def samples_at(self, const int64_t[::1] targets, int64_t[:, ::1] out):
         """Write the sample at stream index ``targets[j]`` into ``out[j]`` for every j.
@@ -220,22 +181,16 @@ cdef class Lookup:
         ``scratch`` holds 4·m int64.
         """
         cdef Walk w
-        w.m, self.n_runs = m, 0
-        w.keys, w.spare_keys = scratch, scratch + m
-        w.items, w.spare_items = <uint64_t*>(scratch + 2 * m), <uint64_t*>(scratch + 3 * m)
+        walk_open(&w, scratch, m)
         try:
             with nogil:
                 self._sort(targets, &w)
-            w.positions = w.spare_keys
             if self._walk_intervals(&w) == ENDED:
                 raise ValueError("samples_at: the stream ended before a target; the Lookup's snapshots "
                                  "belong to another config")
-            w.grouped, w.rows = w.keys, <int64_t*>w.spare_items
             self._pointers(&w, out)
         finally:
-            if self.run_capacity > RUNS_KEPT:
-                free(self.runs)
-                self.runs, self.run_capacity = NULL, 0
+            runs_trim(&self.runs)
         return 0
 
     # -- 1. bucket ------------------------------------------------------------------------
@@ -286,7 +241,8 @@ cdef class Lookup:
         return lo
 
     cdef void _sort(self, const int64_t* targets, Walk* w) noexcept nogil:
-        """Key every target, then put keys and items in walk order (by key)."""
+        """Key every target (the item's low word: its offset from the guessed chunk), then put
+        keys and items in walk order (by key)."""
         cdef Py_ssize_t j
         cdef int64_t top = 0
         cdef bint ordered = True
@@ -297,17 +253,15 @@ cdef class Lookup:
             ordered &= j == 0 or w.keys[j] >= w.keys[j - 1]
             if w.keys[j] > top:
                 top = w.keys[j]
-        if not ordered:
-            _radix_sort(w, top)
+        walk_sort(w, top, ordered)
 
     # -- 2. walk --------------------------------------------------------------------------
 
     cdef Py_ssize_t _walk_intervals(self, Walk* w) except -1:
         """Walk every snapshot interval holding targets: fill w.positions, the datasets in
         w.items and the runs. Returns 0, or ENDED. Takes the GIL only to build a new shape."""
-        cdef Py_ssize_t c, j = 0, status = 0
-        for c in range(self.n):
-            self.run_of[c] = -1
+        cdef Py_ssize_t j = 0, status = 0
+        runs_start(&self.runs)
         self.sched.retired = -1  # recompute the active weights at the first chunk
         with nogil:
             while j < w.m and status == 0:
@@ -338,7 +292,7 @@ cdef class Lookup:
                 k += 1
             plan = self.plans + 4 * n * k
             if k != chunk:
-                draws, chunk = self._draws(plan), k
+                draws, chunk = shapes_draws(&self.shapes, plan), k
             draw = draws[target - self.starts[k]]
             c = draw.dataset
             epoch, position = plan[n + c], plan[2 * n + c] + draw.rank
@@ -346,7 +300,7 @@ cdef class Lookup:
                 _carry_back(sched, c, plan[3 * n + c], &epoch, &position)
             w.positions[j] = position
             w.items[j] = (w.items[j] & ~LOW) | <uint64_t>c
-            self._count(c, epoch if self.reshuffle[c] else 0)
+            runs_count(&self.runs, c, epoch if self.reshuffle[c] else 0)
             j += 1
         at[0] = j
         return 0
@@ -367,86 +321,18 @@ cdef class Lookup:
         self.starts[chunk + 1] = self.starts[chunk] + total
         return True
 
-    cdef int _count(self, Py_ssize_t dataset, int64_t epoch) except -1 nogil:
-        """Count one more target of ``dataset`` in pass ``epoch`` (a new run if its pass changed)."""
-        cdef Py_ssize_t r = self.run_of[dataset]
-        cdef Run* grown
-        if r < 0 or self.runs[r].epoch != epoch:
-            if self.n_runs == self.run_capacity:
-                grown = <Run*>realloc(self.runs, (2 * self.run_capacity + 16) * sizeof(Run))
-                if grown == NULL:
-                    with gil:
-                        raise MemoryError("samples_at: no memory for the passes of the targets")
-                self.runs, self.run_capacity = grown, 2 * self.run_capacity + 16
-            r = self.run_of[dataset] = self.n_runs
-            self.runs[r].dataset, self.runs[r].epoch, self.runs[r].count = dataset, epoch, 0
-            self.n_runs += 1
-        self.runs[r].count += 1
-        return 0
-
-    # -- shapes ---------------------------------------------------------------------------
-
-    cdef const Draw* _draws(self, const int64_t* quotas) except NULL nogil:
-        """The round robin of a chunk with these quotas, from the cache or built."""
-        cdef Py_ssize_t i, slot
-        if self.count and _same(self.shapes[self.last].quotas, quotas, self.n):
-            return self.shapes[self.last].draws
-        for i in range(self.count):
-            slot = (self.first + i) % self.max_shapes
-            if _same(self.shapes[slot].quotas, quotas, self.n):
-                self.last = slot
-                return self.shapes[slot].draws
-        with gil:
-            return self._add_shape(quotas)
-
-    cdef const Draw* _add_shape(self, const int64_t* quotas) except NULL:
-        """Build a chunk's round robin and cache it, evicting the oldest shapes over budget."""
-        cdef Py_ssize_t c, t, slot, n = self.n
-        cdef int64_t total = 0
-        for c in range(n):
-            total += quotas[c]
-        counts, scratch = np.empty(n, dtype=np.int64), np.zeros((SCRATCH, n), dtype=np.int64)
-        component, rows = np.empty(total, dtype=np.int64), np.empty(total, dtype=np.int64)
-        cdef int64_t[::1] counts_view = counts, component_view = component, rows_view = rows
-        cdef int64_t[:, ::1] scratch_view = scratch
-        cdef Shape shape
-        shape.total = total
-        shape.quotas = <int64_t*>malloc(n * sizeof(int64_t))
-        shape.draws = <Draw*>malloc(total * sizeof(Draw))
-        if shape.quotas == NULL or shape.draws == NULL:
-            _free_shape(&shape)
-            raise MemoryError(f"samples_at: no memory for the round robin of a {total}-sample chunk")
-        memcpy(shape.quotas, quotas, n * sizeof(int64_t))
-        memcpy(&counts_view[0], quotas, n * sizeof(int64_t))
-        with nogil:
-            round_robin(counts_view, total, scratch_view, component_view, rows_view)
-            for t in range(total):
-                c = component_view[t]
-                shape.draws[t].dataset = <int32_t>c
-                shape.draws[t].rank = <int32_t>(rows_view[t] - scratch_view[START, c])
-        while self.count and (self.count == self.max_shapes
-                              or self.shape_bytes + total * sizeof(Draw) > self.shape_budget):
-            self.shape_bytes -= self.shapes[self.first].total * sizeof(Draw)
-            _free_shape(&self.shapes[self.first])
-            self.first, self.count = (self.first + 1) % self.max_shapes, self.count - 1
-        slot = (self.first + self.count) % self.max_shapes
-        self.shapes[slot], self.last = shape, slot
-        self.count += 1
-        self.shape_bytes += total * sizeof(Draw)
-        return shape.draws
-
     # -- 3. pointers ----------------------------------------------------------------------
 
     cdef int _pointers(self, Walk* w, int64_t* out) except -1:
         """Group the targets by dataset (stably), then write each run's pointers in one batch."""
-        cdef Py_ssize_t r, c, n = self.n
+        cdef Py_ssize_t r, c
         cdef Run run
         cdef PassLayout layout
         cdef int64_t* offsets = self.state  # per dataset: where its next run starts (the walk is done)
         with nogil:
-            _group(w, offsets, n)
-        for r in range(self.n_runs):
-            run = self.runs[r]
+            walk_group(w, offsets, self.n)
+        for r in range(self.runs.count):
+            run = self.runs.at[r]
             c = run.dataset
             if self.layout_epochs[c] != run.epoch:
                 self.layouts[c] = self.layout_of(c, run.epoch)
@@ -468,68 +354,3 @@ cdef inline int64_t _divide(int64_t t, int64_t d, double inverse) noexcept nogil
     while (q + 1) * d <= t:
         q += 1
     return q
-
-
-cdef inline bint _same(const int64_t* a, const int64_t* b, Py_ssize_t n) noexcept nogil:
-    cdef Py_ssize_t c
-    for c in range(n):
-        if a[c] != b[c]:
-            return False
-    return True
-
-
-cdef void _free_shape(Shape* shape) noexcept nogil:
-    free(shape.quotas)
-    free(shape.draws)
-
-
-cdef void _radix_sort(Walk* w, int64_t top) noexcept nogil:
-    """Sort w.keys and w.items by w.keys (stable LSD radix sort; keys in [0, top]).
-
-    Digits of at most DIGIT_BITS bits, as many passes as ``top`` needs; a pass whose digit
-    is the same for every key moves nothing.
-    """
-    cdef Py_ssize_t j, d, p, m = w.m, bits = 0, passes, width
-    cdef int64_t shift, mask, total, count
-    cdef Py_ssize_t counts[1 << DIGIT_BITS]
-    while (top >> bits) != 0:
-        bits += 1
-    passes = (bits + DIGIT_BITS - 1) // DIGIT_BITS
-    width = (bits + passes - 1) // passes if passes else 0
-    mask = (<int64_t>1 << width) - 1
-    for p in range(passes):
-        shift = p * width
-        for d in range(mask + 1):
-            counts[d] = 0
-        for j in range(m):
-            counts[(w.keys[j] >> shift) & mask] += 1
-        if counts[(w.keys[0] >> shift) & mask] < m:
-            total = 0
-            for d in range(mask + 1):
-                count, counts[d] = counts[d], total
-                total += count
-            for j in range(m):
-                d = (w.keys[j] >> shift) & mask
-                w.spare_keys[counts[d]], w.spare_items[counts[d]] = w.keys[j], w.items[j]
-                counts[d] += 1
-            w.keys, w.spare_keys = w.spare_keys, w.keys
-            w.items, w.spare_items = w.spare_items, w.items
-
-
-cdef void _group(Walk* w, int64_t* offsets, Py_ssize_t n) noexcept nogil:
-    """Stable counting sort of the walked targets by dataset: positions into w.grouped, target
-    indices into w.rows. offsets[c] = where dataset c's targets start; uses offsets[n:2n]."""
-    cdef Py_ssize_t j, c
-    cdef int64_t total = 0, count
-    cdef int64_t* next_at = offsets + n
-    for c in range(n):
-        offsets[c] = 0
-    for j in range(w.m):
-        offsets[w.items[j] & LOW] += 1
-    for c in range(n):
-        count, offsets[c], next_at[c] = offsets[c], total, total
-        total += count
-    for j in range(w.m):
-        c = w.items[j] & LOW
-        w.grouped[next_at[c]], w.rows[next_at[c]] = w.positions[j], <int64_t>(w.items[j] >> 32)
-        next_at[c] += 1

@@ -1,5 +1,5 @@
 """The readorder kernel's exact weighted round robin, for kernels that need a chunk's order
-without reading it (lookup.pyx). Defined in readorder.pyx; see its docstring.
+without reading it (shapes.pyx). Defined in readorder.pyx; see its docstring.
 """
 from libc.stdint cimport int64_t
 

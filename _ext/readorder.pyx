@@ -5,7 +5,7 @@ Defined by zephon/core/readorder.py::read_order_reference. Two doors share the l
 ``read_order`` returns ``(component, rows)``; ``read_pointers`` also copies those rows out
 of the chunk's buffer and returns ``(pointers, component)``. ``iter_pairs`` is the one place
 that builds Python objects: the ``((d, s, o), name)`` pairs a chunk iterates. readorder.pxd
-declares ``round_robin`` (and the scratch rows) for the random-access kernel (lookup.pyx).
+declares ``round_robin`` (and the scratch rows) for the random-access kernel's shapes (shapes.pyx).
 """
 import numpy as np
 from cpython.object cimport PyObject
