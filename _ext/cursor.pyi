@@ -1,25 +1,6 @@
 import numpy as np
 
-class PassLayout:
-    """One pass of one dataset as the cursor kernel reads it."""
-
-    table: ShardTable
-    epoch: int
-    @property
-    def uniform(self) -> bool: ...
-    @property
-    def materialised(self) -> bool: ...
-    def materialise(self) -> None: ...
-
-class ShardTable:
-    """One dataset's shard table and key prefixes (u > 0: uniform shards, odd = -1: none)."""
-
-    def __init__(self, shard_ids: np.ndarray, counts: np.ndarray, u: int, odd: int, t: int,
-                 shuffle: bool, within: bool, order_prefix: int, within_prefix: int,
-                 block_prefix: int, block_size: int) -> None: ...
-    @property
-    def uniform(self) -> bool: ...
-    def layout(self, epoch: int) -> PassLayout: ...
+from zephon._ext.layout import PassLayout
 
 def take(out: np.ndarray, row: int, dataset_id: int, layout: PassLayout, position: int,
          count: int) -> None: ...

@@ -2,7 +2,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from zephon._ext.cursor import PassLayout
+from zephon._ext.layout import PassLayout
 from zephon._ext.schedule import Scheduler
 
 class Lookup:

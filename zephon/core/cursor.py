@@ -33,6 +33,7 @@ import bisect
 import numpy as np
 
 from zephon._ext import cursor as _kernel
+from zephon._ext.layout import PassLayout, ShardTable
 from zephon.core.cache import plan_memo
 from zephon.core.config import DatasetPlan, SourceConfig
 from zephon.core.keys import DOMAIN_BLOCK, DOMAIN_SHARD_ORDER, DOMAIN_WITHIN_SHARD, derive, purpose_key
@@ -113,7 +114,7 @@ def _detect_shape(counts: np.ndarray) -> tuple[int, int, int]:
     return 0, -1, 0
 
 
-def _table(config: SourceConfig, dataset_id: int) -> _kernel.ShardTable:
+def _table(config: SourceConfig, dataset_id: int) -> ShardTable:
     """The kernel's view of a dataset under ``config``'s seed and shuffles, memoised on the plan."""
     plan = config.datasets[dataset_id]
     key = order_of(config, dataset_id)
@@ -124,13 +125,13 @@ def _table(config: SourceConfig, dataset_id: int) -> _kernel.ShardTable:
         seed, key_id, shuffle_shards, shuffle_within_shard = key
         order, within, block = (purpose_key(seed, domain, key_id)
                                 for domain in (DOMAIN_SHARD_ORDER, DOMAIN_WITHIN_SHARD, DOMAIN_BLOCK))
-        table = _kernel.ShardTable(plan.shard_ids, plan.shard_counts, u, odd, t, shuffle_shards,
-                                   shuffle_within_shard, order, within, block, plan.block_size)
+        table = ShardTable(plan.shard_ids, plan.shard_counts, u, odd, t, shuffle_shards,
+                           shuffle_within_shard, order, within, block, plan.block_size)
         memo[key] = table
     return table
 
 
-def epoch_layout(config: SourceConfig, dataset_id: int, epoch: int) -> _kernel.PassLayout:
+def epoch_layout(config: SourceConfig, dataset_id: int, epoch: int) -> PassLayout:
     """The kernel layout of pass ``epoch`` (a pure function of its inputs), memoised on the plan.
 
     O(1) for uniform shards, O(#shards) otherwise; the plan keeps the last two per seed and
@@ -138,7 +139,7 @@ def epoch_layout(config: SourceConfig, dataset_id: int, epoch: int) -> _kernel.P
     """
     plan = config.datasets[dataset_id]
     key = (*order_of(config, dataset_id), epoch if plan.reshuffle_on_repeat else 0)
-    passes: dict[tuple[int, ...], _kernel.PassLayout] = plan_memo(plan).setdefault(_PASSES, {})
+    passes: dict[tuple[int, ...], PassLayout] = plan_memo(plan).setdefault(_PASSES, {})
     layout = passes.get(key)
     if layout is None:
         layout = _table(config, dataset_id).layout(key[-1])

@@ -49,7 +49,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from zephon._ext.cursor import PassLayout
+from zephon._ext.layout import PassLayout
 from zephon._ext.lookup import Lookup
 from zephon.core.cache import memoised, scheduler
 from zephon.core.config import REDISTRIBUTE, REPEAT, STOP, SourceConfig
