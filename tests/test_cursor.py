@@ -1,4 +1,4 @@
-"""The cursor kernel against its definition, and what a pass must be."""
+"""The cursor and pass layout kernels against their definition, and what a pass must be."""
 import numpy as np
 import pytest
 from hypothesis import given
@@ -6,6 +6,7 @@ from hypothesis import strategies as st
 
 from zephon import Dataset, StaticMixtureWorkSource
 from zephon._ext import cursor as kernel
+from zephon._ext.layout import ShardTable
 from zephon.core.cursor import _detect_shape, epoch_layout, pointer_reference, shard_runs, take, take_at
 from zephon.core.keys import DOMAIN_BLOCK, DOMAIN_SHARD_ORDER, DOMAIN_WITHIN_SHARD, purpose_key
 from zephon.testing import datasets
@@ -179,11 +180,31 @@ def _kernel_layouts(config, epoch):
     prefixes = [purpose_key(config.seed, d, 0) for d in (DOMAIN_SHARD_ORDER, DOMAIN_WITHIN_SHARD, DOMAIN_BLOCK)]
     flags = (config.shuffle_shards, config.shuffle_within_shard)
     shape = _detect_shape(plan.shard_counts)
-    uniform = kernel.ShardTable(plan.shard_ids, plan.shard_counts, *shape, *flags, *prefixes, plan.block_size)
-    general = kernel.ShardTable(plan.shard_ids, plan.shard_counts, 0, -1, 0, *flags, *prefixes, plan.block_size)
+    uniform = ShardTable(plan.shard_ids, plan.shard_counts, *shape, *flags, *prefixes, plan.block_size)
+    general = ShardTable(plan.shard_ids, plan.shard_counts, 0, -1, 0, *flags, *prefixes, plan.block_size)
     materialised = uniform.layout(e)
     materialised.materialise()
     return uniform.layout(e), materialised, general.layout(e)
+
+
+@given(st.one_of(layouts, uniform_layouts), st.integers(0, 3), st.data())
+def test_every_layout_of_a_pass_matches_reference(layout, epoch, data):
+    # The layout kernel's three forms of one pass (arithmetic, materialised, general tables),
+    # each read at any positions and over a range.
+    config = _config(layout)
+    total = config.datasets[0].total
+    positions = data.draw(st.lists(st.integers(0, total - 1), max_size=20))
+    start = data.draw(st.integers(0, total - 1))
+    count = data.draw(st.integers(1, total - start))
+    forms = _kernel_layouts(config, epoch)
+    assert forms[1].materialised and forms[2].materialised and not forms[2].uniform
+    for form in forms:
+        picked, read = np.empty((len(positions), 3), dtype=np.int64), np.empty((count, 3), dtype=np.int64)
+        assert kernel.take_at(picked, 0, form, np.array(positions, dtype=np.int64)) == -1
+        kernel.take(read, 0, 0, form, start, count)
+        assert list(map(tuple, picked.tolist())) == [pointer_reference(config, 0, epoch, p) for p in positions]
+        assert list(map(tuple, read.tolist())) == [pointer_reference(config, 0, epoch, p)
+                                                   for p in range(start, start + count)]
 
 
 @pytest.mark.parametrize("odd, odd_count", [(None, 0), (0, 0), (137, 5), (299, 80), (137, 0), (299, 7)])
