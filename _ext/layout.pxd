@@ -1,14 +1,17 @@
+# cython: cdivision=True
+# (A .pxd takes no directives from the .pyx that cimports it: without cdivision, the inline
+# lookups below would check every // for a zero divisor and round it as Python does.)
 """The pass layout's C surface: ``Pass``, the fields of ``ShardTable`` and ``PassLayout``, and
 the lookups on a ``Pass``, for kernels that walk a pass (cursor.pyx) or hand it on (lookup.pyx).
 
-Defined in layout.pyx; see its docstring. The per-position lookups (``_find``, ``_start``,
-``_rows``, ``_id``, ``_within_key``) are inline here, so the loops that call them once per
-shard or position compile them in; ``_locate`` (a batch at a time) is called through
-layout.pyx.
+Defined in layout.pyx; see its docstring. The lookups (``_locate`` for a batch of positions,
+and ``_find``, ``_start``, ``_rows``, ``_id``, ``_within_key`` that the loops walk shards
+with) are inline here, compiled into every kernel that cimports them: they run once per batch
+or per shard, too often for a call into another extension module.
 """
 from libc.stdint cimport int64_t, uint64_t
 from zephon._ext._keys cimport derive
-from zephon._ext.perm cimport Perm, perm_apply
+from zephon._ext.perm cimport PERM_BATCH, Perm, perm_apply, perm_apply_each, perm_apply_many
 
 
 cdef struct Pass:
@@ -33,10 +36,6 @@ cdef struct Pass:
     const uint64_t* within_keys  # NULL without within-shard shuffle
 
 
-cdef void _locate(const Pass* P, const int64_t* q, Py_ssize_t m, Py_ssize_t lo, Py_ssize_t hi,
-                  int64_t* ids, uint64_t* rows) noexcept nogil
-
-
 cdef class ShardTable:
     cdef const int64_t[::1] shard_ids
     cdef const int64_t[::1] counts
@@ -56,7 +55,7 @@ cdef class PassLayout:
     cdef void _prepare(self, Py_ssize_t count)
 
 
-# -- per-position lookups -----------------------------------------------------------------
+# -- one position or shard at a time ------------------------------------------------------
 
 
 cdef inline Py_ssize_t _shard_of(const int64_t* cum_end, int64_t q, Py_ssize_t lo, Py_ssize_t hi) noexcept nogil:
@@ -114,3 +113,71 @@ cdef inline uint64_t _within_key(const Pass* P, Py_ssize_t k, int64_t shard_id) 
     if P.within_keys != NULL:
         return P.within_keys[k]
     return derive(P.within_key, <uint64_t>shard_id)
+
+
+# -- a batch of positions at a time -------------------------------------------------------
+
+
+cdef inline void _shards_of(const int64_t* cum_end, const int64_t* q, Py_ssize_t* shard, Py_ssize_t m,
+                            Py_ssize_t lo, Py_ssize_t hi) noexcept nogil:
+    """shard[j] = first k in [lo, hi) with cum_end[k] > q[j], for j < m, given one exists.
+
+    A binary search without branches: every q takes the same steps (the halvings of hi - lo),
+    each a conditional add, and the m searches advance side by side, so the CPU overlaps their
+    loads and nothing is mispredicted.
+    """
+    cdef Py_ssize_t length = hi - lo, half, j
+    for j in range(m):
+        shard[j] = lo
+    while length > 1:
+        half = length >> 1
+        for j in range(m):
+            shard[j] += half & -<Py_ssize_t>(cum_end[shard[j] + half - 1] <= q[j])
+        length -= half
+
+
+cdef inline void _locate(const Pass* P, const int64_t* q, Py_ssize_t m, Py_ssize_t lo, Py_ssize_t hi,
+                         int64_t* ids, uint64_t* rows) noexcept nogil:
+    """ids[j], rows[j] = shard id and offset of pass position q[j] (after the mosaic), j < m.
+
+    For general shards the search is limited to order positions [lo, hi), which must hold
+    every q[j]; uniform shards ignore lo and hi.
+    """
+    cdef Py_ssize_t shard[PERM_BATCH]
+    cdef uint64_t index[PERM_BATCH]
+    cdef uint64_t keys[PERM_BATCH]
+    cdef uint64_t ns[PERM_BATCH]
+    cdef Py_ssize_t j, k
+    cdef int64_t start
+    if P.uniform:
+        for j in range(m):
+            k = _uniform_shard_of(P, q[j])
+            start = _start(P, k)
+            rows[j] = <uint64_t>(q[j] - start)
+            ns[j] = <uint64_t>_rows(P, k, start)
+            index[j] = <uint64_t>k
+        if P.ordered_ids != NULL:  # materialised
+            for j in range(m):
+                ids[j] = P.ordered_ids[index[j]]
+                if P.within:
+                    keys[j] = P.within_keys[index[j]]
+        else:
+            if P.shuffle:
+                perm_apply_many(&P.order, index, m)
+            for j in range(m):
+                ids[j] = P.shard_ids[index[j]]
+            if P.within:
+                for j in range(m):
+                    keys[j] = derive(P.within_key, <uint64_t>ids[j])
+    else:
+        _shards_of(P.cum_end, q, shard, m, lo, hi)
+        for j in range(m):
+            k = shard[j]
+            start = P.cum_end[k - 1] if k > 0 else 0
+            rows[j] = <uint64_t>(q[j] - start)
+            ids[j] = P.ordered_ids[k]
+            if P.within:
+                keys[j] = P.within_keys[k]
+                ns[j] = <uint64_t>(P.cum_end[k] - start)
+    if P.within:
+        perm_apply_each(rows, keys, ns, m)

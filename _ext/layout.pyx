@@ -2,9 +2,10 @@
 """Pass layout kernel: where each position of one pass of a dataset lives (shard id and row).
 
 Defined by the shard lookup and within-shard stages of
-zephon/core/cursor.py::pointer_reference (the block mosaic before them is cursor.pyx's). A
-layout is built once per pass and read by every kernel that writes pointers (cursor.pyx,
-lookup.pyx), so the pass's shard order and keys are derived once, not per read.
+zephon/core/cursor.py::pointer_reference (the block mosaic before them is cursor.pyx's). It
+stands apart from the loops that write pointers because a layout is built once per pass and
+kept (zephon/core/cursor.py::epoch_layout, a random-access ``Lookup``), then read by all of
+them: cursor.pyx's, and lookup.pyx's through cursor.pyx's ``_take_at``.
 
 ``ShardTable`` is one dataset's shard table with its key prefixes, built once per config;
 ``ShardTable.layout(e)`` is the ``PassLayout`` of the pass with key epoch ``e``, whose C
@@ -19,87 +20,19 @@ hand-off ``Pass`` (layout.pxd) the loops read:
 * **general** shards: the O(#shards) tables (ids in pass order, cumulative counts, within
   keys), built here in one pass, searched by binary search.
 
-``_locate`` maps a batch of positions to their shard ids and rows; the per-position lookups
-it shares with the loops of cursor.pyx are inline in layout.pxd.
+The lookups on a ``Pass`` (``_locate``: a batch of positions to their shard ids and rows)
+are inline in layout.pxd, so that the loops of cursor.pyx compile them in.
 """
 import numpy as np
 from libc.stdint cimport int64_t, uint64_t
 from zephon._ext._keys cimport derive
-from zephon._ext.perm cimport PERM_BATCH, perm_apply_each, perm_apply_many, perm_invert, perm_make
+from zephon._ext.perm cimport perm_apply_many, perm_invert, perm_make
 
 cdef enum:
     # A uniform pass builds its O(#shards) tables for a batched lookup (block mosaic or
     # take_at) of at least #shards / MATERIALISE_RATIO positions: a table entry costs about
     # as much as the per-position shard permutation and key derivation it saves.
     MATERIALISE_RATIO = 4
-
-
-# -- shard lookup, a batch at a time ------------------------------------------------------
-
-
-cdef inline void _shards_of(const int64_t* cum_end, const int64_t* q, Py_ssize_t* shard, Py_ssize_t m,
-                            Py_ssize_t lo, Py_ssize_t hi) noexcept nogil:
-    """shard[j] = first k in [lo, hi) with cum_end[k] > q[j], for j < m, given one exists.
-
-    A binary search without branches: every q takes the same steps (the halvings of hi - lo),
-    each a conditional add, and the m searches advance side by side, so the CPU overlaps their
-    loads and nothing is mispredicted.
-    """
-    cdef Py_ssize_t length = hi - lo, half, j
-    for j in range(m):
-        shard[j] = lo
-    while length > 1:
-        half = length >> 1
-        for j in range(m):
-            shard[j] += half & -<Py_ssize_t>(cum_end[shard[j] + half - 1] <= q[j])
-        length -= half
-
-
-cdef void _locate(const Pass* P, const int64_t* q, Py_ssize_t m, Py_ssize_t lo, Py_ssize_t hi,
-                  int64_t* ids, uint64_t* rows) noexcept nogil:
-    """ids[j], rows[j] = shard id and offset of pass position q[j] (after the mosaic), j < m.
-
-    For general shards the search is limited to order positions [lo, hi), which must hold
-    every q[j]; uniform shards ignore lo and hi.
-    """
-    cdef Py_ssize_t shard[PERM_BATCH]
-    cdef uint64_t index[PERM_BATCH]
-    cdef uint64_t keys[PERM_BATCH]
-    cdef uint64_t ns[PERM_BATCH]
-    cdef Py_ssize_t j, k
-    cdef int64_t start
-    if P.uniform:
-        for j in range(m):
-            k = _uniform_shard_of(P, q[j])
-            start = _start(P, k)
-            rows[j] = <uint64_t>(q[j] - start)
-            ns[j] = <uint64_t>_rows(P, k, start)
-            index[j] = <uint64_t>k
-        if P.ordered_ids != NULL:  # materialised
-            for j in range(m):
-                ids[j] = P.ordered_ids[index[j]]
-                if P.within:
-                    keys[j] = P.within_keys[index[j]]
-        else:
-            if P.shuffle:
-                perm_apply_many(&P.order, index, m)
-            for j in range(m):
-                ids[j] = P.shard_ids[index[j]]
-            if P.within:
-                for j in range(m):
-                    keys[j] = derive(P.within_key, <uint64_t>ids[j])
-    else:
-        _shards_of(P.cum_end, q, shard, m, lo, hi)
-        for j in range(m):
-            k = shard[j]
-            start = P.cum_end[k - 1] if k > 0 else 0
-            rows[j] = <uint64_t>(q[j] - start)
-            ids[j] = P.ordered_ids[k]
-            if P.within:
-                keys[j] = P.within_keys[k]
-                ns[j] = <uint64_t>(P.cum_end[k] - start)
-    if P.within:
-        perm_apply_each(rows, keys, ns, m)
 
 
 # -- layouts ------------------------------------------------------------------------------
