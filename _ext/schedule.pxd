@@ -1,3 +1,6 @@
+# cython: cdivision=True
+# (A .pxd takes no directives from the .pyx that cimports it; _carry_back divides non-negative
+# tails by a positive total, so C division is exact here.)
 """The scheduling kernel's C surface, for kernels that walk a lane themselves (lookup.pyx).
 
 Defined in schedule.pyx; see its docstring.

@@ -1,3 +1,5 @@
+# cython: cdivision=True
+# (A .pxd takes no directives from the .pyx that cimports it; the ring index is non-negative.)
 """Chunk shapes: a chunk's weighted round robin as a table of draws, cached by quota vector, for
 kernels that place a chunk's samples without reading the chunk (lookup.pyx).
 
