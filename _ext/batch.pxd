@@ -56,7 +56,7 @@ cdef int runs_open(Runs* runs, Py_ssize_t n) except -1
 cdef void runs_close(Runs* runs) noexcept nogil
 cdef void runs_start(Runs* runs) noexcept nogil
 cdef void runs_trim(Runs* runs) noexcept nogil
-cdef int _runs_grow(Runs* runs) except -1 nogil
+cdef int _runs_grow(Runs* runs) except -1 nogil  # declared here only for runs_count below; not for callers
 
 
 cdef inline int runs_count(Runs* runs, Py_ssize_t dataset, int64_t epoch) except -1 nogil:

@@ -31,7 +31,7 @@ cdef void shapes_close(ShapeCache* cache) noexcept nogil
 cdef const Draw* shapes_add(ShapeCache* cache, const int64_t* quotas) except NULL
 
 
-cdef inline bint _same(const int64_t* a, const int64_t* b, Py_ssize_t n) noexcept nogil:
+cdef inline bint _same(const int64_t* a, const int64_t* b, Py_ssize_t n) noexcept nogil:  # for shapes_draws only
     cdef Py_ssize_t c
     for c in range(n):
         if a[c] != b[c]:

@@ -6,7 +6,7 @@ state. Prints the version, the lanes, each dataset's pass and position, the prog
 configuration fingerprint; for a phased source, also its phases and the one in progress.
 With ``--config CONFIG`` it also says whether the checkpoint would load into the source that
 mixture config describes, and what differs if not (mixture configs describe static sources,
-so a phased state is summarised but not checked).
+so ``--config`` refuses a phased source's state).
 """
 from __future__ import annotations
 
@@ -175,7 +175,7 @@ def loader_summary(state: dict[str, Any]) -> str:
         source_state, consumed, _ = parsed.entries[lane]
         static = _static_part(source_state)
         chunk = static.get(source_checkpoint.KEY_STATE, {}).get(source_checkpoint.KEY_CHUNK)
-        phase = f" (phase {source_state[phased.KEY_PHASE]})" if static is not source_state else ""
+        phase = f" (phase {source_state.get(phased.KEY_PHASE)})" if static is not source_state else ""
         lines.append(f"  lane {lane}: chunk in flight starts at global chunk {chunk}{phase}, {consumed:,} of its "
                      "samples received")
         lines.extend("  " + row for row in _cursor_rows(static))

@@ -1,8 +1,9 @@
 """Checks of a chunk's arguments: pointer arrays, component names, seed, target, exhausted names.
 
 Each check raises a ``TypeError`` or ``ValueError`` naming the argument, its value and the
-fix, and returns the value in the form a ``WorkChunk`` stores it. They run before a chunk
-is built, so a refused argument leaves nothing half made.
+fix; those that convert (pointer arrays, target, exhausted names) return the value in the
+form a ``WorkChunk`` stores it. They run before a chunk is built, so a refused argument
+leaves nothing half made.
 """
 from __future__ import annotations
 

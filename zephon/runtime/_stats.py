@@ -15,19 +15,17 @@ import numpy as np
 
 from zephon.runtime._even import EvenBatchesDict
 from zephon.runtime._stream import Entry
+from zephon.work import DatasetCoverage
 
 log = logging.getLogger("zephon")
 REDISTRIBUTE = "redistribute"
 
 
-class DatasetStatsDict(TypedDict):
-    """A dataset in ``stats()["datasets"]``, at the latest chunk the loop reached."""
+class DatasetStatsDict(DatasetCoverage):
+    """A dataset in ``stats()["datasets"]``, at the latest chunk the loop reached: its
+    ``coverage()`` and its exhaustion ``policy``."""
 
-    passes_completed: int
-    position: int  # samples read of the current pass
-    pass_length: int  # samples in a pass
-    never_read: int  # samples of skipped pass tails ("carry" datasets only)
-    policy: str  # its exhaustion policy
+    policy: str
 
 
 class LoaderStatsDict(TypedDict):

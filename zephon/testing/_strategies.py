@@ -163,7 +163,7 @@ def sources(
     """
     configs = source_configs(num_datasets=num_datasets, max_chunk_size=max_chunk_size, policies=policies,
                              block_sizes=block_sizes, allocations=allocations, pass_tails=pass_tails)
-    return _built(configs, StaticMixtureWorkSource, canonical_replicas, lane)
+    return _built("sources", configs, StaticMixtureWorkSource, canonical_replicas, lane)
 
 
 @st.composite
@@ -174,14 +174,17 @@ def _phased_source_configs(draw, configs: SearchStrategy, max_phases: Any) -> di
     if type(most) is not int or most < 1:
         raise InvalidArgument(f"phased_source_configs() needs max_phases >= 1, got {most!r}")
     count, phases = draw(st.integers(1, most)), []
+    chunk = sample = 0  # bounds of one kind increase: each is the last one of its kind plus a step
     for k in range(count):
         mixture = draw(mixtures(names=st.lists(st.sampled_from(names), min_size=1, max_size=len(names), unique=True)))
         if k == count - 1:
             phases.append(Phase(mixture))
         elif draw(st.booleans()):
-            phases.append(Phase(mixture, until_chunk=draw(st.integers(1, 6)) * (k + 1)))
+            chunk += draw(st.integers(1, 6))
+            phases.append(Phase(mixture, until_chunk=chunk))
         else:
-            phases.append(Phase(mixture, until_sample=draw(st.integers(1, 60)) * (k + 1)))
+            sample += draw(st.integers(1, 60))
+            phases.append(Phase(mixture, until_sample=sample))
     kwargs["phases"] = phases
     return kwargs
 
@@ -229,39 +232,38 @@ def phased_sources(
     configs = phased_source_configs(max_phases=max_phases, num_datasets=num_datasets, max_chunk_size=max_chunk_size,
                                     policies=policies, block_sizes=block_sizes, allocations=allocations,
                                     pass_tails=pass_tails)
-    return _built(configs, PhasedMixtureWorkSource, canonical_replicas, lane)
+    return _built("phased_sources", configs, PhasedMixtureWorkSource, canonical_replicas, lane)
 
 
-def _built(configs: SearchStrategy, kind: type[MixtureSource], canonical_replicas: Any, lane: Any
+def _built(caller: str, configs: SearchStrategy, kind: type[MixtureSource], canonical_replicas: Any, lane: Any
            ) -> SearchStrategy[Any]:
     """Sources of ``kind`` built from ``configs``, bound to a lane when ``canonical_replicas`` is given."""
     if canonical_replicas is None and lane is not None:
-        raise InvalidArgument(f"{kind.__name__} strategies need canonical_replicas with lane=... (the number of "
-                              "lanes)")
+        raise InvalidArgument(f"{caller}(lane=...) needs canonical_replicas too (the number of lanes)")
     if canonical_replicas is not None:
-        _check_binding(canonical_replicas, lane)
-    return _sources(configs, kind, canonical_replicas, lane)
+        _check_binding(caller, canonical_replicas, lane)
+    return _sources(caller, configs, kind, canonical_replicas, lane)
 
 
-def _check_binding(replicas: Any, lane: Any) -> None:
+def _check_binding(caller: str, replicas: Any, lane: Any) -> None:
     """Refuse a lane binding that cannot exist (strategies are checked once drawn)."""
     if isinstance(replicas, SearchStrategy):
         return
     if type(replicas) is not int or replicas < 1:
-        raise InvalidArgument(f"sources() needs canonical_replicas >= 1, got {replicas!r}")
+        raise InvalidArgument(f"{caller}() needs canonical_replicas >= 1, got {replicas!r}")
     if lane is not None and not isinstance(lane, SearchStrategy) and (type(lane) is not int or not 0 <= lane < replicas):
-        raise InvalidArgument(f"sources() needs 0 <= lane < canonical_replicas={replicas}, got {lane!r}")
+        raise InvalidArgument(f"{caller}() needs 0 <= lane < canonical_replicas={replicas}, got {lane!r}")
 
 
 @st.composite
-def _sources(draw, configs: SearchStrategy, kind: type[MixtureSource], canonical_replicas: Any, lane: Any
-             ) -> MixtureSource:
+def _sources(draw, caller: str, configs: SearchStrategy, kind: type[MixtureSource], canonical_replicas: Any,
+             lane: Any) -> MixtureSource:
     source = kind(**draw(configs))
     if canonical_replicas is None:
         return source
     replicas = draw(_strategy(canonical_replicas))
     chosen = draw(st.integers(0, replicas - 1) if lane is None else _strategy(lane))
-    _check_binding(replicas, chosen)
+    _check_binding(caller, replicas, chosen)
     return source.clone_for_lane(chosen, replicas)
 
 

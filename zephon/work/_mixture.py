@@ -8,7 +8,7 @@ priming, ``len``, lookups and their argument checks) lives here once.
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping, Protocol, TypeVar, cast
+from typing import Any, Callable, Mapping, Protocol, TypeVar, cast, get_type_hints
 
 import numpy as np
 
@@ -22,7 +22,7 @@ from zephon.work._priming import cached_ratio
 from zephon.work.source import WorkSource
 
 MAX_HISTORY = 8  # migrations a state remembers (the most recent)
-_HISTORY_KEYS = {"cut_chunk": int, "from": str, "unread": int, "requeued": bool}
+_HISTORY_KEYS: dict[str, type] = get_type_hints(MigrationRecord)  # each key's exact type
 Shell = TypeVar("Shell", bound="MixtureShell")
 State = TypeVar("State", bound=Mapping[str, Any])  # a source's checkpoint (StaticMixtureStateDict, PhasedMixtureStateDict)
 
