@@ -98,6 +98,7 @@ def main():
             break
 
     if dist.is_initialized():
+        dist.barrier()  # every rank leaves together: none tears its connections down under a peer still working
         dist.destroy_process_group()
 
 

@@ -17,7 +17,7 @@ SCRIPTS = [
 
 def run(args, **kwargs):
     done = subprocess.run(args, capture_output=True, text=True, cwd=ROOT, timeout=240, **kwargs)
-    assert done.returncode == 0, done.stderr
+    assert done.returncode == 0, f"stdout:\n{done.stdout[-2000:]}\nstderr:\n{done.stderr}"
     return done.stdout
 
 
