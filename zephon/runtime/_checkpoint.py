@@ -35,7 +35,7 @@ def _encode(state: Any) -> bytes:
                         "zephon loader (or merge_states / all_gather_state of them)") from error
 
 
-def save_checkpoint(path: str | os.PathLike, state: Any) -> None:
+def save_checkpoint(path: str | os.PathLike[str], state: Any) -> None:
     """Write ``state`` (a loader state) to ``path`` atomically, with a checksum.
 
     Writes a temporary file in the same directory, flushes and fsyncs it, renames it over
@@ -55,7 +55,7 @@ def _refuse(path: str, why: str) -> ValueError:
                       "changed since: restore an earlier checkpoint")
 
 
-def load_checkpoint(path: str | os.PathLike, *, expect: Any = None) -> dict:
+def load_checkpoint(path: str | os.PathLike[str], *, expect: Any = None) -> dict[str, Any]:
     """Read a checkpoint written by :func:`save_checkpoint`; refuse a truncated or corrupted one.
 
     Checks the header, the length, the checksum, the state's kind and version. With
@@ -69,7 +69,7 @@ def load_checkpoint(path: str | os.PathLike, *, expect: Any = None) -> dict:
     if hashlib.sha256(payload).hexdigest() != fields[2][len("sha256="):]:
         raise _refuse(path, "fails its sha256 checksum (corrupted)")
     try:
-        state = json.loads(payload)
+        state: dict[str, Any] = json.loads(payload)  # a dict once parse_state accepts it
     except (ValueError, RecursionError) as error:
         raise _refuse(path, f"holds malformed JSON ({str(error)[:200]})") from None
     parse_state(state)

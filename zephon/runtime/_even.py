@@ -48,7 +48,8 @@ def lane_remaining(template: Any, lane: int, replicas: int, entry: Entry) -> int
     state, consumed, _ = entry
     source = template.clone_for_lane(lane, replicas)
     source.load_state_dict(state)
-    return source.remaining_samples() - consumed
+    remaining: int = source.remaining_samples()
+    return remaining - consumed
 
 
 def units(samples: int, batch_size: int | None, drop_last: bool) -> int:

@@ -20,7 +20,7 @@ MAPPINGS = (CONTIGUOUS, INTERLEAVED)
 def check_mapping(mapping: object) -> str:
     if mapping not in MAPPINGS:
         raise ValueError(f"mapping={mapping!r} is not supported; pass one of {list(MAPPINGS)}")
-    return mapping  # type: ignore[return-value]
+    return mapping
 
 
 def share(items: Sequence[int], part: int, parts: int, mapping: str) -> list[int]:

@@ -61,7 +61,7 @@ class LoaderState:
     canonical_replicas: int
     entries: dict[int, Entry]  # lane -> (source state, consumed, turn flags)
     datasets: list[DatasetRecord]  # ascending ids
-    topology: dict = field(default_factory=dict)
+    topology: dict[str, Any] = field(default_factory=dict)
 
 
 def dataset_fingerprints(datasets_by_id: Mapping[int, Any]) -> list[DatasetRecord]:
@@ -75,7 +75,7 @@ def dataset_fingerprints(datasets_by_id: Mapping[int, Any]) -> list[DatasetRecor
     return out
 
 
-def _common(states: list[dict]) -> dict:
+def _common(states: list[Mapping[str, Any]]) -> dict[str, Any]:
     if not states:
         return {}
     first = states[0]

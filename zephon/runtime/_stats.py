@@ -48,7 +48,7 @@ def _plans(template: Any) -> list[Any]:
     return list(getattr(config, "datasets", ()))
 
 
-def _cursors(state: Any) -> dict[str, dict] | None:
+def _cursors(state: Any) -> dict[str, dict[str, Any]] | None:
     """``{dataset: {"epoch", "position"}}`` of a mixture source's state (JSON), else None."""
     inner = state.get("state") if isinstance(state, dict) else None
     cursors = inner.get("cursors") if isinstance(inner, dict) else None

@@ -30,13 +30,13 @@ from __future__ import annotations
 
 import weakref
 from dataclasses import dataclass
-from typing import Any, Iterator, Mapping, Protocol, Sequence
+from typing import Any, Callable, Iterator, Mapping, Protocol, Sequence
 
 import numpy as np
 
-from zephon.work import WorkSource
+from zephon.work import WorkChunk, WorkSource
 
-Entry = tuple  # (lane state at the start of the chunk in flight, samples consumed from it, turn flags)
+Entry = tuple[Mapping[str, Any], int, int]  # (lane state at the start of the chunk in flight, samples consumed from it, turn flags)
 
 
 class Items(Protocol):
@@ -93,7 +93,8 @@ class _Lane:
         self.pointers = np.zeros((0, 3), dtype=np.int64)
         self.components = np.zeros(0, dtype=np.int64)
         self.chunks = 0  # chunks pulled (the readahead's priority)
-        self.ahead: tuple | None = None  # readahead: (state, chunk, source after it), the next chunk pulled early
+        # readahead: (state, chunk, source after it), the next chunk pulled early
+        self.ahead: tuple[Mapping[str, Any], WorkChunk | None, WorkSource] | None = None
         self.fed = False  # the chunk in flight was fed to the readahead as the next chunk
 
 
@@ -157,7 +158,7 @@ class LaneMux:
         self._segments.append(Segment(self._start, self._rotation))
         self._record_fresh(fresh)
 
-    def _pull(self, slot: _Lane) -> tuple[Mapping[str, Any], Any]:
+    def _pull(self, slot: _Lane) -> tuple[Mapping[str, Any], WorkChunk | None]:
         """The lane's next chunk and the state before it (taken from ``ahead`` if pulled early)."""
         slot.fed = slot.ahead is not None
         if slot.ahead is not None:
@@ -180,7 +181,7 @@ class LaneMux:
         if chunk is not None and len(chunk):
             self.readahead.feed(chunk.read_order()[0], slot.chunks, self._taken(slot, slot.chunks, 0))
 
-    def _taken(self, slot: _Lane, chunk: int, start: int) -> Any:
+    def _taken(self, slot: _Lane, chunk: int, start: int) -> Callable[[], int]:
         """How many pointers of the lane's chunk number ``chunk`` (fed from ``start``) the stream handed out."""
         mux = weakref.ref(self)  # the readahead's threads must not keep the stream (and so themselves) alive
 
@@ -388,7 +389,7 @@ class Tracker:
         del self._segments[:keep]
 
 
-class ItemStream(Iterator):
+class ItemStream(Iterator[Any]):
     """Items of ``pipeline`` from one reader's ``lanes`` (of ``canonical_replicas``), one at a time,
     with the exact ledger of what was handed out, starting from ledger ``entries``. ``block``
     pointers are taken at a time (default 4096 on count-only pipelines, else 256).

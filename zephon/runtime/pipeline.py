@@ -62,7 +62,7 @@ def _same_columns(datasets: Any, columns: tuple[str, ...] | None) -> bool:
     return len(schemas) == 1
 
 
-def _name(fn: Callable) -> str:
+def _name(fn: Callable[..., Any]) -> str:
     return getattr(fn, "__qualname__", repr(fn))
 
 
@@ -191,7 +191,8 @@ class Pipeline:
 
     def component_names(self, ids: np.ndarray) -> list[str]:
         """Names of component ``ids`` (one per sample)."""
-        return self._names[ids].tolist()
+        names: list[str] = self._names[ids].tolist()
+        return names
 
     @property
     def is_indexable(self) -> bool:
