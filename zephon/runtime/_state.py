@@ -59,7 +59,7 @@ class LoaderState:
     the lanes it covers, the ``datasets`` it was taken over and the ``topology`` it was taken on."""
 
     canonical_replicas: int
-    entries: dict[int, Entry]  # lane -> (source state, consumed, turn flags)
+    entries: dict[int, tuple[dict[str, Any], int, int]]  # lane -> (source state, consumed, turn flags): an Entry
     datasets: list[DatasetRecord]  # ascending ids
     topology: dict[str, Any] = field(default_factory=dict)
 
@@ -132,7 +132,7 @@ def parse_state(state: Any) -> LoaderState:
     common, lanes = state[KEY_SOURCE], state[KEY_LANES]
     if not isinstance(common, dict) or not isinstance(lanes, list):
         raise _bad("'source' must be a dict and 'lanes' a list")
-    entries: dict[int, Entry] = {}
+    entries: dict[int, tuple[dict[str, Any], int, int]] = {}
     for row in lanes:
         if not (isinstance(row, list) and len(row) == 4 and all(type(v) is int for v in row[:3])
                 and isinstance(row[3], dict)):
