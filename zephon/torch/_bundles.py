@@ -36,7 +36,7 @@ RECORD_BUNDLE = 2048  # samples per bundle when records are read
 def _pin(data: Any) -> Any:
     from torch.utils.data._utils.pin_memory import pin_memory
 
-    return pin_memory(data)
+    return pin_memory(data)  # type: ignore[no-untyped-call]  # torch leaves its pin_memory unannotated
 
 
 class Bundle:
@@ -54,10 +54,10 @@ class Bundle:
         self.tally: list[np.ndarray] | None = None  # unit path: component ids of each unit's items
         self.dropped: list[int] | None = None  # unit path: items a filter dropped in each unit
 
-    def __getstate__(self) -> tuple:
+    def __getstate__(self) -> tuple[Any, ...]:
         return tuple(getattr(self, k) for k in self.__slots__)
 
-    def __setstate__(self, state: tuple) -> None:
+    def __setstate__(self, state: tuple[Any, ...]) -> None:
         for k, v in zip(self.__slots__, state):
             setattr(self, k, v)
 
@@ -73,7 +73,7 @@ class Plan:
     """What the readers of one iteration need: set on the internal dataset before workers start."""
 
     def __init__(self, pipeline: Pipeline, replicas: int, lanes: dict[int, list[int]], entries: dict[int, Entry],
-                 batch_size: int | None, drop_last: bool, collate_fn: Callable | None):
+                 batch_size: int | None, drop_last: bool, collate_fn: Callable[[Any], Any] | None):
         self.pipeline, self.replicas, self.lanes, self.entries = pipeline, replicas, lanes, entries
         self.batch_size, self.drop_last, self.collate_fn = batch_size, drop_last, collate_fn
         self.pointer_path = pipeline.pointer_only and collate_fn is None
@@ -82,13 +82,13 @@ class Plan:
         self.main_thread = threading.current_thread() is threading.main_thread()  # where workers start
 
 
-class Readers(IterableDataset):
+class Readers(IterableDataset[Bundle]):
     """The internal dataset: each reader yields bundles of its lanes."""
 
     def __init__(self) -> None:
         self.plan: Plan | None = None
 
-    def __getstate__(self) -> dict:
+    def __getstate__(self) -> dict[str, Any]:
         """Only with a "spawn" / "forkserver" worker start: the pipeline must then pickle."""
         try:
             pickle.dumps(None if self.plan is None else self.plan.pipeline)
@@ -133,7 +133,8 @@ def bundles(plan: Plan, worker: int) -> Iterator[Bundle]:
             return
 
 
-def _units(plan: Plan, pointers: Any, components: Any, start: int) -> tuple[list, list[int], list, list[int]]:
+def _units(plan: Plan, pointers: np.ndarray, components: np.ndarray,
+           start: int) -> tuple[list[Any], list[int], list[np.ndarray], list[int]]:
     """A reader's batches (or items) of these samples, with the position after each, the
     component ids each carries and the items a filter dropped from each."""
     size, n = plan.batch_size, len(pointers)
@@ -159,7 +160,7 @@ def _units(plan: Plan, pointers: Any, components: Any, start: int) -> tuple[list
     return units, ends, tally, dropped
 
 
-def _empty_batch() -> dict:
+def _empty_batch() -> dict[str, Any]:
     """The default batch of a cut whose every item a filter dropped."""
     return {KEY_SAMPLE_ID: torch.zeros((0, 3), dtype=torch.int64), KEY_COMPONENT: []}
 

@@ -52,7 +52,7 @@ def column_batch(column: pa.ChunkedArray) -> Any:
     return default_collate(column.to_pylist())
 
 
-def columnar_batch(pipeline: Any, pointers: np.ndarray, components: np.ndarray) -> dict:
+def columnar_batch(pipeline: Any, pointers: np.ndarray, components: np.ndarray) -> dict[str, Any]:
     """The batch of ``pointers`` read as Arrow columns: equal to ``collate(pipeline.materialize(...))``."""
     table = fetch_table(pipeline.datasets_by_id, pointers, pipeline.columns)
     out = {name: column_batch(table.column(name)) for name in table.column_names}

@@ -11,7 +11,7 @@ from zephon.torch._topology import current_worker, detect_topology
 from zephon.work import PointerSequence
 
 
-class StreamDataset(IterableDataset):
+class StreamDataset(IterableDataset[Any]):
     """The items of a pipeline as a torch ``IterableDataset``, lanes spread over ranks and workers.
 
     Rank and world size come from ``rank`` / ``world_size``, else ``torch.distributed``, else
@@ -78,7 +78,7 @@ class StreamDataset(IterableDataset):
         self._live = None
 
 
-class IndexedDataset(Dataset):
+class IndexedDataset(Dataset[Any]):
     """The items of an indexable pipeline as a map-style torch ``Dataset``.
 
     Item ``i`` is the ``i``-th sample of the source's stream in default read order: the

@@ -48,7 +48,7 @@ def stateful_dataloader_state(state: Any) -> LoaderStateDict:
     """The zephon state inside a torchdata ``StatefulDataLoader.state_dict()``: its readers'
     :class:`StreamDataset` states (one per worker, or the main process's), merged into the
     rank's state. Feed it to :func:`all_gather_state` for a global checkpoint."""
-    found: list[dict] = []
+    found: list[dict[str, Any]] = []
 
     def walk(value: Any) -> None:
         if isinstance(value, dict):

@@ -13,7 +13,7 @@ received (``zephon.runtime.LoaderStats``). A worker that dies is reported by nam
 from __future__ import annotations
 
 from collections import deque
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 import numpy as np
 import torch
@@ -74,14 +74,14 @@ class LoaderIterator:
     tracks, per reader, how far the training loop has consumed."""
 
     def __init__(self, base: Any, plan: Plan, stats: LoaderStats, even: Even | None,
-                 count_left: Callable[[dict], RankCount]):
+                 count_left: Callable[[Mapping[int, Entry]], RankCount]):
         self._base = base
         self._plan = plan
         self._stats, self._even, self._count_left = stats, even, count_left
         readers = [w for w, lanes in sorted(plan.lanes.items()) if lanes]
         self._trackers = {w: Tracker({lane: plan.entries[lane] for lane in plan.lanes[w]}) for w in readers}
         self._positions = dict.fromkeys(readers, 0)
-        self._pending: dict[int, deque] = {w: deque() for w in readers}
+        self._pending: dict[int, deque[Bundle]] = {w: deque() for w in readers}
         self._cursors: dict[int, _Cursor | None] = dict.fromkeys(readers)
         # resume the round robin after the readers that already gave their batch of this cycle
         served = [w for w in readers if all(plan.entries[lane][2] & SERVED for lane in plan.lanes[w])]

@@ -20,7 +20,7 @@ import functools
 import json
 import logging
 import sys
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 import numpy as np
 import torch
@@ -30,7 +30,7 @@ from zephon.runtime import (
     Entry, Even, LaneBook, LoaderStateDict, LoaderStats, LoaderStatsDict, Pipeline, RankCount, count_rank, count_ranks, countable,
     even_target, log_once, maybe_finite,
 )
-from zephon.torch._bundles import Plan, Readers
+from zephon.torch._bundles import Bundle, Plan, Readers
 from zephon.torch._dist import collective_device
 from zephon.torch._iterator import LoaderIterator
 from zephon.torch._topology import Topology, detect_topology
@@ -44,7 +44,7 @@ def _identity(bundle: Any) -> Any:
     return bundle
 
 
-class DataLoader(tud.DataLoader):
+class DataLoader(tud.DataLoader[Bundle]):
     """A torch ``DataLoader`` over a :class:`zephon.Pipeline`, with exact and elastic checkpoints.
 
     Parameters
@@ -145,7 +145,7 @@ class DataLoader(tud.DataLoader):
 
     # torch keeps batch_size / drop_last as attributes; report the zephon ones (batching is ours)
     @property
-    def batch_size(self) -> int | None:  # type: ignore[override]
+    def batch_size(self) -> int | None:
         return self._zephon_batch[0]
 
     @batch_size.setter
@@ -153,7 +153,7 @@ class DataLoader(tud.DataLoader):
         pass  # torch's own (None: no torch-side batching)
 
     @property
-    def drop_last(self) -> bool:  # type: ignore[override]
+    def drop_last(self) -> bool:
         return self._zephon_batch[1]
 
     @drop_last.setter
@@ -191,7 +191,7 @@ class DataLoader(tud.DataLoader):
     def _entries(self) -> dict[int, Entry]:
         return self._zephon_live.entries() if self._zephon_live is not None else self._zephon_book.entries()
 
-    def _counter(self) -> Callable[[dict], RankCount]:
+    def _counter(self) -> Callable[[Mapping[int, Entry]], RankCount]:
         """Counts this rank's remaining batches from ledger entries (holds no reference to the loader)."""
         book = self._zephon_book
         batch_size, drop_last, _ = self._zephon_batch
@@ -322,7 +322,7 @@ def _all_reduce_min(value: int, book: LaneBook) -> int:
     return int(tensor.item())
 
 
-def source_settings(source: Any) -> dict:
+def source_settings(source: Any) -> dict[str, Any]:
     """The resolved settings of a mixture source that shape its stream (for the DEBUG log)."""
     config = getattr(source, "config", None)
     if config is None:

@@ -19,7 +19,7 @@ import sys
 import threading
 import time
 import weakref
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping, Protocol, Sequence
 
 WATCH_INTERVAL = 0.5  # seconds between the watchdog's checks of the trainer
 PR_SET_PDEATHSIG = 1  # prctl option (linux/prctl.h)
@@ -93,11 +93,17 @@ def dead_worker(base: Any, lanes: Mapping[int, Sequence[int]]) -> WorkerDiedErro
     return None
 
 
-_watched: weakref.WeakSet = weakref.WeakSet()  # live loader iterators whose workers may die
+class Watched(Protocol):
+    """What :func:`watch_workers` watches: a loader iterator that can name its dead worker."""
+
+    def dead_worker(self) -> WorkerDiedError | None: ...
+
+
+_watched: weakref.WeakSet[Watched] = weakref.WeakSet()  # live loader iterators whose workers may die
 _handler: list[Any] = []  # zephon's SIGCHLD handler, once installed
 
 
-def watch_workers(iterator: Any) -> None:
+def watch_workers(iterator: Watched) -> None:
     """Raise :class:`WorkerDiedError` (via SIGCHLD) as soon as a worker of ``iterator`` dies.
 
     torch's own SIGCHLD handler raises a ``RuntimeError`` with the pid only, wherever the main
