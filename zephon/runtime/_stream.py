@@ -36,7 +36,8 @@ import numpy as np
 
 from zephon.work import WorkChunk, WorkSource
 
-Entry = tuple[Mapping[str, Any], int, int]  # (lane state at the start of the chunk in flight, samples consumed from it, turn flags)
+# (lane state at the start of the chunk in flight, samples consumed from it, turn flags)
+Entry = tuple[Mapping[str, Any], int, int]
 
 
 class Items(Protocol):
