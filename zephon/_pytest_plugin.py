@@ -29,7 +29,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def _folder(request: pytest.FixtureRequest) -> Path:
-    configured = request.config.getini("zephon_golden_dir")
+    configured: str = request.config.getini("zephon_golden_dir")
     if configured:
         return Path(request.config.rootpath) / configured
     return Path(request.path).parent / "golden"

@@ -44,7 +44,8 @@ def main(argv: list[str] | None = None) -> int:
         top.print_help()
         return 0
     try:
-        return args.run(args)
+        status: int = args.run(args)
+        return status
     except (ValueError, TypeError, FileNotFoundError, ImportError) as error:
         print(f"zephon {args.command}: {error}", file=sys.stderr)
         return 2

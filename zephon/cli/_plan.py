@@ -85,4 +85,5 @@ def target_shares(config: SourceConfig) -> np.ndarray:
     if config.token_mode:
         return np.array(token_shares(config.datasets))
     weights = np.array([d.weight for d in config.datasets], dtype=np.float64)
-    return weights / weights.sum()
+    shares: np.ndarray = weights / weights.sum()
+    return shares

@@ -12,6 +12,7 @@ Figures are drawn on ``matplotlib.figure.Figure`` objects (no pyplot, no global 
 from __future__ import annotations
 
 import os
+from typing import Any
 
 import numpy as np
 from matplotlib.figure import Figure
@@ -124,7 +125,7 @@ def _prefix(dataset: Dataset) -> Dataset:
     return Dataset.from_counts(dataset.name, kept)
 
 
-def shuffle_levels(source: StaticMixtureWorkSource, c: int) -> dict[str, dict]:
+def shuffle_levels(source: StaticMixtureWorkSource, c: int) -> dict[str, dict[str, Any]]:
     """The shuffle settings compared in the figure, weakest first."""
     config = source.config
     block = config.datasets[c].block_size
@@ -140,7 +141,7 @@ def shuffle_levels(source: StaticMixtureWorkSource, c: int) -> dict[str, dict]:
     }
 
 
-def adjacent_gaps(dataset: Dataset, seed: int, settings: dict) -> np.ndarray:
+def adjacent_gaps(dataset: Dataset, seed: int, settings: dict[str, Any]) -> np.ndarray:
     """For each pair of originally adjacent samples (same shard), how far apart one pass reads them."""
     single = StaticMixtureWorkSource([dataset], {dataset.name: 1.0}, chunk_size=min(65536, dataset.total()),
                                      seed=seed, exhausted_policy="redistribute", **settings)
@@ -152,7 +153,8 @@ def adjacent_gaps(dataset: Dataset, seed: int, settings: dict) -> np.ndarray:
     same_shard = np.ones(dataset.total(), dtype=bool)
     same_shard[np.cumsum(dataset.counts()) - 1] = False
     first = np.flatnonzero(same_shard[:-1])
-    return np.abs(position[first + 1] - position[first])
+    gaps: np.ndarray = np.abs(position[first + 1] - position[first])
+    return gaps
 
 
 def shuffle_figure(source: StaticMixtureWorkSource, progress: bool | None = None) -> Figure:

@@ -11,13 +11,17 @@ from __future__ import annotations
 import argparse
 import math
 import os
-from typing import Sequence
+from types import ModuleType
+from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 
 from zephon.cli._plan import StreamPlan, lane_owners, plan_stream, target_shares
 from zephon.core import SourceConfig
 from zephon.work import StaticMixtureWorkSource
+
+if TYPE_CHECKING:
+    from tokenizers import Tokenizer
 
 NAME = "preview"
 HELP = "show what a mixture config (.toml / .json) will do, without reading data; --plot draws it"
@@ -58,7 +62,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _plotting():
+def _plotting() -> ModuleType:
     try:
         import matplotlib  # noqa: F401
     except ImportError:
@@ -68,7 +72,7 @@ def _plotting():
     return _plots
 
 
-def _tokenizer(path: str):
+def _tokenizer(path: str) -> Tokenizer:
     try:
         from tokenizers import Tokenizer
     except ImportError:

@@ -18,6 +18,7 @@ from zephon.testing._streams import as_source, chunk_divergence, collect, read_o
 from zephon.work import MixtureSpec, WorkChunk, WorkSource
 
 SourceFactory = Callable[[], Any]  # () -> a fresh WorkSource or Pipeline
+Pointer = tuple[int, int, int]  # (dataset id, shard id, row offset)
 
 
 def assert_replay_equivalent(factory: SourceFactory, cuts: Iterable[int], *, max_chunks: int = 1000) -> None:
@@ -154,7 +155,7 @@ def assert_mixture_prefix_bound(factory: SourceFactory, bound: float, *, max_chu
         read += len(components)
 
 
-def _all_samples(plan: Any, dataset_id: int) -> set[tuple[int, int, int]]:
+def _all_samples(plan: Any, dataset_id: int) -> set[Pointer]:
     return {(dataset_id, int(shard), offset) for shard, count in zip(plan.shard_ids, plan.shard_counts)
             for offset in range(int(count))}
 
@@ -163,7 +164,7 @@ def _carries(plan: Any) -> bool:
     return getattr(plan, "pass_tail", None) == "carry"
 
 
-def _passes_of(source: Any, max_chunks: int) -> tuple[list[dict[int, list]], list[set[int]]]:
+def _passes_of(source: Any, max_chunks: int) -> tuple[list[dict[int, list[tuple[Pointer, int]]]], list[set[int]]]:
     """Per dataset: pass -> [(pointer, chunk)], and the passes the stream moved past.
 
     A dataset that carries its pass tails reads its passes back to back, so its ``i``-th
@@ -173,7 +174,7 @@ def _passes_of(source: Any, max_chunks: int) -> tuple[list[dict[int, list]], lis
     passes, then the start of its new one.
     """
     config = source.config
-    passes: list[dict[int, list]] = [{} for _ in config.datasets]
+    passes: list[dict[int, list[tuple[Pointer, int]]]] = [{} for _ in config.datasets]
     moved: list[set[int]] = [set() for _ in config.datasets]
     drawn = [0] * len(config.datasets)
     for k in range(max_chunks):
@@ -231,7 +232,7 @@ def assert_passes_complete(factory: SourceFactory, *, max_chunks: int = 1000) ->
     for c, plan in enumerate(source.config.datasets):
         samples = _all_samples(plan, c)
         for epoch, drawn in sorted(passes[c].items()):
-            seen: dict[tuple, int] = {}
+            seen: dict[Pointer, int] = {}
             for pointer, k in drawn:
                 if pointer not in samples:
                     raise AssertionError(f"dataset {plan.name!r} pass {epoch}: chunk {k} holds {pointer}, which is "

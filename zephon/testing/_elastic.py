@@ -12,15 +12,13 @@ nothing read twice.
 from __future__ import annotations
 
 import json
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
-from zephon.runtime import (MAPPINGS, DatasetRecord, LaneMux, Tracker, initial_entries, make_state, merge_states, parse_state,
-                            rank_lanes, worker_lanes)
-from zephon.testing._assertions import SourceFactory
+from zephon.runtime import (MAPPINGS, DatasetRecord, Entry, LaneMux, LoaderStateDict, Segment, Tracker, initial_entries,
+                            make_state, merge_states, parse_state, rank_lanes, worker_lanes)
+from zephon.testing._assertions import Pointer, SourceFactory
 from zephon.testing._streams import as_source, read_order
 from zephon.work import WorkSource
-
-Pointer = tuple[int, int, int]
 
 
 def _check_topology(name: str, topology: Any) -> tuple[int, int, str]:
@@ -51,10 +49,10 @@ def _readers(replicas: int, topology: tuple[int, int, str]) -> list[tuple[int, l
 class _Reader:
     """One reader's round-robin stream, with the lane of every sample and its exact ledger."""
 
-    def __init__(self, template: WorkSource, lanes: Sequence[int], replicas: int, entries: dict):
+    def __init__(self, template: WorkSource, lanes: Sequence[int], replicas: int, entries: Mapping[int, Entry]):
         self._mux = LaneMux(template, lanes, replicas, entries, template.component_ids())
         self._tracker = Tracker({lane: entries[lane] for lane in lanes})
-        self._segments: list = []
+        self._segments: list[Segment] = []
         self.position = 0
 
     def take(self, n: int) -> list[tuple[int, Pointer]]:
@@ -71,7 +69,7 @@ class _Reader:
         self.position += len(out)
         return out
 
-    def entries(self) -> dict:
+    def entries(self) -> dict[int, Entry]:
         return self._tracker.entries_at(self.position)
 
 
@@ -91,18 +89,19 @@ def _lane_streams(template: WorkSource, replicas: int) -> dict[int, tuple[list[P
 
 
 def _global_checkpoint(readers: list[tuple[int, _Reader]], replicas: int, template: WorkSource,
-                       topology: tuple[int, int, str]) -> dict:
+                       topology: tuple[int, int, str]) -> LoaderStateDict:
     """Each rank's loader state from its readers' ledgers, merged, through JSON."""
     datasets: list[DatasetRecord] = [{"id": i, "name": d.name, "fingerprint": None}
                                      for i, d in sorted(template.datasets_by_id.items())]
     world, workers, mapping = topology
-    ranks: dict[int, dict] = {}
+    ranks: dict[int, dict[int, Entry]] = {}
     for rank, reader in readers:
         ranks.setdefault(rank, {}).update(reader.entries())
     states = [make_state(replicas, entries, datasets, {"world_size": world, "ranks": [rank], "mapping": mapping,
                                                        "num_workers": workers})
               for rank, entries in sorted(ranks.items())]
-    return json.loads(json.dumps(merge_states(states)))
+    merged: LoaderStateDict = json.loads(json.dumps(merge_states(states)))
+    return merged
 
 
 def assert_elastic_resume_equivalent(factory: SourceFactory, first: Any, cut: int, second: Any, *,
@@ -160,7 +159,8 @@ def assert_elastic_resume_equivalent(factory: SourceFactory, first: Any, cut: in
     _compare_lanes(_lane_streams(as_source(factory()), replicas), read, first, cut, second, replicas)
 
 
-def _compare_lanes(expected: dict, read: dict, first: tuple, cut: int, second: tuple, replicas: int) -> None:
+def _compare_lanes(expected: dict[int, tuple[list[Pointer], list[int]]], read: dict[int, list[Pointer]],
+                   first: tuple[int, int, str], cut: int, second: tuple[int, int, str], replicas: int) -> None:
     for lane, (want, chunk_of) in expected.items():
         got = read[lane]
         at = next((i for i, (a, b) in enumerate(zip(want, got)) if a != b), None)

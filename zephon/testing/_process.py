@@ -61,7 +61,7 @@ def _other_hash_seed() -> str:
     return str((int(current) + 1) % 2**32) if current.isdigit() else "20240229"
 
 
-def _first_difference(mine: dict, theirs: dict) -> str:
+def _first_difference(mine: dict[str, Any], theirs: dict[str, Any]) -> str:
     for k, (a, b) in enumerate(zip(mine["chunks"], theirs["chunks"])):
         if a == b:
             continue

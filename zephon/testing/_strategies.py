@@ -11,7 +11,7 @@ from typing import Any, Mapping
 
 from hypothesis import strategies as st
 from hypothesis.errors import InvalidArgument
-from hypothesis.strategies import SearchStrategy
+from hypothesis.strategies import DrawFn, SearchStrategy
 
 from zephon.io import Dataset
 from zephon.runtime import MAPPINGS
@@ -25,12 +25,12 @@ Topology = tuple[int, int, str]  # (world size, DataLoader workers per rank (0: 
 MixtureSource = StaticMixtureWorkSource | PhasedMixtureWorkSource
 
 
-def _strategy(value: Any) -> SearchStrategy:
+def _strategy(value: Any) -> SearchStrategy[Any]:
     return value if isinstance(value, SearchStrategy) else st.just(value)
 
 
 @st.composite
-def datasets(draw, *, name: Any = "d", max_shards: Any = 6, max_count: Any = 40) -> Dataset:
+def datasets(draw: DrawFn, *, name: Any = "d", max_shards: Any = 6, max_count: Any = 40) -> Dataset:
     """A count-only :class:`Dataset` with 1..``max_shards`` shards of 0..``max_count`` rows.
 
     Shrinks toward one small shard.
@@ -44,7 +44,7 @@ def datasets(draw, *, name: Any = "d", max_shards: Any = 6, max_count: Any = 40)
 
 
 @st.composite
-def mixtures(draw, *, names: Any) -> dict[str, float]:
+def mixtures(draw: DrawFn, *, names: Any) -> dict[str, float]:
     """Weights for ``names``: positive floats between 0.05 and 1 (shrinks toward equal weights)."""
     return {n: draw(st.floats(0.05, 1.0)) for n in draw(_strategy(names))}
 
@@ -59,8 +59,8 @@ def _valid(kwargs: dict[str, Any], kind: type[MixtureSource] = StaticMixtureWork
 
 
 @st.composite
-def _source_configs(draw, num_datasets, max_chunk_size, policies, block_sizes, allocations, pass_tails
-                    ) -> dict[str, Any]:
+def _source_configs(draw: DrawFn, num_datasets: Any, max_chunk_size: Any, policies: Any, block_sizes: Any,
+                    allocations: Any, pass_tails: Any) -> dict[str, Any]:
     n = draw(_strategy(num_datasets))
     if n < 1:
         raise InvalidArgument(f"source_configs() needs num_datasets >= 1, got {n}")
@@ -131,7 +131,7 @@ def source_configs(
 
 
 @st.composite
-def cut_points(draw, *, max_chunks: Any = 40, max_cuts: Any = 4) -> list[int]:
+def cut_points(draw: DrawFn, *, max_chunks: Any = 40, max_cuts: Any = 4) -> list[int]:
     """Sorted, distinct chunk indices in ``[0, max_chunks]`` at which to checkpoint.
 
     Shrinks toward ``[0]``.
@@ -167,7 +167,7 @@ def sources(
 
 
 @st.composite
-def _phased_source_configs(draw, configs: SearchStrategy, max_phases: Any) -> dict[str, Any]:
+def _phased_source_configs(draw: DrawFn, configs: SearchStrategy[dict[str, Any]], max_phases: Any) -> dict[str, Any]:
     kwargs = dict(draw(configs))
     names = list(kwargs.pop("mixture"))
     most = draw(_strategy(max_phases))
@@ -235,8 +235,8 @@ def phased_sources(
     return _built("phased_sources", configs, PhasedMixtureWorkSource, canonical_replicas, lane)
 
 
-def _built(caller: str, configs: SearchStrategy, kind: type[MixtureSource], canonical_replicas: Any, lane: Any
-           ) -> SearchStrategy[Any]:
+def _built(caller: str, configs: SearchStrategy[dict[str, Any]], kind: type[MixtureSource], canonical_replicas: Any,
+           lane: Any) -> SearchStrategy[Any]:
     """Sources of ``kind`` built from ``configs``, bound to a lane when ``canonical_replicas`` is given."""
     if canonical_replicas is None and lane is not None:
         raise InvalidArgument(f"{caller}(lane=...) needs canonical_replicas too (the number of lanes)")
@@ -256,8 +256,8 @@ def _check_binding(caller: str, replicas: Any, lane: Any) -> None:
 
 
 @st.composite
-def _sources(draw, caller: str, configs: SearchStrategy, kind: type[MixtureSource], canonical_replicas: Any,
-             lane: Any) -> MixtureSource:
+def _sources(draw: DrawFn, caller: str, configs: SearchStrategy[dict[str, Any]], kind: type[MixtureSource],
+             canonical_replicas: Any, lane: Any) -> MixtureSource:
     source = kind(**draw(configs))
     if canonical_replicas is None:
         return source
@@ -268,7 +268,7 @@ def _sources(draw, caller: str, configs: SearchStrategy, kind: type[MixtureSourc
 
 
 @st.composite
-def reachable_states(draw, source: Any, *, max_chunks: Any = 64) -> Mapping[str, Any]:
+def reachable_states(draw: DrawFn, source: Any, *, max_chunks: Any = 64) -> Mapping[str, Any]:
     """A checkpoint (``state_dict()``) that ``source`` actually reaches: after a drawn number of
     chunks, from none to the end of the stream (the end included when it comes within
     ``max_chunks``).
@@ -294,7 +294,7 @@ def reachable_states(draw, source: Any, *, max_chunks: Any = 64) -> Mapping[str,
 
 
 @st.composite
-def work_chunks(draw, *, max_components: Any = 3, max_pointers: Any = 12) -> WorkChunk:
+def work_chunks(draw: DrawFn, *, max_components: Any = 3, max_pointers: Any = 12) -> WorkChunk:
     """A valid :class:`WorkChunk`: up to ``max_components`` named components of up to
     ``max_pointers`` pointers each, an optional seed, target mixture and exhausted names.
 
@@ -319,8 +319,8 @@ def mixture_read_configs() -> SearchStrategy[MixtureReadConfig]:
 
 
 @st.composite
-def loader_topologies(draw, *, max_world_size: Any = 4, max_workers: Any = 3, mappings: Any = st.sampled_from(MAPPINGS)
-                      ) -> Topology:
+def loader_topologies(draw: DrawFn, *, max_world_size: Any = 4, max_workers: Any = 3,
+                      mappings: Any = st.sampled_from(MAPPINGS)) -> Topology:
     """``(world_size, num_workers, mapping)`` of a training job, for elastic-resume tests.
 
     ``num_workers`` 0 means the main process reads (as in torch). Shrinks toward
