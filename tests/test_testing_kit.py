@@ -74,6 +74,14 @@ def test_a_topology_must_be_a_triple():
         assert_elastic_resume_equivalent(three, (2, 1), 3, (1, 1, "contiguous"))
 
 
+def test_an_empty_redistributing_dataset_has_no_passes_to_check():
+    data = [Dataset.from_counts("a", [500, 300]), Dataset.from_counts("empty", [0])]
+    source = StaticMixtureWorkSource(data, {"a": 1, "empty": 1}, chunk_size=4, seed=0,
+                                     exhausted_policy={"a": "stop", "empty": "redistribute"})
+    assert source.config.datasets[1].total == 0 and source.config.datasets[1].pass_tail == "carry"
+    assert_passes_complete(lambda: source)
+
+
 def test_a_repeated_sample_fails_the_pass_check_naming_it():
     with pytest.raises(AssertionError, match=r"dataset 'a' pass 0 holds \(0, \d+, \d+\) twice \(chunks 0 and 0\)"):
         assert_passes_complete(lambda: broken(RepeatsAPointer))

@@ -184,6 +184,9 @@ def _passes_of(source: Any, max_chunks: int) -> tuple[list[dict[int, list[tuple[
             break
         for c, (plan, old, new) in enumerate(zip(config.datasets, before, source.state.cursors)):
             pointers = [(tuple(p), k) for p in chunk.components.get(plan.name, np.zeros((0, 3))).tolist()]
+            if not plan.total:  # an empty dataset has no passes: any pointer to it is reported as no sample of it
+                passes[c].setdefault(old.epoch, []).extend(pointers)
+                continue
             if _carries(plan):
                 for i, pointer in enumerate(pointers, start=drawn[c]):
                     passes[c].setdefault(i // plan.total, []).append(pointer)
