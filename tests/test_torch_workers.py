@@ -100,7 +100,7 @@ def start_trainer(tmp_path, mode, context, persistent):
     return trainer, out, json.loads(out.read_text())
 
 
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux only: alive() tells a zombie from a running worker by /proc/<pid>/stat")
 @pytest.mark.parametrize("mode,context,persistent", [("pipe", "fork", False), ("pipe", "spawn", True),
                                                      ("fetch", "fork", True), ("fetch", "spawn", False),
                                                      ("pipe", "forkserver", False)])
@@ -120,7 +120,7 @@ def test_workers_die_within_seconds_of_their_trainer(tmp_path, mode, context, pe
     assert not survivors, f"workers {survivors} outlived their trainer by {DEADLINE} s"
 
 
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux only: alive() tells a zombie from a running worker by /proc/<pid>/stat")
 def test_a_killed_worker_is_named_and_the_last_checkpoint_resumes_exactly(tmp_path):
     trainer, out, report = start_trainer(tmp_path, "worker", "fork", False)
     victim = report["pids"][1]
