@@ -16,9 +16,8 @@ a new shape or fetch a pass layout:
    kernel, only as far as its last target; each target's chunk gives its dataset and rank
    through the chunk's weighted round robin, a table per distinct quota vector kept in a
    ``shapes.ShapeCache`` on the Lookup (``max_shapes`` shapes, ``shape_budget`` bytes). The
-   pass position is the chunk's start in that dataset plus the rank; a "carry" dataset's is
-   then moved back by its tails at that chunk and into its pass (``schedule._carry_back``),
-   once per target. Consecutive targets of a dataset in one pass make a run
+   pass position is the chunk's start in that dataset plus the rank, brought into its pass
+   (``schedule._in_pass``: a "carry" draw may run on into the next one), once per target. Consecutive targets of a dataset in one pass make a run
    (``batch.runs_count``).
 3. **Pointers** — targets are grouped by dataset, stably (``batch.walk_group``), so each
    dataset's runs come one after the other (the walk goes forward chunk by chunk; targets
@@ -43,7 +42,7 @@ from libc.stdlib cimport free, malloc
 from zephon._ext.batch cimport (LOW, MAX_TARGETS, Run, Runs, Walk, runs_close, runs_count, runs_open,
                                 runs_start, runs_trim, walk_group, walk_open, walk_sort)
 from zephon._ext.cursor cimport PassLayout, _take_at
-from zephon._ext.schedule cimport PLANNED, Schedule, Scheduler, _carry_back, _walk
+from zephon._ext.schedule cimport PLANNED, Schedule, Scheduler, _in_pass, _walk
 from zephon._ext.shapes cimport Draw, ShapeCache, shapes_close, shapes_draws, shapes_open
 
 cdef enum:
@@ -79,7 +78,7 @@ cdef class Lookup:
     cdef int64_t* layout_epochs  # its key epoch, -1: none
     cdef double* state_acc  # n accumulators, then n active weights
     cdef int64_t* state  # n epochs, n positions, n tails
-    cdef int64_t* plans  # every chunks of n quotas, n start epochs, n start positions (the schedule's), n tails
+    cdef int64_t* plans  # every chunks of n quotas, n start epochs, n start positions (the schedule's)
     cdef int64_t* starts  # every + 1 chunk starts (samples before)
     cdef Schedule sched  # the scheduling kernel's scratch, opened once
     cdef bint opened
@@ -110,11 +109,11 @@ cdef class Lookup:
         self.lock, self.layouts = threading.Lock(), [None] * n
         self.layout_epochs = <int64_t*>malloc((4 * n + 1) * sizeof(int64_t))  # and state
         self.state_acc = <double*>malloc((2 * n + 1) * sizeof(double))
-        self.plans = <int64_t*>malloc((4 * n * every + every + 1) * sizeof(int64_t))  # and starts
+        self.plans = <int64_t*>malloc((3 * n * every + every + 1) * sizeof(int64_t))  # and starts
         if self.layout_epochs == NULL or self.state_acc == NULL or self.plans == NULL:
             raise MemoryError("Lookup: no memory for the walk's state")
         self.state = self.layout_epochs + n
-        self.starts = self.plans + 4 * n * every
+        self.starts = self.plans + 3 * n * every
         for c in range(n):
             self.layout_epochs[c] = -1
         self.full_chunks = self._full_chunks()
@@ -291,14 +290,13 @@ cdef class Lookup:
                 chunks += 1
             while self.starts[k + 1] <= target:
                 k += 1
-            plan = self.plans + 4 * n * k
+            plan = self.plans + 3 * n * k
             if k != chunk:
                 draws, chunk = shapes_draws(&self.shapes, plan), k
             draw = draws[target - self.starts[k]]
             c = draw.dataset
             epoch, position = plan[n + c], plan[2 * n + c] + draw.rank
-            if sched.carry[c]:  # where its draws stand: its tails back, maybe in the next pass
-                _carry_back(sched, c, plan[3 * n + c], &epoch, &position)
+            _in_pass(sched, c, &epoch, &position)  # a "carry" draw may run on into the next pass
             w.positions[j] = position
             w.items[j] = (w.items[j] & ~LOW) | <uint64_t>c
             runs_count(&self.runs, c, epoch if self.reshuffle[c] else 0)
@@ -309,13 +307,11 @@ cdef class Lookup:
     cdef bint _next_chunk(self, Schedule* sched, int64_t* g, Py_ssize_t chunk) noexcept nogil:
         """Plan the lane's next chunk from global chunk g[0] into plans[chunk]; False at the end."""
         cdef Py_ssize_t c, n = self.n
-        cdef int64_t* plan = self.plans + 4 * n * chunk
+        cdef int64_t* plan = self.plans + 3 * n * chunk
         cdef int64_t total = 0
         if _walk(sched, self.lane, self.replicas, self.routing, self.lane_key, g, self.state_acc, self.state,
                  self.state + n, self.state + 2 * n, plan, plan + n, plan + 2 * n) != PLANNED:
             return False
-        for c in range(n):
-            plan[3 * n + c] = self.state[2 * n + c]  # the tails at the chunk
         g[0] += 1
         for c in range(n):
             total += plan[c]

@@ -1,6 +1,6 @@
 # cython: cdivision=True
-# (A .pxd takes no directives from the .pyx that cimports it; _carry_back divides non-negative
-# tails by a positive total, so C division is exact here.)
+# (A .pxd takes no directives from the .pyx that cimports it; _in_pass divides a non-negative
+# position by a positive total, so C division is exact here.)
 """The scheduling kernel's C surface, for kernels that walk a lane themselves (lookup.pyx).
 
 Defined in schedule.pyx; see its docstring.
@@ -38,7 +38,6 @@ cdef struct Schedule:
     double* saved  # scratch: accumulators at chunk start
     double* keys  # scratch: sort keys
     Py_ssize_t* order  # scratch: ranked dataset indices
-    int64_t* lags  # per dataset: tails, then them as whole passes and a rest (_carry_back's cache)
 
 
 cdef Py_ssize_t _walk(Schedule* s, int64_t lane, int64_t replicas, int routing, uint64_t lane_key,
@@ -46,30 +45,18 @@ cdef Py_ssize_t _walk(Schedule* s, int64_t lane, int64_t replicas, int routing, 
                       int64_t* quotas, int64_t* start_epochs, int64_t* start_positions) noexcept nogil
 
 
-cdef inline void _carry_back(Schedule* s, Py_ssize_t c, int64_t tails, int64_t* epoch,
-                             int64_t* position) noexcept nogil:
-    """Where "carry" dataset c's draws stand: ``tails`` samples behind pass ``epoch[0]``, position
-    ``position[0]`` (in ``[0, 2·total)``), in the concatenation of its passes; in place, the
-    position brought into its pass. Defined here so that the kernels inline it.
-
-    ``s.lags`` keeps the tails as whole passes and a rest, so the division runs only when they
-    change (at a pass start), not per call.
-    """
-    cdef int64_t* lag = s.lags + 3 * c
-    cdef int64_t total = s.totals[c], under, over
-    if tails:
-        if lag[0] != tails:
-            lag[0], lag[1], lag[2] = tails, tails // total, tails % total
-        epoch[0] -= lag[1]
-        position[0] -= lag[2]
-    under = position[0] < 0  # without branches: which way is as good as random
-    over = position[0] >= total
-    epoch[0] += over - under
-    position[0] += (total & -under) - (total & -over)
+cdef inline void _in_pass(Schedule* s, Py_ssize_t c, int64_t* epoch, int64_t* position) noexcept nogil:
+    """cursor.in_pass in place: a position of dataset c past the end of pass ``epoch[0]`` (a
+    "carry" draw running on) becomes the same sample in the pass it falls in. Defined here so
+    that the kernels inline it."""
+    cdef int64_t total = s.totals[c], passes
+    if position[0] >= total:
+        passes = position[0] // total
+        epoch[0] += passes
+        position[0] -= passes * total
 
 
-cdef void _draw_starts(Schedule* s, const int64_t* tails, int64_t* start_epochs,
-                       int64_t* start_positions) noexcept nogil
+cdef void _draw_starts(Schedule* s, int64_t* start_epochs, int64_t* start_positions) noexcept nogil
 
 
 cdef class Scheduler:

@@ -161,6 +161,8 @@ cdef Py_ssize_t _plan_chunk(Schedule* s, double* acc, int64_t* epochs, int64_t* 
     cdef Py_ssize_t c
     cdef bint restart = True
     cdef int64_t remaining
+    if s.stop_after > 0 and _passes_done(s, epochs, positions, -1):
+        return ALL_DONE
     if not _update_weights(s, positions):
         return ALL_DONE
     for c in range(s.n):
@@ -179,6 +181,10 @@ cdef Py_ssize_t _plan_chunk(Schedule* s, double* acc, int64_t* epochs, int64_t* 
             if s.policies[c] == REDISTRIBUTE:
                 quotas[c] = remaining
                 continue
+            if s.carry[c]:
+                if not _can_carry(s, c, epochs[c], positions[c], quotas[c]):
+                    return c
+                continue
             if positions[c] == 0:  # a whole pass is too short: only a corrupted state gets here
                 return c
             if s.max_repeats[c] >= 0 and epochs[c] >= s.max_repeats[c]:
@@ -193,6 +199,29 @@ cdef Py_ssize_t _plan_chunk(Schedule* s, double* acc, int64_t* epochs, int64_t* 
     if s.stop_after > 0 and _passes_done(s, epochs, positions, -1):
         return ALL_DONE
     return PLANNED
+
+
+cdef inline bint _can_carry(Schedule* s, Py_ssize_t c, int64_t epoch, int64_t position, int64_t quota) noexcept nogil:
+    """can_carry: "carry" dataset c draws ``quota`` on into its next passes within max_repeats."""
+    cdef int64_t total = s.totals[c]
+    if total == 0:
+        return False
+    if s.max_repeats[c] < 0:
+        return True
+    return epoch * total + position + quota <= (s.max_repeats[c] + 1) * total
+
+
+cdef inline void _advance(Schedule* s, int64_t* epochs, int64_t* positions, const int64_t* quotas) noexcept nogil:
+    """advance in place: positions move by the quotas; a "carry" draw past its pass's end moves into
+    the pass it ends in (a draw that ends a pass leaves the cursor at that pass's end)."""
+    cdef Py_ssize_t c
+    cdef int64_t passes
+    for c in range(s.n):
+        positions[c] += quotas[c]
+        if positions[c] > s.totals[c]:
+            passes = (positions[c] - 1) // s.totals[c]
+            epochs[c] += passes
+            positions[c] -= passes * s.totals[c]
 
 
 cdef int64_t _slot_in_block(int64_t block, int64_t lane, int64_t replicas, uint64_t lane_key) noexcept nogil:
@@ -246,13 +275,14 @@ cdef enum:
     PAUSED = -3  # _walk_some passed its budget of chunks before the lane's own one
 
 
-cdef void _draw_starts(Schedule* s, const int64_t* tails, int64_t* start_epochs,
-                       int64_t* start_positions) noexcept nogil:
-    """draw_start in place for every dataset: the schedule's cursors become where the draws begin."""
+cdef void _draw_starts(Schedule* s, int64_t* start_epochs, int64_t* start_positions) noexcept nogil:
+    """draw_start in place for every dataset: a repeating "carry" cursor at the end of its pass
+    starts the next."""
     cdef Py_ssize_t c
     for c in range(s.n):
-        if s.carry[c] and tails[c]:
-            _carry_back(s, c, tails[c], &start_epochs[c], &start_positions[c])
+        if s.carry[c] and s.policies[c] == REPEAT and start_positions[c] >= s.totals[c] and s.totals[c] > 0:
+            start_epochs[c] += 1
+            start_positions[c] = 0
 
 
 cdef Py_ssize_t _walk(Schedule* s, int64_t lane, int64_t replicas, int routing, uint64_t lane_key,
@@ -297,7 +327,7 @@ cdef Py_ssize_t _walk_some(Schedule* s, int64_t lane, int64_t replicas, int rout
         for c in range(s.n):
             start_epochs[c] = epochs[c]
             start_positions[c] = positions[c]
-            positions[c] += quotas[c]
+        _advance(s, epochs, positions, quotas)
         if g[0] == own:
             return PLANNED
         g[0] += 1
@@ -307,7 +337,7 @@ cdef class Scheduler:
     """One config's scheduling tables and lane binding; its methods walk a state in place.
 
     The state lives in the caller's arrays: ``acc`` (float64), ``epochs``, ``positions`` and
-    ``tails`` (int64, the pass tails the schedule skipped so far), one entry per dataset.
+    ``tails`` (int64, the "drop" pass tails skipped so far), one entry per dataset.
     Scratch memory is per call, so one Scheduler may serve several threads walking different
     states. Its fields are declared in schedule.pxd.
     """
@@ -340,20 +370,16 @@ cdef class Scheduler:
         s.saved = <double*>malloc(3 * n * sizeof(double))
         s.order = <Py_ssize_t*>malloc(n * sizeof(Py_ssize_t))
         s.fixed = <int64_t*>malloc(n * sizeof(int64_t))
-        s.lags = <int64_t*>malloc(3 * n * sizeof(int64_t))
-        if s.saved == NULL or s.order == NULL or s.fixed == NULL or s.lags == NULL:
+        if s.saved == NULL or s.order == NULL or s.fixed == NULL:
             self._close(s)
             raise MemoryError()
         s.shares, s.keys, s.weights, s.retired = s.saved + n, s.saved + 2 * n, weights, -1
-        for c in range(n):
-            s.lags[3 * c] = -1  # no tails cached yet
         return 0
 
     cdef void _close(self, Schedule* s) noexcept:
         free(s.saved)
         free(s.order)
         free(s.fixed)
-        free(s.lags)
 
     cdef Py_ssize_t _step(self, Schedule* s, int64_t* g, double* acc, int64_t* epochs, int64_t* positions,
                           int64_t* tails, int64_t* out) noexcept nogil:
@@ -384,7 +410,7 @@ cdef class Scheduler:
                                         &epochs[0], &positions[0], &tails[0], &out[0, 0], &out[1, 0], &out[2, 0],
                                         budget)
                     if status == PLANNED:
-                        _draw_starts(&s, &tails[0], &out[1, 0], &out[2, 0])
+                        _draw_starts(&s, &out[1, 0], &out[2, 0])
                 if status != PAUSED:
                     break
                 PyErr_CheckSignals()

@@ -186,13 +186,16 @@ def test_inspect_reads_a_loader_checkpoint_file(small, tmp_path, capsys):
 
     loader = zt.DataLoader(Pipeline(StaticMixtureWorkSource.from_config(small)), batch_size=16, canonical_replicas=3)
     batches = iter(loader)
-    for _ in range(5):
-        next(batches)
+    received = [name for _ in range(5) for name in next(batches)["_component"]]
     path = tmp_path / "data.ckpt"
     zt.save_checkpoint(path, loader.state_dict())
     assert main(["inspect", str(path), "--config", small]) == 0
     out = capsys.readouterr().out
     assert "canonical_replicas 3; lanes held 3" in out and "lane 2:" in out and ": yes" in out
+    rows = out.split("received by the training loop (all lanes):\n")[1].splitlines()
+    for name in set(received):  # what the loop received, the parts of the chunks in flight counted
+        row = next(r.split() for r in rows if r.split()[0] == name)
+        assert row[1:5] == ["0", "passes", "completed,", str(received.count(name))]
     path.write_bytes(path.read_bytes()[:-5])
     assert main(["inspect", str(path)]) == 2
     assert "truncated" in capsys.readouterr().err
@@ -236,6 +239,6 @@ def test_inspect_reads_a_loader_checkpoint_of_a_phased_source(small, tmp_path, c
     zt.save_checkpoint(path, loader.state_dict())
     assert main(["inspect", str(path)]) == 0
     out = capsys.readouterr().out
-    assert "lane 1: chunk in flight starts at global chunk" in out and "(phase " in out
+    assert "lane 1: chunk in flight is its first from global chunk" in out and "(phase " in out
     assert "phase 1: weights [0.5, 0.5], open-ended" in out and "fingerprint (current phase):" in out
     assert "a                pass 0, position" in out

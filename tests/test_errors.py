@@ -101,7 +101,6 @@ def test_settings_without_effect_warn():
         build(exhausted_policy="repeat", shuffle_shards=False, shuffle_block_size=1, reshuffle_on_repeat=False)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        warnings.filterwarnings("ignore", message=".*of its last pass unread")
         build(exhausted_policy="repeat", max_repeats=2, reshuffle_on_repeat=False)
 
 

@@ -10,6 +10,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPTS = [
     "examples/guide/worksources/repeat_passes.py",
     "examples/guide/worksources/per_dataset_repeat_settings.py",
+    "examples/guide/worksources/stopping_rules.py",
     "examples/custom_allocator.py",
     "examples/custom_worksource.py",
 ]
@@ -29,6 +30,20 @@ def test_example_runs(script):
 def test_repeat_passes_reaches_two_passes_of_the_larger_dataset():
     out = run([sys.executable, SCRIPTS[0]])
     assert "books: 16,000 samples drawn = 2 passes" in out
+
+
+def test_the_seeds_table_ends_each_row_where_its_rule_holds():
+    rows = dict(line.split(": ", 1) for line in run([sys.executable, SCRIPTS[2]]).splitlines())
+    assert rows["nothing"] == "ended after 58 chunks; big 1 passes + 60, small 5 passes + 285"  # 58 x 70 >= 4,000
+    assert rows["exhausted_policy='repeat'"].startswith("still going after 200 chunks")
+    assert rows["exhausted_policy='stop'"].endswith("small 0 passes + 270")  # its next 30 exceed the 291
+    assert rows["stop_after_passes=3"].startswith("ended") and "big 3 passes + 40," in rows["stop_after_passes=3"]
+    assert rows["max_repeats=2"].endswith("small 2 passes + 288")  # its third pass, up to its last quota of 30
+
+
+def test_per_dataset_settings_end_when_books_cannot_supply_its_quota():
+    out = run([sys.executable, SCRIPTS[1]])
+    assert "books: in pass 0, 7,980 of 8,000 samples read" in out  # its next 30 do not fit
 
 
 def test_train_tiny_runs_checkpoints_and_resumes_under_torchrun(tmp_path):

@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from zephon import Dataset, StaticMixtureWorkSource
-from zephon.core import SourceState, initial_state, step
+from zephon.core import CursorState, SourceState, initial_state, step
 from zephon.testing import assert_lanes_partition, assert_replay_equivalent, collect, cut_points, source_configs
 
 
@@ -186,12 +186,15 @@ def test_component_vocabulary_and_hooks():
     assert json.loads(json.dumps(source.state_dict()))["lane"] is None
 
 
-def test_a_state_no_pass_can_serve_ends_instead_of_looping():
+def test_a_state_no_pass_can_serve_ends_under_drop_and_carries_on_under_carry():
     data = [Dataset.from_counts("a", [5]), Dataset.from_counts("b", [100])]
-    config = StaticMixtureWorkSource(data, {"a": 0.5, "b": 0.5}, chunk_size=10, exhausted_policy="repeat",
-                                     ).clone_for_lane(0, 1).config
-    inconsistent = SourceState(chunk_index=3, alloc=(0.9, -0.9), cursors=initial_state(config).cursors)
-    assert step(inconsistent, config) == (None, inconsistent)  # a's quota 6 exceeds its whole pass of 5
+    kwargs = dict(datasets=data, mixture={"a": 0.5, "b": 0.5}, chunk_size=10, exhausted_policy="repeat")
+    drop = StaticMixtureWorkSource(**kwargs, pass_tail="drop").clone_for_lane(0, 1).config
+    inconsistent = SourceState(chunk_index=3, alloc=(0.9, -0.9), cursors=initial_state(drop).cursors)
+    assert step(inconsistent, drop) == (None, inconsistent)  # a's quota 6 exceeds its whole pass of 5: no loop
+    carry = StaticMixtureWorkSource(**kwargs).clone_for_lane(0, 1).config
+    chunk, after = step(inconsistent, carry)  # a's passes back to back: its whole pass, then one of the next
+    assert chunk.counts == {"a": 6, "b": 4} and after.cursors[0] == CursorState(epoch=1, position=1)
 
 
 def test_weights_are_normalised_in_the_mixture_order():

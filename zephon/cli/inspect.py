@@ -16,7 +16,7 @@ from typing import Any
 
 from zephon.core import checkpoint as source_checkpoint
 from zephon.runtime import load_checkpoint, parse_state
-from zephon.work import StaticMixtureWorkSource
+from zephon.work import StaticMixtureWorkSource, received
 from zephon.work import phased_mixture as phased
 
 NAME = "inspect"
@@ -176,11 +176,12 @@ def loader_summary(state: dict[str, Any]) -> str:
         static = _static_part(source_state)
         chunk = static.get(source_checkpoint.KEY_STATE, {}).get(source_checkpoint.KEY_CHUNK)
         phase = f" (phase {source_state.get(phased.KEY_PHASE)})" if static is not source_state else ""
-        lines.append(f"  lane {lane}: chunk in flight starts at global chunk {chunk}{phase}, {consumed:,} of its "
-                     "samples received")
+        lines.append(f"  lane {lane}: chunk in flight is its first from global chunk {chunk}{phase}, {consumed:,} of its "
+                     "samples received; before it:")
         lines.extend("  " + row for row in _cursor_rows(static))
     if len(lanes) > LANES_SHOWN:
         lines.append(f"  ... and {len(lanes) - LANES_SHOWN} more lanes")
+    lines += _received_rows(parsed.entries, parsed.canonical_replicas)
     if lanes:
         first = parsed.entries[lanes[0]][0]
         if first.get(source_checkpoint.KEY_KIND) == phased.KIND:
@@ -190,6 +191,22 @@ def loader_summary(state: dict[str, Any]) -> str:
                   *_fingerprint_lines(fingerprint)]
     return "\n".join(lines + _extra_keys(state, ("kind", "version", "canonical_replicas", "datasets", "source",
                                                  "lanes", "topology")))
+
+
+def _received_rows(entries: dict[int, Any], replicas: int) -> list[str]:
+    """What the readers of these lanes received, per dataset (``zephon.work.received``)."""
+    held = "all lanes" if len(entries) == replicas else f"{len(entries)} of {replicas} lanes (the others' chunks " \
+        "before the cut counted as read)"
+    try:
+        covered = received({lane: (state, consumed) for lane, (state, consumed, _) in entries.items()})
+    except ValueError as error:
+        return [f"  received: not computed ({error})"]
+    lines = [f"  received by the training loop ({held}):"]
+    for name, figures in covered.items():
+        total = figures["pass_length"]
+        lines.append(f"    {name:<16} {figures['passes_completed']:,} passes completed, {figures['position']:,} of "
+                     f"{total:,} samples of pass {figures['passes_completed']} read")
+    return lines
 
 
 def check_against(state: dict[str, Any], template: StaticMixtureWorkSource, loader: bool) -> list[str]:

@@ -20,7 +20,7 @@ import math
 from typing import Any, Final, Mapping, TypedDict, TypeVar, cast
 
 from zephon.core import alloc as allocators
-from zephon.core.config import ORIGINS, REPEAT, DatasetPlan, SourceConfig
+from zephon.core.config import CARRY, ORIGINS, REPEAT, DatasetPlan, SourceConfig
 from zephon.core.schedule import CursorState, SourceState
 from zephon.core.tokens import deficit_bound
 from zephon.limits import MAX_CHUNK_INDEX, MAX_STATE_NODES, STATE_NODES_PER_DATASET, check_json, show
@@ -29,7 +29,8 @@ KIND: Final = "zephon.StaticMixtureWorkSource"
 # 2: token deficits are exact ints (token streams changed); sample-mode state as in 1
 # 3: an integrity digest; fingerprints compare normalised weights; two-stage renormalisation
 # 4: pass_tail (the default "carry" changed repeating streams) and each cursor's tails
-VERSION: Final = 4
+# 5: "carry" ends by what was read (its streams changed); its cursors are read coordinates, no tails
+VERSION: Final = 5
 # The keys (Final: the TypedDicts below are indexed with them)
 KEY_KIND: Final = "kind"
 KEY_VERSION: Final = "version"
@@ -59,7 +60,7 @@ class CursorStateDict(TypedDict):
 
     epoch: int  # the pass it reads, from 0
     position: int  # samples of that pass read so far
-    tails: int  # samples of earlier passes' tails skipped when each next pass started
+    tails: int  # samples of earlier passes' tails skipped when each next pass started ("drop"; 0 under "carry")
 
 
 class _SourceStateKeys(TypedDict):
@@ -334,8 +335,10 @@ def _cursors_from_json(value: Any, config: SourceConfig) -> tuple[CursorState, .
                              f"'tails': int}}, got {show(entry)}")
         epoch = _count(f"cursor {d.name!r} epoch", entry[KEY_EPOCH], _last_epoch(d))
         position = _count(f"cursor {d.name!r} position", entry[KEY_POSITION], d.total)
-        # every pass start skips a tail of at most total - 1 samples (a pass that gave none ends the stream)
-        tails = _count(f"cursor {d.name!r} tails", entry[KEY_TAILS], min(epoch * max(d.total - 1, 0), MAX_CHUNK_INDEX))
+        # every "drop" pass start skips a tail of at most total - 1 samples (a pass that gave none ends
+        # the stream); "carry" skips none
+        skipped = 0 if d.pass_tail == CARRY else min(epoch * max(d.total - 1, 0), MAX_CHUNK_INDEX)
+        tails = _count(f"cursor {d.name!r} tails", entry[KEY_TAILS], skipped)
         cursors.append(CursorState(epoch=epoch, position=position, tails=tails))
     return tuple(cursors)
 

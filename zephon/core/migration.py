@@ -16,9 +16,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from zephon.core import index
-from zephon.core.config import DatasetPlan, SourceConfig
+from zephon.core.config import SourceConfig
 from zephon.core.phases import PhasedConfig, PhasedState, bind, plan_phased
-from zephon.core.schedule import CursorState, Ended, SourceState, draw_start
+from zephon.core.schedule import CursorState, Ended, SourceState
 
 Range = tuple[int, int, int]  # (pass, start, stop): positions [start, stop) of a dataset's pass
 
@@ -114,15 +114,14 @@ def cut(config: PhasedConfig, lanes: list[LaneAt]) -> Cut:
     for at in lanes:
         _unread_of_lane(bind(config, at.lane, replicas), at, frontier, ranges)
     cursors = _global_state_at(config, lanes, frontier).inner.cursors
-    return Cut(frontier, tuple(_draw_position(d, cur) for d, cur in zip(config.datasets, cursors)),
+    return Cut(frontier, tuple(_draw_position(cur) for cur in cursors),
                tuple(_merge(r) for r in ranges), firsts)
 
 
-def _draw_position(plan: DatasetPlan, cursor: CursorState) -> CursorState:
-    """Where the dataset's next draw begins (under ``pass_tail="carry"`` a cursor's draws stand
-    its ``tails`` behind it): everything before was assigned, nothing after."""
-    start = draw_start(plan, cursor)
-    return CursorState(epoch=start.epoch, position=start.position)
+def _draw_position(cursor: CursorState) -> CursorState:
+    """What was read of the dataset at the cut (its skipped tails are not carried on): everything
+    before was assigned, nothing after."""
+    return CursorState(epoch=cursor.epoch, position=cursor.position)
 
 
 def _unread_of_lane(config: PhasedConfig, at: LaneAt, frontier: int, ranges: list[list[Range]]) -> None:

@@ -317,6 +317,16 @@ def step_phased(state: PhasedState, config: PhasedConfig) -> tuple[WorkChunk | N
     return materialize(planned, config.phases[p]), PhasedState(p, planned.state, state.origin)
 
 
+def stream_end_phased(state: PhasedState, config: PhasedConfig) -> PhasedState:
+    """``zephon.core.step.stream_end`` for a phased config."""
+    whole = bind(config, 0, 1)
+    while True:
+        planned, p = plan_phased(state, whole)
+        if isinstance(planned, Ended):
+            return state
+        state = PhasedState(p, planned.state, state.origin)
+
+
 def phase_of_chunk(config: PhasedConfig, g: int) -> int:
     """The phase that global chunk ``g`` belongs to."""
     p = 0

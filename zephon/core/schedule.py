@@ -1,8 +1,12 @@
 """The global chunk schedule on numbers only: quotas, passes, exhaustion, lane routing.
 
-``plan_chunk_reference`` is the exhaustion and repeat rules for one global chunk, written to be read. Its decisions
-read the cursors' ``(epoch, position)`` alone, so ``pass_tail`` changes none of them: only
-where each dataset's draw begins (``draw_start``).
+``plan_chunk_reference`` is the exhaustion and repeat rules for one global chunk, written to be
+read. A ``pass_tail="carry"`` dataset reads its passes back to back: its cursor is what was read
+(``epoch`` the pass being read, ``position`` the samples read of it, ``total`` once it is read
+to the end) and its draws run on into the next pass, so its rules are decided on what was read.
+A ``"drop"`` dataset starts its next pass when the current one cannot serve its quota, skipping
+the tail (``tails`` counts what was skipped) and planning the chunk again: zephon 0.2.0's rule.
+Both give the same quotas on every chunk both produce.
 ``plan_next`` walks the schedule from a state to the next chunk owned by the lane, with the
 scheduling kernel for the built-in allocators (the kernel is tested against this module)
 and in Python for an allocator a fork brings. No pointer is generated here: a chunk that
@@ -16,7 +20,7 @@ from typing import Any, Callable
 import numpy as np
 
 from zephon.core.cache import scheduler
-from zephon.core.config import CARRY, REDISTRIBUTE, STOP, DatasetPlan, SourceConfig
+from zephon.core.config import CARRY, REDISTRIBUTE, REPEAT, STOP, DatasetPlan, SourceConfig
 
 
 WALK_STEPS = 1 << 21  # chunks x datasets a kernel walk plans between checks for Ctrl-C (a few ms)
@@ -24,16 +28,17 @@ WALK_STEPS = 1 << 21  # chunks x datasets a kernel walk plans between checks for
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class CursorState:
-    """Where one dataset's cursor stands: in pass ``epoch``, ``position`` samples into it.
+    """What one dataset's stream has read: pass ``epoch``, ``position`` samples of it.
 
-    ``tails`` counts the samples of the pass tails the schedule skipped when it started the
-    next pass: "drop" never reads them; "carry" reads them first, so its draws stand ``tails``
-    samples behind the cursor in the concatenation of the passes (``draw_start``).
+    ``position == total`` means the pass is read to its end; a "carry" dataset moves to the next
+    pass only when it draws from it, so its cursor is never at the start of a pass other than
+    the first. ``tails`` counts the samples of "drop" pass tails skipped, never read (0 under
+    "carry").
     """
 
     epoch: int  # the pass being read, >= 0 (pass ``epoch`` is the dataset's epoch-th repeat)
-    position: int  # samples taken from this pass, 0..total; == total means drained
-    tails: int = 0  # samples left in the passes before ``epoch`` when each next one started
+    position: int  # samples read of this pass, 0..total; == total: read to its end
+    tails: int = 0  # samples of earlier passes skipped when each next one started ("drop" only)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -106,7 +111,11 @@ def active_weights(config: SourceConfig, cursors: tuple[CursorState, ...]) -> tu
 
 
 def passes_done(config: SourceConfig, cursors: list[CursorState], counting: int | None = None) -> bool:
-    """Every dataset has completed ``stop_after_passes`` passes (``counting`` finishes its pass now)."""
+    """Every dataset has completed ``stop_after_passes`` passes (``counting`` finishes its pass now).
+
+    A cursor at the end of its pass counts that pass as completed: for a "carry" dataset that
+    is ``read // total``, its complete passes.
+    """
     n = config.stop_after_passes
     assert n is not None  # callers check that stop_after_passes is set
     for c, (d, cur) in enumerate(zip(config.datasets, cursors)):
@@ -117,7 +126,8 @@ def passes_done(config: SourceConfig, cursors: list[CursorState], counting: int 
 
 
 def start_next_pass(config: SourceConfig, now: list[CursorState], c: int) -> Ended | None:
-    """Move repeating dataset ``c`` to its next pass in ``now``, or say why the stream ends."""
+    """Move "drop" dataset ``c`` to its next pass in ``now`` (skipping its tail), or say why the
+    stream ends."""
     d = config.datasets[c]
     if now[c].position == 0:  # a whole pass cannot serve one chunk: end rather than loop
         return Ended(-1, c)
@@ -139,6 +149,8 @@ def plan_chunk_reference(config: SourceConfig, alloc: Any, cursors: tuple[Cursor
 
     Pure; ``Ended`` carries ``chunk_index=-1`` (the caller knows the index).
     """
+    if config.stop_after_passes is not None and passes_done(config, list(cursors)):
+        return Ended(-1, None)
     weights = active_weights(config, cursors)
     if not any(weights):
         return Ended(-1, None)
@@ -157,6 +169,10 @@ def plan_chunk_reference(config: SourceConfig, alloc: Any, cursors: tuple[Cursor
             if d.policy == REDISTRIBUTE:
                 quotas[c] = remaining
                 continue
+            if d.pass_tail == CARRY:
+                if not can_carry(d, now[c], quotas[c]):
+                    return Ended(-1, c)
+                continue
             ended = start_next_pass(config, now, c)
             if ended:
                 return ended
@@ -164,25 +180,39 @@ def plan_chunk_reference(config: SourceConfig, alloc: Any, cursors: tuple[Cursor
             break
     if config.stop_after_passes is not None and passes_done(config, now):
         return Ended(-1, None)
-    return tuple(quotas), tuple(now), weights, new_alloc, advance(now, quotas)
+    return tuple(quotas), tuple(now), weights, new_alloc, advance(config, now, quotas)
 
 
-def advance(cursors: list[CursorState], quotas: tuple[int, ...] | list[int]) -> tuple[CursorState, ...]:
-    """The cursors after drawing ``quotas`` (the schedule's positions move by the quotas)."""
-    return tuple(CursorState(epoch=cur.epoch, position=cur.position + q, tails=cur.tails)
-                 for cur, q in zip(cursors, quotas))
+def can_carry(plan: DatasetPlan, cursor: CursorState, quota: int) -> bool:
+    """Whether "carry" dataset ``plan`` can draw ``quota`` from ``cursor`` on into its next passes
+    without starting a pass past ``max_repeats``."""
+    if plan.total == 0:
+        return False
+    if plan.max_repeats is None:
+        return True
+    return cursor.epoch * plan.total + cursor.position + quota <= (plan.max_repeats + 1) * plan.total
+
+
+def advance(config: SourceConfig, cursors: list[CursorState], quotas: tuple[int, ...] | list[int]) -> tuple[CursorState, ...]:
+    """The cursors after drawing ``quotas``; a "carry" draw past its pass's end moves into the pass
+    it ends in (a draw that ends a pass leaves the cursor at that pass's end)."""
+    return tuple(_moved(d, cur, q) for d, cur, q in zip(config.datasets, cursors, quotas))
+
+
+def _moved(plan: DatasetPlan, cursor: CursorState, quota: int) -> CursorState:
+    position = cursor.position + quota
+    if position <= plan.total:
+        return CursorState(epoch=cursor.epoch, position=position, tails=cursor.tails)
+    passes = (position - 1) // plan.total
+    return CursorState(epoch=cursor.epoch + passes, position=position - passes * plan.total, tails=cursor.tails)
 
 
 def draw_start(plan: DatasetPlan, cursor: CursorState) -> CursorState:
-    """Where a dataset's draw at ``cursor`` begins: the cursor itself under "drop"; under "carry"
-    ``cursor.tails`` samples earlier in the plain concatenation of the dataset's passes. A start
-    counts no tails."""
-    if not cursor.tails:
-        return cursor
-    if plan.pass_tail != CARRY:
-        return CursorState(epoch=cursor.epoch, position=cursor.position)
-    epoch, position = divmod(cursor.epoch * plan.total + cursor.position - cursor.tails, plan.total)
-    return CursorState(epoch=epoch, position=position)
+    """Where a dataset's next draw begins: the cursor, or the start of the next pass for a
+    repeating "carry" cursor at the end of its pass. A start counts no tails."""
+    if plan.pass_tail == CARRY and plan.policy == REPEAT and cursor.position >= plan.total > 0:
+        return CursorState(epoch=cursor.epoch + 1, position=0)
+    return CursorState(epoch=cursor.epoch, position=cursor.position)
 
 
 def walk_to_lane(state: SourceState, config: SourceConfig, plan_chunk: PlanChunk) -> Planned | Ended:

@@ -1,6 +1,8 @@
 """The pure step of a mixture source: ``step(state, config) -> (chunk | None, state')``."""
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
 from zephon.core.chunk import WorkChunk
@@ -39,6 +41,16 @@ def step(state: SourceState, config: SourceConfig) -> tuple[WorkChunk | None, So
             raise ValueError(first_chunk_error(config, planned))
         return None, before
     return materialize(planned, config), planned.state
+
+
+def stream_end(state: SourceState, config: SourceConfig) -> SourceState:
+    """Where the whole stream (every lane's chunks) stands at its end, from a lane's state at its
+    end: the other lanes' chunks after it, planned on numbers (fewer than two rounds of lanes)."""
+    whole = dataclasses.replace(config, lane=0, canonical_replicas=1)
+    planner = plan_next_tokens if config.token_mode else plan_next
+    while not isinstance(planned := planner(state, whole), Ended):
+        state = planned.state
+    return state
 
 
 def materialize(planned: Planned, config: SourceConfig) -> WorkChunk:

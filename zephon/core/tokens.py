@@ -11,12 +11,12 @@ The arithmetic is exact: costs are integer units of 1/16 token (``COST_UNITS``, 
 ``MAX_COST``) and the active weights integer units summing to ``WEIGHT_SCALE`` (largest
 remainder, every active dataset at least one unit), so deficits are int64 that sum to 0 and
 stay within ``deficit_bound``; they never depend on floating-point rounding. Passes,
-caps, ``stop_after_passes`` and END follow the exhaustion rules of sample mode: a dataset that runs out
-of its pass during a chunk starts its next pass and the chunk is drawn again from the
-deficits saved at its start (under ``pass_tail="drop"`` the unread tail is skipped; under
-``"carry"`` the draws read it first, each priced by the sample it takes, so a chunk's quotas
-at a pass boundary follow the costs of the samples actually drawn); a redistributing dataset
-that runs dry ends the chunk short.
+caps, ``stop_after_passes`` and END follow the exhaustion rules of sample mode: under
+``pass_tail="carry"`` a dataset's draws run on into its next pass, each priced by the sample it
+takes, and the stream ends when a capped dataset would run past its last allowed pass; under
+``"drop"`` a dataset that runs out of its pass during a chunk starts its next pass (the unread
+tail is skipped) and the chunk is drawn again from the deficits saved at its start; a
+redistributing dataset that runs dry ends the chunk short.
 
 A draw's cost depends only on its shard, so planning prices each dataset's candidate samples
 by runs of equal shard from the cursor (``cursor.shard_runs``) and computes no pointers: O(shards
@@ -35,7 +35,7 @@ import numpy as np
 
 from zephon._ext import tokens as _kernel
 from zephon.core import cache
-from zephon.core.config import COST_UNITS, MAX_COST, REDISTRIBUTE, STOP, DatasetPlan, SourceConfig
+from zephon.core.config import CARRY, COST_UNITS, MAX_COST, REDISTRIBUTE, REPEAT, STOP, DatasetPlan, SourceConfig
 from zephon.core.cursor import shard_runs
 from zephon.core.schedule import (
     ChunkPlan,
@@ -148,9 +148,9 @@ def _cost_of_shard_id(plan: DatasetPlan) -> Callable[[np.ndarray], np.ndarray]:
 class _Runs:
     """Cost runs of the draws one chunk may take from each dataset, extended on demand.
 
-    Dataset c's candidates are the samples its draw would take next (``draw_start``: under
-    "carry" they run on into the next pass, priced as what is drawn), as many as its pass has
-    left in the schedule; a run is a stretch of them in one shard, so it has one cost
+    Dataset c's candidates are the samples its draw would take next (``draw_start``), as many as
+    it can still give: the rest of its pass, or under "carry" on into its next passes up to its
+    last allowed one; a run is a stretch of them in one shard, so it has one cost
     (``cursor.shard_runs``: no pointers). ``ends[c]`` and
     ``costs[c]`` list the runs' cumulative ends (in draws) and costs.
     """
@@ -165,7 +165,13 @@ class _Runs:
                 self.add(c, min(self.remaining(c), int(1.25 * share * config.chunk_size) + 64))
 
     def remaining(self, c: int) -> int:
-        return self.config.datasets[c].total - self.cursors[c].position
+        """Samples ``c`` can still give this chunk (a chunk never draws more than its size)."""
+        d, cursor = self.config.datasets[c], self.cursors[c]
+        if d.pass_tail != CARRY or d.policy != REPEAT:
+            return d.total - cursor.position
+        if d.max_repeats is None:
+            return self.config.chunk_size if d.total else 0
+        return (d.max_repeats + 1) * d.total - cursor.epoch * d.total - cursor.position
 
     def add(self, c: int, count: int) -> None:
         """Append the runs of dataset ``c``'s next ``count`` candidates."""
@@ -179,7 +185,7 @@ class _Runs:
         self.available[c] = have + count
 
     def extend(self, c: int) -> bool:
-        """More candidates for ``c`` from its pass (doubling); False if its pass has none left."""
+        """More candidates for ``c`` (doubling); False if it has none left (``remaining``)."""
         have = self.available[c]
         self.add(c, min(self.remaining(c), max(2 * have, have + 64)) - have)
         return self.available[c] > have
@@ -215,7 +221,7 @@ def plan_token_chunk(config: SourceConfig, deficits: tuple[int, ...], cursors: t
     if isinstance(outcome, Ended):
         return outcome
     quotas, new_deficits = outcome
-    return quotas, tuple(now), weights, new_deficits, advance(now, quotas)
+    return quotas, tuple(now), weights, new_deficits, advance(config, now, quotas)
 
 
 def _draw_chunk(config: SourceConfig, saved: list[int], weights: Sequence[float],
@@ -231,10 +237,10 @@ def _draw_chunk(config: SourceConfig, saved: list[int], weights: Sequence[float]
             return tuple(drawn.tolist()), tuple(deficits.tolist())
         if runs.extend(c):
             continue
-        policy = config.datasets[c].policy
-        if policy == STOP:
+        plan = config.datasets[c]
+        if plan.policy == STOP or (plan.policy == REPEAT and plan.pass_tail == CARRY):
             return Ended(-1, c)
-        if policy == REDISTRIBUTE:
+        if plan.policy == REDISTRIBUTE:
             return tuple(drawn.tolist()), tuple(deficits.tolist())
         return c
 

@@ -15,15 +15,15 @@ import numpy as np
 
 from zephon.runtime._even import EvenBatchesDict
 from zephon.runtime._stream import Entry
-from zephon.work import DatasetCoverage
+from zephon.work import DatasetCoverage, PhasedMixtureWorkSource, StaticMixtureWorkSource, received
 
 log = logging.getLogger("zephon")
 REDISTRIBUTE = "redistribute"
 
 
 class DatasetStatsDict(DatasetCoverage):
-    """A dataset in ``stats()["datasets"]``, at the latest chunk the loop reached: its
-    ``coverage()`` and its exhaustion ``policy``."""
+    """A dataset in ``stats()["datasets"]``: what the loop received of it, as ``coverage()``
+    figures, and its exhaustion ``policy``."""
 
     policy: str
 
@@ -137,23 +137,14 @@ class LoaderStats:
                  cause if why == "end" else f" ({why})")
 
     def datasets(self, replicas: int, entries: Mapping[int, Entry]) -> dict[str, DatasetStatsDict]:
-        """Per dataset, at the latest chunk the loop reached: the source's ``coverage()``
-        (``passes_completed``, ``position`` in the current pass, ``pass_length``, ``never_read``)
-        and its ``policy``."""
-        if not entries or not self._plans:
+        """Per dataset, what the loop received of it (``zephon.work.received`` over this rank's
+        lanes: the source's ``coverage()`` figures, the received part of each chunk in flight
+        counted) and its ``policy``."""
+        if not entries or not isinstance(self._template, (StaticMixtureWorkSource, PhasedMixtureWorkSource)):
             return {}
-        lane, (state, _, _) = max(entries.items(), key=lambda item: _chunk_index(item[1][0]))
-        source = self._template.clone_for_lane(lane, replicas)
-        source.load_state_dict(state)
-        covered = source.coverage() if hasattr(source, "coverage") else {}
-        out: dict[str, DatasetStatsDict] = {}
-        for plan in self._plans:
-            figures = covered.get(plan.name, {})
-            out[plan.name] = {"passes_completed": int(figures.get("passes_completed", 0)),
-                              "position": int(figures.get("position", 0)),
-                              "pass_length": int(figures.get("pass_length", plan.total)),
-                              "never_read": int(figures.get("never_read", 0)), "policy": plan.policy}
-        return out
+        datasets = {d.name: self._template.datasets_by_id[c] for c, d in enumerate(self._plans)}
+        covered = received({lane: (state, consumed) for lane, (state, consumed, _) in entries.items()}, datasets)
+        return {plan.name: {**covered[plan.name], "policy": plan.policy} for plan in self._plans}
 
     def as_json(self, replicas: int, entries: Mapping[int, Entry], even: EvenBatchesDict | None) -> LoaderStatsDict:
         return {

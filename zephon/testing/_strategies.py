@@ -81,7 +81,8 @@ def _source_configs(draw: DrawFn, num_datasets: Any, max_chunk_size: Any, polici
         kwargs["stop_after_passes"] = draw(st.integers(1, 3))
     else:
         kwargs["exhausted_policy"] = {d.name: draw(_strategy(policies)) for d in data}
-        kwargs["max_repeats"] = draw(st.none() | st.integers(0, 2))
+        per_dataset = st.fixed_dictionaries({d.name: st.integers(0, 2) for d in data})
+        kwargs["max_repeats"] = draw(st.none() | st.integers(0, 2) | per_dataset)
         if kwargs["max_repeats"] is None:
             kwargs["stop_after_passes"] = None
     kwargs["reshuffle_on_repeat"] = not draw(st.booleans())
@@ -94,13 +95,21 @@ def _drop_settings_without_effect(kwargs: dict[str, Any]) -> None:
     """Reset what could not change the stream (the source would warn about it) to its default."""
     policies = kwargs.get("exhausted_policy") or dict.fromkeys(kwargs["pass_tail"], "repeat")
     repeats = "repeat" in policies.values()
+    caps = kwargs.get("max_repeats")
+    if isinstance(caps, dict):  # an entry for a dataset that never repeats would warn
+        caps = kwargs["max_repeats"] = {name: cap for name, cap in caps.items() if policies[name] == "repeat"}
     if not repeats:
-        kwargs["max_repeats"] = None
+        kwargs["max_repeats"] = caps = None
+
+    def cap_of(name: str) -> Any:
+        return caps.get(name) if isinstance(caps, dict) else caps
+
     for name, policy in policies.items():
-        if policy != "repeat" or kwargs.get("max_repeats") == 0:
+        if policy != "repeat" or cap_of(name) == 0:
             kwargs["pass_tail"][name] = "carry"
     shuffles = kwargs["shuffle_shards"] or kwargs["shuffle_within_shard"] or kwargs["shuffle_block_size"] not in (None, 1)
-    if not (repeats and shuffles) or kwargs.get("max_repeats") == 0:
+    never_again = all(cap_of(name) == 0 for name, policy in policies.items() if policy == "repeat")
+    if not (repeats and shuffles) or never_again:
         kwargs["reshuffle_on_repeat"] = True
 
 
@@ -117,8 +126,8 @@ def source_configs(
 
     Valid: it constructs and its first chunk can be produced.
     Finite: either ``stop_after_passes`` is set, or per-dataset policies with every repeating
-    dataset capped by ``max_repeats`` — the stream always ends. Each repeating dataset draws
-    its ``pass_tail`` from ``pass_tails``. Shrinks toward one dataset, chunk size 1,
+    dataset capped by ``max_repeats`` (one cap, or one per dataset) — the stream always ends.
+    Each repeating dataset draws its ``pass_tail`` from ``pass_tails``. Shrinks toward one dataset, chunk size 1,
     ``stop_after_passes=1``, carried pass tails.
     """
     def finite(kwargs: dict[str, Any]) -> bool:

@@ -278,9 +278,11 @@ class DataLoader(tud.DataLoader[Bundle]):
         :class:`zephon.runtime.LoaderStatsDict`).
 
         ``batches``; ``samples`` per component; ``filtered`` (items filter steps dropped);
-        ``datasets``: per dataset its ``passes_completed``, ``position`` in the current pass,
-        ``pass_length``, ``never_read`` (skipped pass tails) and ``policy`` at the chunk the
-        loop reached (the source's ``coverage()``); ``redistributed`` (datasets that ran dry
+        ``datasets``: per dataset what the loop received of it, as the source's ``coverage()``
+        figures (``passes_completed``, ``position`` and ``unread_in_pass`` of the pass in
+        progress, ``pass_length``, ``never_read``: skipped pass tails), counting the received
+        part of each lane's chunk in flight and every global chunk before the cut of this
+        rank's lanes, and its ``policy``; ``redistributed`` (datasets that ran dry
         and whose share went to the others) and ``exhausted`` (what ended the stream);
         ``ended``; ``even_batches``: ``steps`` (this run's equal step count from where it was
         set), ``given``, ``held_back_batches`` and ``held_back_samples`` (None without it).

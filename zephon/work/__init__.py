@@ -7,6 +7,7 @@
 | :func:`migrate`, :class:`Migration` | continue a run under a new mixture or datasets (a report of what was unread) |
 | :class:`WorkSource` | the interface to implement for a custom curriculum |
 | :class:`DatasetCoverage` | what ``coverage()`` of a mixture source reports per dataset |
+| :func:`received` | the same figures for what a run's readers received, from its lanes' states |
 | :class:`StaticMixtureStateDict`, :class:`PhasedMixtureStateDict` | the JSON ``state_dict()`` of the built-in sources, with :class:`SourceStateDict`, :class:`CursorStateDict`, :class:`TokenRatioDict`, :class:`MigrationRecord` inside |
 | :func:`check_lane`, :func:`check_replicas` | the checks of a lane binding (``lane_id``, ``canonical_replicas``) |
 | :class:`WorkChunk`, :class:`WorkChunkStateDict` | a bundle of sample pointers grouped by component, and its JSON ``state_dict()`` |
@@ -26,7 +27,7 @@ from zephon.core.coverage import DatasetCoverage
 from zephon.core.read_config import ComponentOrder, MixtureReadConfig, MixtureReadMode
 from zephon.work._portable import by_value
 from zephon.work.phased_mixture import Phase, PhasedMixtureStateDict, PhasedMixtureWorkSource
-from zephon.work.migration import Migration, migrate
+from zephon.work.migration import Migration, migrate, received
 from zephon.work.sequence import PointerSequence
 from zephon.work.source import WorkSource, check_lane, check_replicas
 from zephon.work.spec import MixtureSpec
@@ -38,4 +39,5 @@ __all__ = [
     "Migration", "MixtureSpec", "Phase", "PhasedMixtureStateDict", "PhasedMixtureWorkSource", "PointerSequence",
     "SampleId", "SourceStateDict", "StaticMixtureStateDict", "StaticMixtureWorkSource", "TokenEstimation",
     "TokenRatioDict", "WorkChunk", "WorkChunkStateDict", "WorkSource", "check_lane", "check_replicas", "migrate", "by_value",
+    "received",
 ]

@@ -8,19 +8,21 @@ priming, ``len``, lookups and their argument checks) lives here once.
 """
 from __future__ import annotations
 
+import logging
 from typing import Any, Callable, Mapping, Protocol, TypeVar, cast, get_type_hints
 
 import numpy as np
 
 from zephon.core import checkpoint
 from zephon.core.checkpoint import KEY_MIGRATIONS, MigrationRecord
-from zephon.core.coverage import DatasetCoverage
+from zephon.core.coverage import DatasetCoverage, end_report
 from zephon.core.chunk import SampleId, WorkChunk
 from zephon.io import Dataset
 from zephon.limits import show
 from zephon.work._priming import cached_ratio
 from zephon.work.source import WorkSource
 
+log = logging.getLogger("zephon")
 MAX_HISTORY = 8  # migrations a state remembers (the most recent)
 _HISTORY_KEYS: dict[str, type] = get_type_hints(MigrationRecord)  # each key's exact type
 Shell = TypeVar("Shell", bound="MixtureShell")
@@ -66,8 +68,10 @@ class MixtureShell(WorkSource):
     _core_indexable: Callable[[Any], bool]
     _core_bind: Callable[[Any, int, int], Any]
     _core_coverage: Callable[[Any, Any], dict[str, DatasetCoverage]]
+    _core_end: Callable[[Any, Any], Any]
 
     _history: tuple[MigrationRecord, ...] = ()  # the migrations this run went through (zephon.work.migrate)
+    _end: tuple[Any, Any] = (None, None)  # (the lane's state at its end, the whole stream's there)
 
     def _with_history(self, state: State) -> State:
         return with_history(state, self._history)
@@ -88,8 +92,17 @@ class MixtureShell(WorkSource):
         return self._state
 
     def next_chunk(self) -> WorkChunk | None:
+        """The lane's next chunk, or None at the end of its stream.
+
+        The first None logs, on the ``zephon`` logger (INFO), what the end left unread of each
+        dataset and the rule that stopped it; ``coverage()`` has the same figures.
+        """
         self._check_producing()
         chunk, self._state = self._core_step(self._state, self._config)
+        if chunk is None and self._end[0] is not self._state:
+            self._end = (self._state, self._core_end(self._state, self._config))
+            log.info("zephon: %r ended its stream: %s", self, end_report(
+                self._config.datasets, self._config.stop_after_passes, self.coverage()))
         return chunk
 
     def component_ids(self) -> dict[str, int]:
@@ -183,11 +196,16 @@ class MixtureShell(WorkSource):
         return int(i)
 
     def coverage(self) -> dict[str, DatasetCoverage]:
-        """Per dataset name, from the state alone in O(datasets): ``passes_completed``,
-        ``position`` in the current pass, ``pass_length`` and ``never_read``, the samples of
-        its passes so far that were skipped (0 under ``pass_tail="carry"``, the dropped tails
-        under ``"drop"``). A lane's figures count every lane's chunks before its position."""
-        return self._core_coverage(self._state, self._config)
+        """Per dataset name, what was read: ``passes_completed`` (passes read to their end),
+        ``position`` and ``unread_in_pass`` (samples read and not read of the pass in progress),
+        ``pass_length`` and ``never_read``, the samples of its passes so far that were skipped
+        (0 under ``pass_tail="carry"``, the dropped tails under ``"drop"``).
+
+        A lane's figures count every lane's chunks before its position; once ``next_chunk()``
+        has returned None, those of the whole stream: what its end left unread.
+        """
+        state = self._end[1] if self._end[0] is self._state else self._state
+        return self._core_coverage(state, self._config)
 
     def continues_after_exhaustion(self) -> frozenset[str]:
         """Names of the datasets that may drain while the others go on (``exhausted_policy='redistribute'``)."""

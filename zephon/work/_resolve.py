@@ -40,7 +40,6 @@ from zephon.work.tokens import TokenEstimation
 
 
 AUTO = "auto"  # stop_after_passes: 1, unless exhausted_policy or max_repeats is given
-UNREAD_WARNING = 0.01  # the share of a dataset's last pass the end of a stream may leave unread silently
 
 
 def _int(parameter: str, value: Any, minimum: int, example: str, maximum: int | None = None) -> int:
@@ -317,30 +316,7 @@ def resolve(
         lane_assignment=lane_assignment, allocator=allocator, token_mode=token_estimation is not None,
         weight_order=weight_order,
     )
-    if is_finite(config):
-        warn_unread_end(plans, chunk_size)
     return config
-
-
-def warn_unread_end(plans: Sequence[DatasetPlan], chunk_size: int) -> None:
-    """Warn when the end of a finite stream can leave more than ``UNREAD_WARNING`` of a dataset's
-    last pass unread: when one chunk's quota of it exceeds that share of its size.
-
-    A redistributing dataset reads its last pass to the end, so it is never named.
-    """
-    weight_sum = sum(d.weight for d in plans)
-    for d in plans:
-        share = d.weight / weight_sum
-        quota = math.ceil(share * chunk_size)
-        if d.policy == REDISTRIBUTE or quota <= UNREAD_WARNING * d.total:
-            continue
-        smaller = math.floor(math.floor(UNREAD_WARNING * d.total) / share)  # ceil(share × it) stays under
-        fix = f"pass a smaller chunk_size ({smaller} or less)" if smaller >= 1 else \
-            "pass a smaller chunk_size (even 1 draws more than that here) or give it more samples"
-        warnings.warn(
-            f"dataset {d.name!r}: one chunk's quota of it is {quota} samples, {quota / max(d.total, 1):.1%} of "
-            f"its {d.total}, so the end of the stream can leave more than {UNREAD_WARNING:.0%} of its last "
-            f"pass unread; {fix}", RuntimeWarning, stacklevel=4)
 
 
 def _pinned_ratios(estimation: Any, allocation: Any, names: list[str]) -> dict[str, float]:

@@ -18,6 +18,7 @@ from typing import Any, Mapping
 from zephon.core import checkpoint
 from zephon.core.checkpoint import KEY_MIGRATIONS, MigrationRecord, StaticMixtureStateDict
 from zephon.core.config import REPEAT, SourceConfig, shard_digest
+from zephon.core.coverage import DatasetCoverage, read_figures
 from zephon.core.migration import Cut, LaneAt, as_phased, cut
 from zephon.core.phases import PhasedConfig, PhasedState, bind
 from zephon.core.requeue import past_region
@@ -190,6 +191,49 @@ def _report(result: Cut, old: PhasedConfig, new: SourceConfig | PhasedConfig, la
     }
 
 
+def _lanes_of(states: Mapping[int, tuple[Mapping[str, Any], int]], datasets: Mapping[str, Dataset]
+              ) -> tuple[PhasedConfig, list[LaneAt], dict[str, Any]]:
+    """The run's config, its lanes and their settings fingerprint, from lane -> (state_dict,
+    samples of its chunk read); ``datasets`` by name replace the count-only stand-ins."""
+    lanes: list[LaneAt] = []
+    settings: dict[str, Any] | None = None
+    config: PhasedConfig | None = None
+    for lane, (state, consumed) in sorted(states.items()):
+        first = settings
+        try:
+            config, phased, settings = _parse(state, datasets)
+        except (KeyError, TypeError, AttributeError, IndexError) as error:
+            raise ValueError(f"lane {lane}: the state is malformed ({error!r}); pass the state_dict() of a mixture "
+                             "source, or a loader checkpoint") from None
+        if first is not None and settings != first:
+            raise ValueError(f"lane {lane} was taken with other settings than the lanes before it; migrate the "
+                             "lanes of one run together")
+        lanes.append(LaneAt(lane, phased, consumed))
+    if config is None or settings is None:
+        raise ValueError("no lane states given; pass at least one lane's state_dict()")
+    return config, lanes, settings
+
+
+def received(states: Mapping[int, tuple[Mapping[str, Any], int]],
+             datasets: Mapping[str, Dataset] | None = None) -> dict[str, DatasetCoverage]:
+    """What the readers of these lanes received, per dataset, as ``coverage()`` figures.
+
+    ``states`` maps lane -> (its source's state_dict() at its chunk in flight, samples of that
+    chunk received), as a loader checkpoint holds them. The figures count every pointer of the
+    global chunks before the lanes' cut (``migrate``) less those assigned but not received:
+    exact for all of a run's lanes, and for some of them they count the other lanes' chunks
+    before the cut as read. From the states alone in sample mode; a token-mode run needs its
+    ``datasets`` (by name: draw costs come from their shards).
+    """
+    config, lanes, _ = _lanes_of(states, datasets or {})
+    result = cut(config, lanes)
+    out: dict[str, DatasetCoverage] = {}
+    for d, cursor, unread in zip(config.datasets, result.cursors, result.unread):
+        read = cursor.epoch * d.total + cursor.position - sum(stop - start for _, start, stop in unread)
+        out[d.name] = read_figures(d, read, cursor.tails)
+    return out
+
+
 def migrate_lanes(states: Mapping[int, tuple[Mapping[str, Any], int]],
                   new_template: StaticMixtureWorkSource | PhasedMixtureWorkSource, requeue: bool = False
                   ) -> tuple[SourceState | PhasedState, dict[str, Any], tuple[MigrationRecord, ...], dict[str, list[Any]]]:
@@ -203,26 +247,14 @@ def migrate_lanes(states: Mapping[int, tuple[Mapping[str, Any], int]],
     new_config = new_template.config
     base = new_config.base if isinstance(new_config, PhasedConfig) else new_config
     new_datasets = {d.name: new_template.datasets_by_id[i] for i, d in enumerate(new_config.datasets)}
-    lanes: list[LaneAt] = []
-    settings: dict[str, Any] | None = None
+    config, lanes, settings = _lanes_of(states, new_datasets)
+    if any(at.state.inner.requeue for at in lanes):
+        lane = next(at.lane for at in lanes if at.state.inner.requeue)
+        raise ValueError(f"lane {lane} is still re-serving the samples of an earlier migration; migrate after it "
+                         "has served them (a few chunks)")
     history: tuple[MigrationRecord, ...] = ()
-    config: PhasedConfig | None = None
-    for lane, (state, consumed) in sorted(states.items()):
-        first = settings
-        try:
-            config, phased, settings = _parse(state, new_datasets)
-        except (KeyError, TypeError, AttributeError, IndexError) as error:
-            raise ValueError(f"lane {lane}: the state is malformed ({error!r}); pass the state_dict() of a mixture "
-                             "source, or a loader checkpoint") from None
-        if first is not None and settings != first:
-            raise ValueError(f"lane {lane} was taken with other settings than the lanes before it; migrate the "
-                             "lanes of one run together")
-        if phased.inner.requeue:
-            raise ValueError(f"lane {lane} is still re-serving the samples of an earlier migration; migrate after it "
-                             "has served them (a few chunks)")
-        history = check_history(state.get(KEY_MIGRATIONS, []))
-        lanes.append(LaneAt(lane, phased, consumed))
-    assert config is not None and settings is not None  # ``states`` names at least one lane
+    for lane in sorted(states):
+        history = check_history(states[lane][0].get(KEY_MIGRATIONS, []))
     result = cut(config, lanes)
     at_cut = {name: result.cursors[c] for c, name in enumerate(config.names) if name in new_config.names}
     cursors, orders = _continued(settings, base, at_cut)

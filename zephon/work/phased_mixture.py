@@ -160,6 +160,7 @@ class PhasedMixtureWorkSource(MixtureShell):
     _core_samples = staticmethod(phases.samples_at)
     _core_indexable = staticmethod(phases.supports_indexing)
     _core_bind = staticmethod(phases.bind)
+    _core_end = staticmethod(phases.stream_end_phased)
 
     @staticmethod
     def _core_coverage(state: PhasedState, config: PhasedConfig) -> dict[str, coverage.DatasetCoverage]:

@@ -13,7 +13,7 @@ from typing import Any, Callable, Mapping, Sequence
 from zephon.core import checkpoint, coverage, index
 from zephon.core.config import SourceConfig
 from zephon.core.schedule import initial_state
-from zephon.core.step import step
+from zephon.core.step import step, stream_end
 from zephon.core.tokens import token_shares, with_ratios
 from zephon.io import Dataset
 from zephon.work import mixture_config
@@ -91,6 +91,7 @@ class StaticMixtureWorkSource(MixtureShell):
     _core_samples = staticmethod(index.samples_at)
     _core_indexable = staticmethod(index.supports_indexing)
     _core_coverage = staticmethod(coverage.coverage)
+    _core_end = staticmethod(stream_end)
 
     @staticmethod
     def _core_bind(config: SourceConfig, lane: int, replicas: int) -> SourceConfig:

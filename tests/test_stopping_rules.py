@@ -1,0 +1,167 @@
+"""The seed's stopping rules (SPEC §4), checked on the sample stream itself.
+
+Under ``pass_tail="carry"`` a dataset's stream is its passes back to back: pass k is rows
+[kT, (k+1)T) of its concatenated pointers, every row once. ``stop_after_passes=N`` ends at the
+first chunk boundary where every dataset has read N complete passes; ``max_repeats=M`` and
+``"stop"`` end when some dataset cannot supply its next quota within what it may read.
+"""
+import logging
+import warnings
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from zephon import Dataset, StaticMixtureWorkSource
+from zephon.core.schedule import active_weights
+from zephon.testing import collect, source_configs
+
+
+def carried(**kwargs):
+    """A single lane of the source, constructed with every warning an error."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        return StaticMixtureWorkSource(**kwargs).clone_for_lane(0, 1)
+
+
+def reads_per_chunk(chunks, names):
+    """``(k, n)`` samples each chunk read of each dataset."""
+    return np.array([[chunk.counts.get(name, 0) for name in names] for chunk in chunks],
+                    dtype=np.int64).reshape(len(chunks), len(names))
+
+
+def assert_passes_are_whole(chunks, config):
+    for c, d in enumerate(config.datasets):
+        drawn = [tuple(p) for chunk in chunks if d.name in chunk.components for p in chunk.components[d.name].tolist()]
+        every_row = sorted((c, int(s), o) for s, n in zip(d.shard_ids, d.shard_counts) for o in range(n))
+        for start in range(0, len(drawn), max(d.total, 1)):
+            one_pass = drawn[start:start + d.total]
+            assert len(set(one_pass)) == len(one_pass), f"{d.name}: a row twice in pass {start // d.total}"
+            if len(one_pass) == d.total:
+                assert sorted(one_pass) == every_row
+
+
+def allowed(plan):
+    """How many samples a dataset may read in all: its pass, its capped passes, or unbounded."""
+    if plan.policy != "repeat":
+        return plan.total
+    return None if plan.max_repeats is None else (plan.max_repeats + 1) * plan.total
+
+
+def assert_ends_where_its_rule_holds(lane, chunks):
+    config = lane.config
+    reads = reads_per_chunk(chunks, config.names)
+    before = np.vstack([np.zeros((1, len(config.names)), np.int64), np.cumsum(reads, axis=0)])
+    totals = np.array([d.total for d in config.datasets])
+    limits = [allowed(d) for d in config.datasets]
+    for k in range(len(chunks) + 1):  # no chunk reads past what a dataset may read
+        assert all(limit is None or before[k, c] <= limit for c, limit in enumerate(limits))
+    if config.stop_after_passes is not None:
+        done = [bool(np.all(row >= config.stop_after_passes * totals)) for row in before]
+        assert done.index(True) == len(chunks), "the stream ends at the first chunk where every dataset is done"
+        return
+    weights = active_weights(config, lane.state.cursors)
+    if not any(weights):
+        return  # every dataset left redistributes and is drained
+    quotas, _ = config.allocator.allocate(lane.state.alloc, weights, config.chunk_size)
+    short = [c for c, (d, limit) in enumerate(zip(config.datasets, limits))
+             if d.policy != "redistribute" and limit is not None and before[-1, c] + quotas[c] > limit]
+    assert short, "the stream ended while every dataset could supply its next quota"
+
+
+def assert_coverage_counts_the_stream(lane, chunks):
+    reads = reads_per_chunk(chunks, lane.config.names).sum(axis=0)
+    for d, read in zip(lane.config.datasets, reads.tolist()):
+        passes, position = divmod(read, d.total) if d.total else (0, 0)
+        assert lane.coverage()[d.name] == {"passes_completed": passes, "position": position, "pass_length": d.total,
+                                           "unread_in_pass": d.total - position if position else 0,
+                                           "never_read": 0}
+
+
+def lanes_together(kwargs, replicas):
+    """Every lane's chunks merged by global index; the lanes' last global chunks."""
+    merged, last = {}, []
+    for lane_id in range(replicas):
+        lane = StaticMixtureWorkSource(**kwargs).clone_for_lane(lane_id, replicas)
+        while (chunk := lane.next_chunk()) is not None:
+            merged[lane.state.chunk_index - 1] = chunk
+        last.append(lane.coverage())
+    return [merged[g] for g in sorted(merged)], last
+
+
+@given(source_configs(pass_tails=st.just("carry")), st.integers(1, 4))
+def test_every_rule_holds_on_the_stream_and_ends_it_at_the_first_chunk_where_it_holds(kwargs, replicas):
+    lane = carried(**kwargs)
+    chunks = collect(lane, 10**6)
+    assert lane.next_chunk() is None
+    assert_passes_are_whole(chunks, lane.config)
+    assert_ends_where_its_rule_holds(lane, chunks)
+    assert_coverage_counts_the_stream(lane, chunks)
+    dropped = collect(StaticMixtureWorkSource(**dict(kwargs, pass_tail="drop")).clone_for_lane(0, 1), 10**6)
+    both = min(len(chunks), len(dropped))
+    assert [c.counts for c in chunks[:both]] == [c.counts for c in dropped[:both]], "carry's quotas are drop's"
+    assert len(chunks) >= len(dropped)
+    merged, ends = lanes_together(kwargs, replicas)
+    assert [c.state_dict() for c in merged] == [c.state_dict() for c in chunks]
+    assert all(end == lane.coverage() for end in ends), "the lanes end together, reporting the whole stream"
+
+
+def run(datasets, mixture, **settings):
+    lane = carried(datasets=datasets, mixture=mixture, **settings)
+    return lane, collect(lane, 10**6)
+
+
+def test_the_seeds_first_row_nothing_supplied_reads_every_dataset_once():
+    lane, chunks = run([Dataset.from_counts("big", [1000] * 4), Dataset.from_counts("small", [97] * 3)],
+                       {"big": 0.7, "small": 0.3}, chunk_size=100)
+    assert lane.coverage()["big"]["passes_completed"] == 1 and lane.coverage()["small"]["passes_completed"] >= 1
+    assert sum(c.counts["big"] for c in chunks[:-1]) < 4000 <= sum(c.counts["big"] for c in chunks)
+
+
+def test_stop_after_passes_three_reads_three_passes_of_each():
+    lane, _ = run([Dataset.from_counts("web", [3997]), Dataset.from_counts("wiki", [357]),
+                   Dataset.from_counts("code", [801])], {"web": 0.6, "wiki": 0.1, "code": 0.3},
+                  chunk_size=64, stop_after_passes=3)
+    assert {name: c["passes_completed"] >= 3 for name, c in lane.coverage().items()} == dict.fromkeys(
+        ["web", "wiki", "code"], True)
+    assert lane.coverage()["web"]["passes_completed"] == 3
+
+
+def test_max_repeats_reads_its_last_pass_up_to_its_last_quota():
+    lane, chunks = run([Dataset.from_counts("web", [3997]), Dataset.from_counts("wiki", [357])],
+                       {"web": 0.5, "wiki": 0.5}, chunk_size=64, exhausted_policy="repeat", max_repeats=2)
+    read = sum(c.counts["wiki"] for c in chunks)
+    assert read <= 3 * 357 < read + 32  # a third pass, read until its next quota of 32 no longer fits
+    assert lane.coverage()["wiki"] == {"passes_completed": 2, "position": read - 714, "pass_length": 357,
+                                       "unread_in_pass": 3 * 357 - read, "never_read": 0}
+
+
+def test_the_end_logs_what_it_left_unread_once_per_lane(caplog):
+    kwargs = dict(datasets=[Dataset.from_counts("web", [3997]), Dataset.from_counts("wiki", [357])],
+                  mixture={"web": 0.5, "wiki": 0.5}, chunk_size=64, stop_after_passes=2)
+    with caplog.at_level(logging.INFO, logger="zephon"):
+        for lane_id in range(3):
+            lane = StaticMixtureWorkSource(**kwargs).clone_for_lane(lane_id, 3)
+            collect(lane, 10**6)
+            assert lane.next_chunk() is None and lane.next_chunk() is None
+    ends = [r.getMessage() for r in caplog.records if "ended its stream" in r.getMessage()]
+    assert len(ends) == 3 and len({e.split("ended its stream")[1] for e in ends}) == 1
+    covered = lane.coverage()["web"]
+    assert (f"'web': 2 passes completed, {covered['unread_in_pass']:,} of 3,997 samples of pass 2 unread "
+            "(stop_after_passes=2)") in ends[0]
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_loader_progress_counts_what_the_loop_received_mid_run(num_workers):
+    import zephon.torch as zt
+    from zephon import Pipeline
+
+    source = StaticMixtureWorkSource([Dataset.from_counts("web", [500] * 2), Dataset.from_counts("wiki", [97] * 3)],
+                                     {"web": 0.7, "wiki": 0.3}, chunk_size=64, seed=1, stop_after_passes=2)
+    loader = zt.DataLoader(Pipeline(source), batch_size=8, num_workers=num_workers)
+    batches = iter(loader)
+    received = [name for _ in range(150) for name in next(batches)["_component"]]
+    for name, figures in loader.stats()["datasets"].items():
+        assert figures["passes_completed"] * figures["pass_length"] + figures["position"] == received.count(name)
+    assert loader.stats()["datasets"]["wiki"]["passes_completed"] >= 1  # 1,200 samples: wiki is in its second pass
