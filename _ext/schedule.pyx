@@ -161,8 +161,6 @@ cdef Py_ssize_t _plan_chunk(Schedule* s, double* acc, int64_t* epochs, int64_t* 
     cdef Py_ssize_t c
     cdef bint restart = True
     cdef int64_t remaining
-    if s.stop_after > 0 and _passes_done(s, epochs, positions, -1):
-        return ALL_DONE
     if not _update_weights(s, positions):
         return ALL_DONE
     for c in range(s.n):
@@ -202,13 +200,13 @@ cdef Py_ssize_t _plan_chunk(Schedule* s, double* acc, int64_t* epochs, int64_t* 
 
 
 cdef inline bint _can_carry(Schedule* s, Py_ssize_t c, int64_t epoch, int64_t position, int64_t quota) noexcept nogil:
-    """can_carry: "carry" dataset c draws ``quota`` on into its next passes within max_repeats."""
+    """can_carry: "carry" dataset c draws ``quota`` (> 0) on into its next passes within max_repeats."""
     cdef int64_t total = s.totals[c]
     if total == 0:
         return False
     if s.max_repeats[c] < 0:
         return True
-    return epoch * total + position + quota <= (s.max_repeats[c] + 1) * total
+    return epoch + (position + quota - 1) // total <= s.max_repeats[c]  # the pass it ends in
 
 
 cdef inline void _advance(Schedule* s, int64_t* epochs, int64_t* positions, const int64_t* quotas) noexcept nogil:

@@ -15,7 +15,7 @@ from zephon.core.schedule import CursorState, SourceState
 class DatasetCoverage(TypedDict):
     """What a stream has read of one dataset (a source's ``coverage()``, per dataset name)."""
 
-    passes_completed: int  # passes read to their end
+    passes_completed: int  # passes read to their end (or, under pass_tail="drop", ended by a skipped tail)
     position: int  # samples read of the pass in progress (0: none in progress)
     pass_length: int  # samples in a pass (the dataset's size)
     unread_in_pass: int  # samples of the pass in progress not read (yet, or ever, once the stream ended)
@@ -70,4 +70,6 @@ def _rule(plan: DatasetPlan, stop_after_passes: int | None) -> str:
         return f"exhausted_policy={plan.policy!r}"
     if plan.max_repeats is not None:
         return f"max_repeats={plan.max_repeats}"
+    if stop_after_passes is None:
+        return "exhausted_policy='repeat', no limit"
     return f"stop_after_passes={stop_after_passes}"

@@ -51,6 +51,7 @@ class Cut:
     cursors: tuple[CursorState, ...]
     unread: tuple[tuple[Range, ...], ...]  # per dataset, merged ranges in pass and position order
     in_flight: dict[int, int | None]  # lane -> global index of its chunk in flight (None: the lane had ended)
+    skipped: tuple[int, ...]  # per dataset, the samples of "drop" pass tails skipped before the cut
 
 
 def _read_prefix(quotas: tuple[int, ...], consumed: int) -> list[int]:
@@ -115,7 +116,7 @@ def cut(config: PhasedConfig, lanes: list[LaneAt]) -> Cut:
         _unread_of_lane(bind(config, at.lane, replicas), at, frontier, ranges)
     cursors = _global_state_at(config, lanes, frontier).inner.cursors
     return Cut(frontier, tuple(_draw_position(cur) for cur in cursors),
-               tuple(_merge(r) for r in ranges), firsts)
+               tuple(_merge(r) for r in ranges), firsts, tuple(cur.tails for cur in cursors))
 
 
 def _draw_position(cursor: CursorState) -> CursorState:

@@ -317,13 +317,13 @@ def step_phased(state: PhasedState, config: PhasedConfig) -> tuple[WorkChunk | N
     return materialize(planned, config.phases[p]), PhasedState(p, planned.state, state.origin)
 
 
-def stream_end_phased(state: PhasedState, config: PhasedConfig) -> PhasedState:
+def stream_end_phased(state: PhasedState, config: PhasedConfig) -> tuple[PhasedState, int | None]:
     """``zephon.core.step.stream_end`` for a phased config."""
     whole = bind(config, 0, 1)
     while True:
         planned, p = plan_phased(state, whole)
         if isinstance(planned, Ended):
-            return state
+            return state, planned.dataset
         state = PhasedState(p, planned.state, state.origin)
 
 

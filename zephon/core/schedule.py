@@ -149,8 +149,6 @@ def plan_chunk_reference(config: SourceConfig, alloc: Any, cursors: tuple[Cursor
 
     Pure; ``Ended`` carries ``chunk_index=-1`` (the caller knows the index).
     """
-    if config.stop_after_passes is not None and passes_done(config, list(cursors)):
-        return Ended(-1, None)
     weights = active_weights(config, cursors)
     if not any(weights):
         return Ended(-1, None)
@@ -190,7 +188,7 @@ def can_carry(plan: DatasetPlan, cursor: CursorState, quota: int) -> bool:
         return False
     if plan.max_repeats is None:
         return True
-    return cursor.epoch * plan.total + cursor.position + quota <= (plan.max_repeats + 1) * plan.total
+    return cursor.epoch + (cursor.position + quota - 1) // plan.total <= plan.max_repeats  # the pass it ends in
 
 
 def advance(config: SourceConfig, cursors: list[CursorState], quotas: tuple[int, ...] | list[int]) -> tuple[CursorState, ...]:

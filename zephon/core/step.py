@@ -43,14 +43,15 @@ def step(state: SourceState, config: SourceConfig) -> tuple[WorkChunk | None, So
     return materialize(planned, config), planned.state
 
 
-def stream_end(state: SourceState, config: SourceConfig) -> SourceState:
-    """Where the whole stream (every lane's chunks) stands at its end, from a lane's state at its
-    end: the other lanes' chunks after it, planned on numbers (fewer than two rounds of lanes)."""
+def stream_end(state: SourceState, config: SourceConfig) -> tuple[SourceState, int | None]:
+    """Where the whole stream (every lane's chunks) stands at its end, and the dataset that ends
+    it (None: every dataset is done, or none is active), from a lane's state: the chunks after
+    it planned on numbers (from a lane's end, fewer than two rounds of lanes)."""
     whole = dataclasses.replace(config, lane=0, canonical_replicas=1)
     planner = plan_next_tokens if config.token_mode else plan_next
     while not isinstance(planned := planner(state, whole), Ended):
         state = planned.state
-    return state
+    return state, planned.dataset
 
 
 def materialize(planned: Planned, config: SourceConfig) -> WorkChunk:

@@ -167,7 +167,7 @@ def _carries(plan: Any) -> bool:
 def _passes_of(source: Any, max_chunks: int) -> tuple[list[dict[int, list[tuple[Pointer, int]]]], list[set[int]]]:
     """Per dataset: pass -> [(pointer, chunk)], and the passes the stream moved past.
 
-    A dataset that carries its pass tails reads its passes back to back, so its ``i``-th
+    A ``pass_tail="carry"`` dataset reads its passes back to back, so its ``i``-th
     pointer belongs to pass ``i // total``. Otherwise pointers are assigned by the cursors
     in ``source.state`` before and after each chunk: a dataset that started new passes
     inside a chunk drew the rest of its old pass (none if its tail was dropped), any whole

@@ -68,10 +68,10 @@ class MixtureShell(WorkSource):
     _core_indexable: Callable[[Any], bool]
     _core_bind: Callable[[Any, int, int], Any]
     _core_coverage: Callable[[Any, Any], dict[str, DatasetCoverage]]
-    _core_end: Callable[[Any, Any], Any]
+    _core_end: Callable[[Any, Any], tuple[Any, int | None]]
 
     _history: tuple[MigrationRecord, ...] = ()  # the migrations this run went through (zephon.work.migrate)
-    _end: tuple[Any, Any] = (None, None)  # (the lane's state at its end, the whole stream's there)
+    _end: tuple[Any, tuple[Any, int | None]] = (None, (None, None))  # (the lane's state at its end, _core_end's)
 
     def _with_history(self, state: State) -> State:
         return with_history(state, self._history)
@@ -101,9 +101,19 @@ class MixtureShell(WorkSource):
         chunk, self._state = self._core_step(self._state, self._config)
         if chunk is None and self._end[0] is not self._state:
             self._end = (self._state, self._core_end(self._state, self._config))
-            log.info("zephon: %r ended its stream: %s", self, end_report(
+            log.info("zephon: %r ended its stream (%s): %s", self, self._cause(self._end[1][1]), end_report(
                 self._config.datasets, self._config.stop_after_passes, self.coverage()))
         return chunk
+
+    def ended_by(self) -> str | None:
+        """The dataset whose rule ends the stream (a ``"stop"`` dataset that cannot supply its
+        quota, a repeat limit), or None when it ends because every dataset is done. Walked on
+        numbers from the current state: nothing is drawn, read or logged."""
+        dataset = self._core_end(self._state, self._config)[1]
+        return None if dataset is None else str(self._config.datasets[dataset].name)
+
+    def _cause(self, dataset: int | None) -> str:
+        return "every dataset done" if dataset is None else f"ended by {self._config.datasets[dataset].name!r}"
 
     def component_ids(self) -> dict[str, int]:
         return {d.name: i for i, d in enumerate(self._config.datasets)}
@@ -204,7 +214,7 @@ class MixtureShell(WorkSource):
         A lane's figures count every lane's chunks before its position; once ``next_chunk()``
         has returned None, those of the whole stream: what its end left unread.
         """
-        state = self._end[1] if self._end[0] is self._state else self._state
+        state = self._end[1][0] if self._end[0] is self._state else self._state
         return self._core_coverage(state, self._config)
 
     def continues_after_exhaustion(self) -> frozenset[str]:

@@ -228,9 +228,9 @@ def received(states: Mapping[int, tuple[Mapping[str, Any], int]],
     config, lanes, _ = _lanes_of(states, datasets or {})
     result = cut(config, lanes)
     out: dict[str, DatasetCoverage] = {}
-    for d, cursor, unread in zip(config.datasets, result.cursors, result.unread):
+    for d, cursor, unread, skipped in zip(config.datasets, result.cursors, result.unread, result.skipped):
         read = cursor.epoch * d.total + cursor.position - sum(stop - start for _, start, stop in unread)
-        out[d.name] = read_figures(d, read, cursor.tails)
+        out[d.name] = read_figures(d, read, skipped)
     return out
 
 
