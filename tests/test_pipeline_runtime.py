@@ -38,16 +38,20 @@ def roundtrip(entries):
     return {int(k): tuple(v) for k, v in json.loads(json.dumps({str(k): v for k, v in entries.items()})).items()}
 
 
-def drain(mux, sizes, tracker=None):
-    """All samples of ``mux`` as ``(pointer, component id)`` pairs, taken in blocks of ``sizes``."""
+def drain(mux, sizes, tracker=None, turns=None):
+    """All samples of ``mux`` as ``(pointer, component id)`` pairs, taken in blocks of ``sizes``
+    (whole turns); the position after each turn is appended to ``turns``."""
     out, k = [], 0
     while True:
-        pointers, components = mux.take(sizes[k % len(sizes)])
+        pointers, components, lengths = mux.take(sizes[k % len(sizes)])
         k += 1
         if tracker is not None:
             tracker.extend(*mux.drain())
         if not len(pointers):
+            assert mux.exhausted
             return out
+        if turns is not None:
+            turns.extend((len(out) + lengths.cumsum()).tolist())
         out.extend(zip(map(tuple, pointers.tolist()), components.tolist()))
 
 
@@ -55,47 +59,68 @@ setup = st.fixed_dictionaries({
     "replicas": st.integers(1, 5),
     "chunk_size": st.integers(1, 7),
     "policy": st.sampled_from([None, "stop", "redistribute"]),
-    "sizes": st.lists(st.integers(1, 9), min_size=1, max_size=3),
+    "unit": st.integers(1, 6),
+    "sizes": st.lists(st.integers(1, 3), min_size=1, max_size=3),  # turns a take asks for at most
 })
+
+
+def mux_of(source, lanes, replicas, entries, cfg):
+    return LaneMux(source, lanes, replicas, entries, source.component_ids(), unit=cfg["unit"])
 
 
 @settings(max_examples=40)
 @given(setup, st.data())
-def test_ledger_at_any_position_restores_the_rest_exactly(cfg, data):
+def test_ledger_at_any_turn_restores_the_rest_exactly(cfg, data):
     source = make_source(cfg["chunk_size"], cfg["policy"])
-    replicas = cfg["replicas"]
+    replicas, sizes = cfg["replicas"], [n * cfg["unit"] for n in cfg["sizes"]]
     lanes = sorted(data.draw(st.sets(st.integers(0, replicas - 1), min_size=1)))
-    vocabulary = source.component_ids()
     start = initial_entries(source, lanes, replicas)
-    tracker = Tracker(start)
-    stream = drain(LaneMux(source, lanes, replicas, start, vocabulary), cfg["sizes"], tracker)
-    cuts = sorted(data.draw(st.lists(st.integers(0, len(stream)), min_size=1, max_size=5)))
+    tracker, turns = Tracker(start), [0]
+    stream = drain(mux_of(source, lanes, replicas, start, cfg), sizes, tracker, turns)
+    cuts = sorted(data.draw(st.lists(st.sampled_from(turns), min_size=1, max_size=5)))
     folded = Tracker(start)
-    folded.extend(*LaneMux(source, lanes, replicas, start, vocabulary).drain())
-    replay = LaneMux(source, lanes, replicas, start, vocabulary)
-    replay.take(len(stream) + 1)
+    folded.extend(*mux_of(source, lanes, replicas, start, cfg).drain())
+    replay = mux_of(source, lanes, replicas, start, cfg)
+    replay.take(len(stream) + cfg["unit"])
     folded.extend(*replay.drain())
     for cut in cuts:
         entries = tracker.entries_at(cut)
         folded.fold(cut)
         assert folded.entries_at(cut) == entries
-        restored = LaneMux(make_source(cfg["chunk_size"], cfg["policy"]), lanes, replicas, roundtrip(entries),
-                           vocabulary)
-        assert drain(restored, cfg["sizes"][::-1]) == stream[cut:]
+        restored = mux_of(make_source(cfg["chunk_size"], cfg["policy"]), lanes, replicas, roundtrip(entries), cfg)
+        assert drain(restored, sizes[::-1]) == stream[cut:]
+
+
+@settings(max_examples=40)
+@given(setup, st.data())
+def test_turns_are_windows_of_one_lane_and_lanes_take_turns(cfg, data):
+    source = make_source(cfg["chunk_size"], "stop")  # no sample repeats: a pointer names its lane
+    replicas, unit = cfg["replicas"], cfg["unit"]
+    reference = lane_streams(source, replicas)
+    lanes = sorted(data.draw(st.sets(st.integers(0, replicas - 1), min_size=1)))
+    turns = [0]
+    stream = [p for p, _ in drain(mux_of(source, lanes, replicas, initial_entries(source, lanes, replicas), cfg),
+                                  [n * unit for n in cfg["sizes"]], turns=turns)]
+    queues = {lane: [reference[lane][a:a + unit] for a in range(0, len(reference[lane]), unit)] for lane in lanes}
+    expected = []
+    while any(queues.values()):
+        expected += [queues[lane].pop(0) for lane in lanes if queues[lane]]
+    assert [stream[a:b] for a, b in zip(turns[:-1], turns[1:])] == expected
 
 
 @settings(max_examples=40)
 @given(setup, st.data())
 def test_ledger_restores_every_lane_on_any_grouping(cfg, data):
-    """Elastic: the lanes of one reader, resumed by other readers, continue lane by lane."""
+    """Elastic: the lanes of one reader, resumed by other readers, continue lane by lane, from
+    any position (a turn's middle included)."""
     source = make_source(cfg["chunk_size"], "stop")  # no sample repeats: a pointer names its lane
     replicas = cfg["replicas"]
     reference = lane_streams(source, replicas)
     owner = {p: lane for lane, pointers in reference.items() for p in pointers}
     start = initial_entries(source, range(replicas), replicas)
     tracker = Tracker(start)
-    vocabulary = source.component_ids()
-    stream = drain(LaneMux(source, range(replicas), replicas, start, vocabulary), cfg["sizes"], tracker)
+    stream = drain(mux_of(source, range(replicas), replicas, start, cfg), [n * cfg["unit"] for n in cfg["sizes"]],
+                   tracker)
     cut = data.draw(st.integers(0, len(stream)))
     entries = roundtrip(tracker.entries_at(cut))
     groups = data.draw(st.lists(st.integers(0, 2), min_size=replicas, max_size=replicas))
@@ -104,7 +129,7 @@ def test_ledger_restores_every_lane_on_any_grouping(cfg, data):
         seen[owner[pointer]].append(pointer)
     for g in set(groups):
         lanes = [lane for lane in range(replicas) if groups[lane] == g]
-        for pointer, _ in drain(LaneMux(source, lanes, replicas, entries, vocabulary), [4]):
+        for pointer, _ in drain(LaneMux(source, lanes, replicas, entries, source.component_ids()), [4]):
             seen[owner[pointer]].append(pointer)
     assert seen == reference
 
@@ -114,7 +139,7 @@ def test_round_robin_order_and_turn_flags():
     start = initial_entries(source, [0, 1, 2], 3)
     mux = LaneMux(source, [0, 1, 2], 3, start, source.component_ids())
     tracker = Tracker(start)
-    pointers, _ = mux.take(7)
+    pointers, _, _ = mux.take(7)
     tracker.extend(*mux.drain())
     ref = lane_streams(source, 3)
     expected = [ref[0][0], ref[1][0], ref[2][0], ref[0][1], ref[1][1], ref[2][1], ref[0][2]]
@@ -123,6 +148,21 @@ def test_round_robin_order_and_turn_flags():
     assert [entries[lane][2] & DELIVERED for lane in range(3)] == [DELIVERED, 0, 0]
     assert [entries[lane][1] for lane in range(3)] == [3, 2, 2]
     assert tracker.entries_at(6)[0][2] == 0  # a full round: nobody has delivered yet
+
+
+def test_a_turn_of_two_runs_on_into_the_lanes_next_chunk():
+    source = make_source(chunk_size=3)
+    start = initial_entries(source, [0, 1], 2)
+    mux = LaneMux(source, [0, 1], 2, start, source.component_ids(), unit=2)
+    tracker = Tracker(start)
+    pointers, _, turns = mux.take(8)
+    tracker.extend(*mux.drain())
+    ref = lane_streams(source, 2)
+    assert turns.tolist() == [2, 2, 2, 2]
+    assert list(map(tuple, pointers.tolist())) == ref[0][:2] + ref[1][:2] + ref[0][2:4] + ref[1][2:4]
+    entries = tracker.entries_at(6)  # lane 0 gave its second turn: one sample of its chunk, one of the next
+    assert [entries[lane][2] & DELIVERED for lane in range(2)] == [DELIVERED, 0]
+    assert [entries[lane][1] for lane in range(2)] == [1, 2]
 
 
 def test_restore_refuses_a_position_beyond_the_chunk():

@@ -14,7 +14,7 @@ from helpers import lane_streams
 
 import zephon.torch as zt
 from zephon import Dataset, Pipeline, StaticMixtureWorkSource
-from zephon.runtime import LaneMux, initial_entries, rank_lanes, worker_lanes
+from zephon.runtime import rank_lanes, worker_lanes
 
 pytestmark = pytest.mark.filterwarnings("ignore:This DataLoader will create:UserWarning",
                                         "ignore:'set_vital' is deprecated:UserWarning")
@@ -37,28 +37,27 @@ def flatten(units):
     return [p for unit in units for p in sample_ids(unit)]
 
 
-def reader_stream(source, lanes, replicas):
-    mux = LaneMux(source, lanes, replicas, initial_entries(source, lanes, replicas), source.component_ids())
-    return list(map(tuple, mux.take(10**9)[0].tolist()))
+def reader_batches(streams, lanes, size, drop_last):
+    """A reader's batches: each of its lanes' streams cut into batches of ``size``, the lanes
+    taken in turn batch by batch (a lane that runs out leaves the turn)."""
+    queues = []
+    for lane in lanes:
+        cuts = [streams[lane][a:a + size] for a in range(0, len(streams[lane]), size)]
+        queues.append([c for c in cuts if not (drop_last and len(c) < size)])
+    out = []
+    while any(queues):
+        out += [q.pop(0) for q in queues if q]
+    return out
 
 
 def expected_units(source, replicas, rank, world, workers, batch, mapping="contiguous", drop_last=False):
-    """What the loader must yield: each reader's round-robin stream cut into batches, readers in turn."""
-    lanes = rank_lanes(replicas, rank, world, mapping)
-    queues = []
-    for w in range(max(1, workers)):
-        mine = worker_lanes(lanes, w, max(1, workers), mapping)
-        stream = reader_stream(source, mine, replicas) if mine else []
-        size = batch or 1
-        cuts = [stream[a:a + size] for a in range(0, len(stream), size)]
-        if drop_last and cuts and len(cuts[-1]) < size:
-            cuts.pop()
-        queues.append(cuts)
+    """What the loader must yield: each reader's batches (``reader_batches``), readers in turn."""
+    lanes, streams = rank_lanes(replicas, rank, world, mapping), lane_streams(source, replicas)
+    queues = [reader_batches(streams, worker_lanes(lanes, w, max(1, workers), mapping), batch or 1, drop_last)
+              for w in range(max(1, workers))]
     out = []
     while any(queues):
-        for q in queues:
-            if q:
-                out.append(q.pop(0))
+        out += [q.pop(0) for q in queues if q]
     return out
 
 
@@ -103,12 +102,13 @@ def test_components_are_named_per_sample():
         assert batch["_component"] == [names[p] for p in sample_ids(batch)]
 
 
-def test_drop_last_drops_each_readers_last_partial_batch():
+def test_drop_last_drops_each_lanes_last_partial_batch_and_counts_it():
     source = make_source()
     loader = zt.DataLoader(Pipeline(source), batch_size=6, num_workers=2, canonical_replicas=3, drop_last=True)
     units = [sample_ids(u) for u in loader]
     assert units == expected_units(source, 3, 0, 1, 2, 6, drop_last=True)
     assert all(len(u) == 6 for u in units) and loader.drop_last
+    assert loader.stats()["drop_last"] == sum(len(s) % 6 for s in lane_streams(source, 3).values())
 
 
 @pytest.mark.parametrize("workers", [0, 2])
@@ -135,8 +135,9 @@ def test_state_is_exact_whatever_was_prefetched_and_mid_chunk():
     for _ in range(3):
         next(it)
     consumed = {row[0]: row[1] for row in loader.state_dict()["lanes"]}
-    # 3 batches of 5: readers 0, 1, 0 -> reader 0 (lanes 0, 1) gave 10 samples, reader 1 (lanes 2, 3) gave 5
-    assert consumed == {0: 5, 1: 5, 2: 3, 3: 2}
+    # 3 batches of 5, one lane each: readers 0, 1, 0 -> reader 0 gave a batch of lane 0, then of lane 1;
+    # reader 1 (lanes 2, 3) one of lane 2
+    assert consumed == {0: 5, 1: 5, 2: 5, 3: 0}
 
 
 def test_break_and_iterate_again_continues_and_persistent_workers_do_too():

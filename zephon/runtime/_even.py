@@ -1,7 +1,7 @@
 """Equal steps on every rank: how many batches each rank still has, counted without reading.
 
-A rank's readers cut their own streams into batches, so a rank has
-``sum over its readers of ceil(samples / batch_size)`` batches left (``floor`` with
+A rank's readers cut their lanes' streams into batches, lane by lane, so a rank has
+``sum over its lanes of ceil(samples / batch_size)`` batches left (``floor`` with
 ``drop_last``; samples themselves when items are yielded). A lane's remaining samples come
 from its source's random access (``remaining_samples()`` from the chunk-start state, less
 what the loop already consumed of that chunk): nothing is generated or read.
@@ -16,7 +16,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence, TypedDict
 
-from zephon.runtime._lanes import rank_lanes, worker_lanes
+from zephon.runtime._lanes import rank_lanes
 from zephon.runtime._stream import Entry
 
 
@@ -68,22 +68,22 @@ class RankCount:
 
 
 def count_rank(template: Any, replicas: int, entries: Mapping[int, Entry], rank: int, world_size: int,
-               readers: int, mapping: str, batch_size: int | None, drop_last: bool) -> RankCount:
-    """The remaining batches and samples of ``rank`` (of ``world_size``, ``readers`` readers each)."""
+               mapping: str, batch_size: int | None, drop_last: bool) -> RankCount:
+    """The remaining batches and samples of ``rank`` (of ``world_size``): its lanes' batches,
+    whatever the readers (each batch is one lane's)."""
     total_units = total_samples = 0
     lanes = rank_lanes(replicas, rank, world_size, mapping)
-    for worker in range(readers):
-        samples = sum(lane_remaining(template, lane, replicas, entries[lane])
-                      for lane in worker_lanes(lanes, worker, readers, mapping))
+    for lane in lanes:
+        samples = lane_remaining(template, lane, replicas, entries[lane])
         total_units += units(samples, batch_size, drop_last)
         total_samples += samples
     return RankCount(total_units, total_samples)
 
 
-def count_ranks(template: Any, replicas: int, entries: Mapping[int, Entry], world_size: int, readers: int,
+def count_ranks(template: Any, replicas: int, entries: Mapping[int, Entry], world_size: int,
                 mapping: str, batch_size: int | None, drop_last: bool) -> list[RankCount]:
     """:func:`count_rank` of every rank (``entries`` must cover every lane)."""
-    return [count_rank(template, replicas, entries, rank, world_size, readers, mapping, batch_size, drop_last)
+    return [count_rank(template, replicas, entries, rank, world_size, mapping, batch_size, drop_last)
             for rank in range(world_size)]
 
 

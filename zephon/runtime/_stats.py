@@ -35,6 +35,7 @@ class LoaderStatsDict(TypedDict):
     batches: int
     samples: dict[str, int]  # per component
     filtered: int  # items that filter steps dropped
+    drop_last: int  # samples of lanes' short last batches that drop_last dropped
     datasets: dict[str, DatasetStatsDict]
     redistributed: list[str]  # datasets that ran dry and whose share went to the others
     exhausted: list[str]  # what ended the stream (empty while it runs)
@@ -63,22 +64,14 @@ def _chunk_index(state: Any) -> int:
 
 def end_causes(template: Any, replicas: int, entries: Mapping[int, Entry]) -> list[str]:
     """Names of the datasets that ended the lanes of ``entries`` (a ``"stop"`` dataset running
-    dry, a repeat limit; ``"all passes done"`` when no single one did). Every lane must have
-    nothing left to yield."""
-    from zephon.core.schedule import Ended, plan_next
-
-    causes: set[str] = set()
-    plans = _plans(template)
-    if not plans:
+    dry, a repeat limit; ``"all passes done"`` when no single one did), walked on numbers."""
+    if not isinstance(template, (StaticMixtureWorkSource, PhasedMixtureWorkSource)):
         return []
+    causes: set[str] = set()
     for lane, (state, _, _) in entries.items():
         source = template.clone_for_lane(lane, replicas)
         source.load_state_dict(state)
-        while source.next_chunk() is not None:  # the lane's last chunk, if it is still in flight
-            pass
-        planned = plan_next(source.state, source.config)
-        if isinstance(planned, Ended):
-            causes.add("all passes done" if planned.dataset is None else plans[planned.dataset].name)
+        causes.add(source.ended_by() or "all passes done")
     return sorted(causes)
 
 
@@ -92,6 +85,7 @@ class LoaderStats:
         self.delivered = np.zeros(len(names), dtype=np.int64)
         self.batches = 0
         self.filtered = 0
+        self.drop_last = 0
         self.ended = False
         self.exhausted: list[str] = []
         self._plans = _plans(template)
@@ -152,6 +146,7 @@ class LoaderStats:
             "batches": self.batches,
             "samples": {name: int(n) for name, n in zip(self._names, self.delivered.tolist()) if name is not None},
             "filtered": self.filtered,
+            "drop_last": self.drop_last,
             "datasets": self.datasets(replicas, entries),
             "redistributed": list(self.redistributed),
             "exhausted": list(self.exhausted),

@@ -1,16 +1,19 @@
 """One reader's sample stream over its lanes, and the ledger that checkpoints it exactly.
 
 A reader (a DataLoader worker, or the main process with ``num_workers=0``) owns some lanes.
-It reads them **round robin, one sample at a time**: round ``j`` takes the next sample of
-every active lane in lane order; a lane whose chunk is used up pulls its next chunk at its
-turn, and a lane whose source has ended leaves the rotation. Positions in this stream are
-absolute sample counts of the reader.
+It reads them **round robin, one turn at a time**: a turn is the next ``unit`` samples of one
+lane (a batch, for a loader that batches; one sample otherwise), consecutive in the lane's
+read order and running on into the lane's next chunk when its chunk ends. Round ``j`` gives
+every active lane one turn, in lane order; a lane whose source ends gives a shorter last
+turn (or none) and leaves the rotation. So a batch is a window of one lane's stream and
+carries the mixture as that stream does. Positions in this stream are absolute sample counts
+of the reader.
 
-:class:`LaneMux` produces the stream (whole rounds at a time, as arrays) and records two
-kinds of facts, by position:
+:class:`LaneMux` produces the stream (whole rounds at a time, as arrays, where it can) and
+records two kinds of facts, by position:
 
-* a :class:`Segment` — from ``start`` on, the rotation is ``lanes`` (it changes only when a
-  lane ends, so there are few);
+* a :class:`Segment` — from ``start`` on, turns of ``unit`` samples visit ``lanes`` in order,
+  beginning with ``lanes[first]`` (it changes only when a lane ends, so there are few);
 * an :class:`Event` — at ``position`` a lane started a new chunk whose chunk-start state is
   ``state`` (or, for a lane that ended, the state that returns ``None``).
 
@@ -21,10 +24,10 @@ the chunk and skips the consumed samples. Facts are positioned, so a producer ma
 of its consumer (prefetch) without changing the ledger at ``p``.
 
 Turn flags make a resume on the *same* topology exact batch for batch, not only lane for
-lane: ``DELIVERED`` marks the lanes that already gave their sample of the current round.
-A restored reader puts those lanes first in its rotation and starts mid-round after them
-(a segment may start at a negative position for that). On another topology the flags
-still give a deterministic order; per-lane streams are exact either way.
+lane: ``DELIVERED`` marks the lanes that already gave their turn of the current round. A
+restored reader puts those lanes first in its rotation and starts the round after them. On
+another topology the flags still give a deterministic order; per-lane streams are exact
+either way.
 """
 from __future__ import annotations
 
@@ -69,10 +72,34 @@ DROPPED = object()  # the place of an item a pipeline's filter step rejected (it
 
 @dataclass(frozen=True, slots=True)
 class Segment:
-    """From ``start`` on, rounds visit ``lanes`` in this order (empty: the stream has ended)."""
+    """From ``start`` on, turns of ``unit`` samples visit ``lanes`` in order, beginning with
+    ``lanes[first]`` (empty: the stream has ended). ``start`` is a turn boundary."""
 
-    start: int  # absolute position of the first sample of the first round, >= 0
+    start: int  # absolute position of the segment's first turn, >= 0
     lanes: tuple[int, ...]
+    unit: int = 1  # samples per turn
+    first: int = 0  # the index in ``lanes`` of the first turn's lane
+
+    def _origin(self) -> int:
+        """Where the round of the first turn would have begun (lanes before ``first`` had theirs)."""
+        return self.start - self.first * self.unit
+
+    def lane_at(self, position: int) -> int:
+        """The lane whose turn holds ``position`` (``position >= start``)."""
+        return self.lanes[(position - self._origin()) // self.unit % len(self.lanes)]
+
+    def count(self, index: int, lo: int, hi: int) -> int:
+        """Samples of ``lanes[index]`` at positions ``[lo, hi)``, ``start <= lo <= hi``."""
+        origin, unit, period = self._origin(), self.unit, self.unit * len(self.lanes)
+
+        def before(x: int) -> int:
+            rounds, into = divmod(x - origin, period)
+            return rounds * unit + min(max(into - index * unit, 0), unit)
+        return before(hi) - before(lo)
+
+    def delivered(self, position: int) -> tuple[int, ...]:
+        """The lanes that gave their whole turn of the round in progress at ``position``."""
+        return self.lanes[:(position - self._origin()) // self.unit % len(self.lanes)] if self.lanes else ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,7 +136,8 @@ def component_table(vocabulary: Mapping[str, int]) -> dict[str, int]:
 
 
 class LaneMux:
-    """Round-robin sample stream of ``lanes`` (of ``canonical_replicas``), resumed from ledger ``entries``.
+    """Round-robin stream of ``lanes`` (of ``canonical_replicas``), a turn of ``unit`` samples per
+    lane, resumed from ledger ``entries``.
 
     ``template`` is the unbound source; each lane is cloned from it and restored to its
     entry ``(state, consumed, turn)``: the chunk is regenerated and ``consumed`` samples
@@ -121,16 +149,21 @@ class LaneMux:
     """
 
     def __init__(self, template: WorkSource, lanes: Sequence[int], canonical_replicas: int,
-                 entries: Mapping[int, Entry], vocabulary: Mapping[str, int], readahead: Any = None):
+                 entries: Mapping[int, Entry], vocabulary: Mapping[str, int], readahead: Any = None,
+                 unit: int = 1):
         self._vocabulary = vocabulary
         self._template, self._replicas, self.readahead = template, canonical_replicas, readahead
+        self._unit = unit
         self._offsets: dict[int, int] = {}  # lane -> samples of its current chunk already generated
         self.position = 0  # samples handed out by take()
         self._frontier = 0  # samples generated
         self._carry: list[tuple[np.ndarray, np.ndarray]] = []
+        self._pending = 0  # samples in the carry
+        self._turns: list[int] = []  # lengths of the turns in the carry (unit > 1)
         self._segments: list[Segment] = []
         self._events: list[Event] = []
-        active, delivered = [], set()
+        first: list[_Lane] = []
+        rest: list[_Lane] = []
         for lane in lanes:
             state, consumed, flags = entries[lane]
             source = template.clone_for_lane(lane, canonical_replicas)
@@ -146,18 +179,16 @@ class LaneMux:
                                  f"but the chunk holds {len(slot.pointers)}; the checkpoint is corrupted")
             self._offsets[lane] = consumed
             self._read_ahead(slot, consumed)
-            active.append(slot)
-            if flags & DELIVERED:
-                delivered.add(lane)
-        # lanes that gave their sample of the current round go first, and the rotation starts after them
-        self._active = active
-        fresh = self._refill_slots()
-        first = [slot for slot in self._active if slot.lane in delivered]
-        self._active = first + [slot for slot in self._active if slot.lane not in delivered]
-        self._start = -len(first)
-        self._rotation = tuple(slot.lane for slot in self._active)
-        self._segments.append(Segment(self._start, self._rotation))
-        self._record_fresh(fresh)
+            (first if flags & DELIVERED else rest).append(slot)
+        # lanes that gave their turn of the current round go first, and the rotation starts after them
+        self._active = first + rest
+        self._turn = len(first) % max(1, len(self._active))  # the index of the lane whose turn is next
+        self._segments.append(Segment(0, tuple(slot.lane for slot in self._active), unit, self._turn))
+
+    @property
+    def exhausted(self) -> bool:
+        """Every lane has ended and every sample was handed out."""
+        return not self._active and not self._pending
 
     def _pull(self, slot: _Lane) -> tuple[Mapping[str, Any], WorkChunk | None]:
         """The lane's next chunk and the state before it (taken from ``ahead`` if pulled early)."""
@@ -212,100 +243,117 @@ class LaneMux:
         slot.pointers, slot.components = pointers, ids[local]
         return state
 
-    def _refill_slots(self) -> list[tuple[int, Mapping[str, Any]]]:
-        """Lanes whose chunk is used up pull the next one or leave the rotation (an END event).
-
-        Returns ``(lane, chunk-start state)`` of the lanes that got a new chunk."""
-        survivors, fresh = [], []
-        for slot in self._active:
-            if self._offsets[slot.lane] < len(slot.pointers):
-                survivors.append(slot)
-                continue
-            state = self._load_chunk(slot)
-            if state is None:
-                self._events.append(Event(self._frontier, slot.lane, slot.source.state_dict()))
-                del self._offsets[slot.lane]
-            else:
-                self._offsets[slot.lane] = 0
+    def _turn_of(self, slot: _Lane, want: int) -> int:
+        """Generate up to ``want`` samples of the lane's turn, pulling its next chunks as needed
+        (a NEW event at each); an END event if it runs out. Returns the samples generated."""
+        got = 0
+        while got < want:
+            at = self._offsets[slot.lane]
+            if at == len(slot.pointers):
+                state = self._load_chunk(slot)
+                if state is None:
+                    self._events.append(Event(self._frontier + got, slot.lane, slot.source.state_dict()))
+                    del self._offsets[slot.lane]
+                    break
+                self._events.append(Event(self._frontier + got, slot.lane, state))
+                self._offsets[slot.lane] = at = 0
                 self._read_ahead(slot, 0)
-                survivors.append(slot)
-                fresh.append((slot.lane, state))
-        self._active = survivors
-        return fresh
+            k = min(want - got, len(slot.pointers) - at)
+            self._carry.append((slot.pointers[at:at + k], slot.components[at:at + k]))
+            self._offsets[slot.lane] = at + k
+            got += k
+        return got
 
-    def _record_fresh(self, fresh: list[tuple[int, Mapping[str, Any]]]) -> None:
-        """NEW events at the position of each refreshed lane's next turn in the rotation."""
-        m = len(self._rotation)
-        index = {lane: i for i, lane in enumerate(self._rotation)}
-        for lane, state in sorted(fresh, key=lambda f: index[f[0]]):
-            at = self._start + index[lane]
-            if at < self._frontier:
-                at += -(-(self._frontier - at) // m) * m
-            self._events.append(Event(at, lane, state))
-        self._events.sort(key=lambda e: e.position)
+    def _one_turn(self) -> int:
+        """The next lane's whole turn (shorter if the lane ends in it, which leaves the rotation)."""
+        slot = self._active[self._turn]
+        got = self._turn_of(slot, self._unit)
+        self._frontier += got
+        self._pending += got
+        if got and self._unit > 1:
+            self._turns.append(got)
+        if slot.lane in self._offsets:
+            self._turn = (self._turn + 1) % len(self._active)
+            return got
+        self._active.pop(self._turn)
+        if self._turn == len(self._active):
+            self._turn = 0
+        self._segments.append(Segment(self._frontier, tuple(s.lane for s in self._active), self._unit, self._turn))
+        return got
+
+    def _rounds(self, need: int) -> int:
+        """Whole rounds in which every lane's turn lies inside its chunk, as arrays; the samples made."""
+        m, unit = len(self._active), self._unit
+        rounds = min(min((len(s.pointers) - self._offsets[s.lane]) // unit for s in self._active),
+                     -(-need // (m * unit)))
+        if rounds <= 0:
+            return 0
+        span = rounds * unit
+        if m == 1:
+            slot = self._active[0]
+            at = self._offsets[slot.lane]
+            pointers, components = slot.pointers[at:at + span], slot.components[at:at + span]
+        else:
+            pointers = np.empty((rounds, m, unit, 3), dtype=np.int64)
+            components = np.empty((rounds, m, unit), dtype=np.int64)
+            for i, slot in enumerate(self._active):
+                at = self._offsets[slot.lane]
+                pointers[:, i] = slot.pointers[at:at + span].reshape(rounds, unit, 3)
+                components[:, i] = slot.components[at:at + span].reshape(rounds, unit)
+            pointers, components = pointers.reshape(-1, 3), components.reshape(-1)
+        for slot in self._active:
+            self._offsets[slot.lane] += span
+        self._carry.append((pointers, components))
+        if unit > 1:
+            self._turns.extend([unit] * (rounds * m))
+        self._frontier += span * m
+        self._pending += span * m
+        return span * m
 
     def _generate(self, need: int) -> None:
-        """Append rounds to the carry until it grew by ``need`` samples or the lanes ended."""
+        """Append turns to the carry until it grew by ``need`` samples or the lanes ended."""
         made = 0
         while made < need and self._active:
-            m = len(self._active)
-            phase = (self._frontier - self._start) % m
-            if phase:  # the rest of a round begun before a restore (every lane has a sample)
-                slots = self._active[phase:]
-                pointers = np.stack([s.pointers[self._offsets[s.lane]] for s in slots])
-                components = np.array([s.components[self._offsets[s.lane]] for s in slots], dtype=np.int64)
-                for slot in slots:
-                    self._offsets[slot.lane] += 1
-                self._carry.append((pointers, components))
-                self._frontier += len(slots)
-                made += len(slots)
-                continue
-            fresh = self._refill_slots()
-            rotation = tuple(slot.lane for slot in self._active)
-            if rotation != self._rotation:
-                self._start, self._rotation = self._frontier, rotation
-                self._segments.append(Segment(self._frontier, rotation))
-            self._record_fresh(fresh)
-            if not rotation:
-                return
-            m = len(rotation)
-            rounds = min(min(len(s.pointers) - self._offsets[s.lane] for s in self._active), -(-(need - made) // m))
-            if m == 1:
-                slot = self._active[0]
-                at = self._offsets[slot.lane]
-                pointers = slot.pointers[at:at + rounds]
-                components = slot.components[at:at + rounds]
-            else:
-                pointers = np.empty((rounds, m, 3), dtype=np.int64)
-                components = np.empty((rounds, m), dtype=np.int64)
-                for i, slot in enumerate(self._active):
-                    at = self._offsets[slot.lane]
-                    pointers[:, i] = slot.pointers[at:at + rounds]
-                    components[:, i] = slot.components[at:at + rounds]
-                pointers, components = pointers.reshape(-1, 3), components.reshape(-1)
-            for slot in self._active:
-                self._offsets[slot.lane] += rounds
-            self._carry.append((pointers, components))
-            self._frontier += rounds * m
-            made += rounds * m
+            if self._turn == 0:
+                made += self._rounds(need - made)
+                if made >= need:
+                    return
+            made += self._one_turn()
 
-    def take(self, n: int) -> tuple[np.ndarray, np.ndarray]:
-        """The next ``n`` samples (fewer only at the end): ``(pointers (k, 3), component ids (k,))``."""
-        have = sum(len(p) for p, _ in self._carry)
-        if have < n:
-            self._generate(n - have)
-        if len(self._carry) == 1 and len(self._carry[0][0]) <= n:
+    def take(self, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The next whole turns, at most ``n`` samples of them (one turn at least; fewer only at the
+        end): ``(pointers (k, 3), component ids (k,), turn lengths)``. ``n`` should be a multiple
+        of ``unit``."""
+        if self._pending < n:
+            self._generate(n - self._pending)
+        if self._unit == 1:
+            k = min(n, self._pending)
+            turns = np.ones(k, dtype=np.int64)
+        else:
+            k = count = 0
+            while count < len(self._turns) and (k + self._turns[count] <= n or not count):
+                k += self._turns[count]
+                count += 1
+            turns = np.array(self._turns[:count], dtype=np.int64)
+            del self._turns[:count]
+        pointers, components = self._cut(k)
+        self.position += k
+        if not k and self.exhausted and self.readahead is not None:  # the end (else closed when collected)
+            self.readahead.close()
+        return pointers, components, turns
+
+    def _cut(self, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """The first ``k`` samples of the carry, removed from it."""
+        self._pending -= k
+        if len(self._carry) == 1 and len(self._carry[0][0]) == k:
             pointers, components = self._carry.pop()
-        elif not self._carry:
+        elif not k:
             pointers, components = np.zeros((0, 3), dtype=np.int64), np.zeros(0, dtype=np.int64)
         else:
             pointers = np.concatenate([p for p, _ in self._carry])
             components = np.concatenate([c for _, c in self._carry])
-            self._carry = [(pointers[n:], components[n:])] if len(pointers) > n else []
-            pointers, components = pointers[:n], components[:n]
-        self.position += len(pointers)
-        if not len(pointers) and self.readahead is not None:  # the end (else closed when collected)
-            self.readahead.close()
+            self._carry = [(pointers[k:], components[k:])] if len(pointers) > k else []
+            pointers, components = pointers[:k], components[:k]
         return np.ascontiguousarray(pointers), np.ascontiguousarray(components)
 
     def drain(self) -> tuple[list[Segment], list[Event]]:
@@ -327,36 +375,33 @@ class Tracker:
         self._base = {lane: (state, consumed) for lane, (state, consumed, _) in entries.items()}
         self._flags = {lane: flags & DELIVERED for lane, (_, _, flags) in entries.items()}
         self._base_position = 0
-        self._segments: list[tuple[int, tuple[int, ...], dict[int, int]]] = []
+        self._segments: list[tuple[Segment, dict[int, int]]] = []
         self._events: list[Event] = []
 
     def extend(self, segments: Sequence[Segment], events: Sequence[Event]) -> None:
-        self._segments.extend((s.start, s.lanes, {lane: i for i, lane in enumerate(s.lanes)}) for s in segments)
+        self._segments.extend((s, {lane: i for i, lane in enumerate(s.lanes)}) for s in segments)
         self._events.extend(events)
 
     def _count(self, lane: int, a: int, b: int) -> int:
         """Samples of ``lane`` at positions ``[a, b)``."""
         total = 0
-        for k, (start, lanes, index) in enumerate(self._segments):
-            end = self._segments[k + 1][0] if k + 1 < len(self._segments) else b
-            lo, hi = max(a, start), min(b, end)
+        for k, (segment, index) in enumerate(self._segments):
+            end = self._segments[k + 1][0].start if k + 1 < len(self._segments) else b
+            lo, hi = max(a, segment.start), min(b, end)
             i = index.get(lane)
-            if lo >= hi or i is None:
-                continue
-            m = len(lanes)
-            total += max(0, (hi - start - i + m - 1) // m) - max(0, (lo - start - i + m - 1) // m)
+            if lo < hi and i is not None:
+                total += segment.count(i, lo, hi)
         return total
 
     def _delivered(self, position: int) -> set[int]:
-        """Lanes that gave their sample of the round in progress at ``position``."""
+        """Lanes that gave their turn of the round in progress at ``position``."""
         current = None
-        for start, lanes, _ in self._segments:
-            if start <= position:
-                current = (start, lanes)
+        for segment, _ in self._segments:
+            if segment.start <= position:
+                current = segment
         if current is None:
             return {lane for lane, flag in self._flags.items() if flag}
-        start, lanes = current
-        return set(lanes[:(position - start) % len(lanes)]) if lanes else set()
+        return set(current.delivered(position))
 
     def entries_at(self, position: int) -> dict[int, Entry]:
         if position < self._base_position:
@@ -385,7 +430,7 @@ class Tracker:
         self._base_position = position
         self._events = [e for e in self._events if e.position >= position]
         keep = 0
-        while keep + 1 < len(self._segments) and self._segments[keep + 1][0] <= position:
+        while keep + 1 < len(self._segments) and self._segments[keep + 1][0].start <= position:
             keep += 1
         del self._segments[:keep]
 
@@ -414,7 +459,7 @@ class ItemStream(Iterator[Any]):
         while True:
             if self._next == len(self._items):
                 self._tracker.fold(self._position)
-                pointers, components = self._mux.take(self._block)
+                pointers, components, _ = self._mux.take(self._block)
                 self._tracker.extend(*self._mux.drain())
                 if not len(pointers):
                     self._items, self._next = [], 0

@@ -57,7 +57,7 @@ class _Reader:
 
     def take(self, n: int) -> list[tuple[int, Pointer]]:
         """The next ``n`` samples (fewer at the end) as ``(lane, pointer)``."""
-        pointers, _ = self._mux.take(n)
+        pointers, _, _ = self._mux.take(n)
         segments, events = self._mux.drain()
         self._tracker.extend(segments, events)
         self._segments.extend(segments)
@@ -65,7 +65,7 @@ class _Reader:
         for k, pointer in enumerate(pointers.tolist()):
             at = self.position + k
             segment = next(s for s in reversed(self._segments) if s.start <= at)
-            out.append((segment.lanes[(at - segment.start) % len(segment.lanes)], tuple(pointer)))
+            out.append((segment.lane_at(at), tuple(pointer)))
         self.position += len(out)
         return out
 

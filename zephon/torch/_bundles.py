@@ -1,14 +1,15 @@
 """The worker side of zephon.torch.DataLoader: what each reader produces, in bundles of batches.
 
 Each reader (a DataLoader worker, or the main process with ``num_workers=0``) reads its lanes
-round robin (``zephon.runtime.LaneMux``), cuts the stream into batches of ``batch_size`` (or
-items), and sends them in *bundles* of several batches, each bundle carrying the few facts
-its ledger needs (lane rotations and chunk starts, by position). The trainer reassembles
-them (``zephon.torch._iterator``).
+round robin a batch at a time (``zephon.runtime.LaneMux`` with a turn of ``batch_size``
+samples), so each batch is ``batch_size`` consecutive samples of one lane (a lane's last batch
+may be shorter), and sends them in *bundles* of several batches, each bundle carrying the few
+facts its ledger needs (lane rotations and chunk starts, by position). The trainer
+reassembles them (``zephon.torch._iterator``).
 
 Count-only pipelines without map steps take a fast path: a bundle is one pointer array that
-the main process slices into batches. It travels as a numpy array, pickled through the
-worker's pipe, which costs a tenth of moving a tensor to shared memory.
+the main process slices into batches at the bundle's ``bounds``. It travels as a numpy array,
+pickled through the worker's pipe, which costs a tenth of moving a tensor to shared memory.
 
 A :class:`Readers` dataset and its :class:`Plan` travel to workers started by "spawn" or
 "forkserver" by pickle, and every :class:`Bundle` comes back by pickle.
@@ -42,15 +43,17 @@ def _pin(data: Any) -> Any:
 class Bundle:
     """Several consecutive batches (or items) of one reader, with their ledger facts."""
 
-    __slots__ = ("worker", "start", "ends", "units", "pointers", "components", "segments", "events", "last",
-                 "tally", "dropped")
+    __slots__ = ("worker", "start", "ends", "units", "pointers", "components", "bounds", "segments", "events",
+                 "last", "tally", "dropped", "cut")
 
     def __init__(self, worker: int, start: int, segments: list[Segment], events: list[Event], last: bool):
         self.worker, self.start, self.segments, self.events, self.last = worker, start, segments, events, last
-        self.ends: list[int] | None = None  # absolute position after each unit (unit path)
+        self.ends: list[int] | None = None  # absolute position after each unit (batches)
         self.units: list[Any] | None = None
         self.pointers: np.ndarray | torch.Tensor | None = None  # pointer fast path: (n, 3) int64
         self.components: np.ndarray | None = None  # (n,) int64 component ids
+        self.bounds: list[int] | None = None  # pointer fast path with batches: batch k is [bounds[k], bounds[k+1])
+        self.cut = 0  # samples of short batches that drop_last dropped
         self.tally: list[np.ndarray] | None = None  # unit path: component ids of each unit's items
         self.dropped: list[int] | None = None  # unit path: items a filter dropped in each unit
 
@@ -114,50 +117,77 @@ def bundles(plan: Plan, worker: int) -> Iterator[Bundle]:
     if not lanes:
         return
     pipeline, size = plan.pipeline, plan.batch_size
-    mux = LaneMux(pipeline.source, lanes, plan.replicas, plan.entries, pipeline.vocabulary, pipeline.readahead())
     unit = size or 1
+    mux = LaneMux(pipeline.source, lanes, plan.replicas, plan.entries, pipeline.vocabulary, pipeline.readahead(),
+                  unit=unit)
     target = max(1, (POINTER_BUNDLE if plan.pointer_path else RECORD_BUNDLE) // unit) * unit
     while True:
         start = mux.position
-        pointers, components = mux.take(target)
-        last = len(pointers) < target
-        usable = len(pointers) // size * size if size and plan.drop_last else len(pointers)
-        pointers, components = pointers[:usable], components[:usable]
+        pointers, components, turns = mux.take(target)
+        last = mux.exhausted
         bundle = Bundle(worker, start, *mux.drain(), last)
-        if plan.pointer_path:
-            bundle.pointers, bundle.components = pointers, components
+        if size is None:
+            _items(bundle, plan, pointers, components)
         else:
-            bundle.units, bundle.ends, bundle.tally, bundle.dropped = _units(plan, pointers, components, start)
+            spans = batch_spans(turns, size, plan.drop_last)
+            bundle.ends = [start + b for _, b in spans]
+            bundle.cut = len(pointers) - sum(b - a for a, b in spans)
+            if plan.pointer_path:
+                _pointer_batches(bundle, pointers, components, spans)
+            else:
+                bundle.units, bundle.tally, bundle.dropped = _batches(plan, pointers, components, spans)
         yield bundle
         if last:
             return
 
 
-def _units(plan: Plan, pointers: np.ndarray, components: np.ndarray,
-           start: int) -> tuple[list[Any], list[int], list[np.ndarray], list[int]]:
-    """A reader's batches (or items) of these samples, with the position after each, the
-    component ids each carries and the items a filter dropped from each."""
-    size, n = plan.batch_size, len(pointers)
-    if size is None:  # items (a filter step needs a batch_size, see DataLoader)
-        items = plan.pipeline.materialize(pointers, components)
-        if plan.collate_fn is not None:
-            items = [plan.collate_fn(item) for item in items]
-        return items, list(range(start + 1, start + n + 1)), [components[k:k + 1] for k in range(n)], [0] * n
-    cuts = list(range(0, n, size))
-    ends = [start + min(a + size, n) for a in cuts]
+def batch_spans(turns: np.ndarray, size: int, drop_last: bool) -> list[tuple[int, int]]:
+    """The ``[a, b)`` sample ranges of a bundle's batches: one per turn (a lane's last may be
+    short, and ``drop_last`` drops it)."""
+    bounds = np.concatenate([[0], np.cumsum(turns)]).tolist()
+    return [(a, b) for a, b in zip(bounds[:-1], bounds[1:]) if not (drop_last and b - a < size)]
+
+
+def _items(bundle: Bundle, plan: Plan, pointers: np.ndarray, components: np.ndarray) -> None:
+    """An unbatched bundle: one unit per sample."""
+    start, n = bundle.start, len(pointers)
+    if plan.pointer_path:
+        bundle.pointers, bundle.components = pointers, components
+        return
+    items = plan.pipeline.materialize(pointers, components)
+    if plan.collate_fn is not None:
+        items = [plan.collate_fn(item) for item in items]
+    bundle.units, bundle.ends = items, list(range(start + 1, start + n + 1))
+    bundle.tally, bundle.dropped = [components[k:k + 1] for k in range(n)], [0] * n
+
+
+def _pointer_batches(bundle: Bundle, pointers: np.ndarray, components: np.ndarray,
+                     spans: list[tuple[int, int]]) -> None:
+    """The pointer fast path: the kept batches' pointers back to back, with their bounds."""
+    if sum(b - a for a, b in spans) != len(pointers):
+        keep = np.concatenate([np.arange(a, b) for a, b in spans]) if spans else np.zeros(0, dtype=np.int64)
+        pointers, components = pointers[keep], components[keep]
+    bundle.pointers, bundle.components = pointers, components
+    bundle.bounds = [0, *np.cumsum([b - a for a, b in spans]).tolist()]
+
+
+def _batches(plan: Plan, pointers: np.ndarray, components: np.ndarray,
+             spans: list[tuple[int, int]]) -> tuple[list[Any], list[np.ndarray], list[int]]:
+    """A reader's batches of these samples, with the component ids each carries and the items
+    a filter dropped from each."""
     if plan.columnar:
-        units = [columnar_batch(plan.pipeline, pointers[a:a + size], components[a:a + size]) for a in cuts]
-        return units, ends, [components[a:a + size] for a in cuts], [0] * len(cuts)
+        units = [columnar_batch(plan.pipeline, pointers[a:b], components[a:b]) for a, b in spans]
+        return units, [components[a:b] for a, b in spans], [0] * len(spans)
     marked = plan.pipeline.materialize_marked(pointers, components)
     batch = plan.collate_fn or collate
     units, tally, dropped = [], [], []
-    for a in cuts:
-        kept = [k for k in range(a, min(a + size, n)) if marked[k] is not DROPPED]
+    for a, b in spans:
+        kept = [k for k in range(a, b) if marked[k] is not DROPPED]
         items = [marked[k] for k in kept]
         units.append(batch(items) if items or plan.collate_fn else _empty_batch())
         tally.append(components[kept])
-        dropped.append(min(size, n - a) - len(kept))
-    return units, ends, tally, dropped
+        dropped.append(b - a - len(kept))
+    return units, tally, dropped
 
 
 def _empty_batch() -> dict[str, Any]:

@@ -19,7 +19,9 @@ class StreamDataset(IterableDataset[Any]):
     ``canonical_replicas`` lanes (default: 8 x the world size at the first start, room to grow
     8x; a loaded checkpoint's value otherwise) go to ranks by ``mapping`` and a
     rank's lanes to its DataLoader workers the same way; a reader round-robins samples over
-    its lanes. Every ``iter()`` starts at the dataset's position (the start, or the state
+    its lanes, so batches that a plain torch DataLoader makes of these items mix lanes sample
+    by sample (:class:`zephon.torch.DataLoader` cuts each batch from one lane, so that it
+    carries the mixture). Every ``iter()`` starts at the dataset's position (the start, or the state
     loaded last), like any torch ``IterableDataset``.
 
     ``state_dict()`` / ``load_state_dict()`` make it *Stateful* for torchdata's

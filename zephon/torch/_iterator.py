@@ -41,7 +41,7 @@ class _Cursor:
                 pointers = torch.from_numpy(pointers if pointers.flags.writeable else pointers.copy())
             self.pointers = pointers
             n = self.length = len(pointers)
-            self.count = n if size is None else -(-n // size)
+            self.count = n if size is None else len(bundle.ends or ())
             assert bundle.components is not None  # bundles of pointers carry their components
             self.names = pipeline.component_names(bundle.components)
             if size is None:
@@ -63,10 +63,10 @@ class _Cursor:
         if self.size is None:
             stats.count(bundle.components[k:k + 1])
             return {KEY_SAMPLE_ID: tuple(self.ids[k]), KEY_COMPONENT: self.names[k]}, bundle.start + k + 1
-        a = k * self.size
-        b = min(a + self.size, self.length)
+        assert bundle.bounds is not None and bundle.ends is not None  # batched bundles of pointers carry these
+        a, b = bundle.bounds[k], bundle.bounds[k + 1]
         stats.count(bundle.components[a:b])
-        return {KEY_SAMPLE_ID: self.pointers[a:b], KEY_COMPONENT: self.names[a:b]}, bundle.start + b
+        return {KEY_SAMPLE_ID: self.pointers[a:b], KEY_COMPONENT: self.names[a:b]}, bundle.ends[k]
 
 
 class LoaderIterator:
@@ -132,6 +132,7 @@ class LoaderIterator:
             tracker.fold(self._positions[worker])
             tracker.extend(bundle.segments, bundle.events)
             self._stats.observe(event.state for event in bundle.events)
+            self._stats.drop_last += bundle.cut
             cursor = self._cursors[worker] = _Cursor(bundle, self._plan.pipeline, self._plan.batch_size)
         unit, self._positions[worker] = cursor.take(self._stats)
         return unit

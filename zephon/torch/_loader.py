@@ -55,10 +55,14 @@ class DataLoader(tud.DataLoader[Bundle]):
         ``None`` yields items (dicts), else batches made by ``collate_fn`` (default:
         :func:`zephon.torch.collate`: ``_sample_id`` a ``(B, 3)`` int64 tensor, ``_component``
         a list of names, other fields by torch's ``default_collate``). Each reader makes its
-        own batches, as torch does for an ``IterableDataset``; ``drop_last`` drops each
-        reader's last partial batch. Batches come round robin over the workers. With a
-        ``filter`` step a batch holds the items of ``batch_size`` consecutive samples that
-        pass it (an empty batch, ``_sample_id`` of shape ``(0, 3)``, when none does).
+        own batches, as torch does for an ``IterableDataset``: a batch is ``batch_size``
+        consecutive samples of one of its lanes, in the lane's read order, so it carries the
+        mixture (each component within 2 samples of its share of the batch), and the reader
+        takes its lanes in turn, batch by batch. A lane's last batch may be shorter;
+        ``drop_last`` drops those (counted in ``stats()["drop_last"]``). Batches come round
+        robin over the workers. With a ``filter`` step a batch holds the items of
+        ``batch_size`` consecutive samples that pass it (an empty batch, ``_sample_id`` of
+        shape ``(0, 3)``, when none does).
     num_workers : int, default 0
         DataLoader worker processes. On Linux they start by fork unless
         ``multiprocessing_context`` says otherwise (a spawned worker needs a picklable
@@ -196,7 +200,7 @@ class DataLoader(tud.DataLoader[Bundle]):
         book = self._zephon_book
         batch_size, drop_last, _ = self._zephon_batch
         return functools.partial(count_rank, book.pipeline.source, book.canonical_replicas, rank=book.rank,
-                                 world_size=book.world_size, readers=self._readers(), mapping=book.mapping,
+                                 world_size=book.world_size, mapping=book.mapping,
                                  batch_size=batch_size, drop_last=drop_last)
 
     def _even(self) -> Even | None:
@@ -216,7 +220,7 @@ class DataLoader(tud.DataLoader[Bundle]):
         if book.known(every):
             batch_size, drop_last, _ = self._zephon_batch
             counts = count_ranks(template, book.canonical_replicas, book.entries(every), book.world_size,
-                                 self._readers(), book.mapping, batch_size, drop_last)
+                                 book.mapping, batch_size, drop_last)
             target = even_target(counts)
         else:
             target = _all_reduce_min(self._counter()(self._entries()).units, book)

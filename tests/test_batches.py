@@ -1,0 +1,92 @@
+"""A batch carries the mixture (SPEC §9): it is a window of one lane's read order, so each
+component is within 2 samples of its share of the batch, on every rank, with any number of
+workers and lanes; resumes continue the same batches."""
+import json
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import zephon.torch as zt
+from zephon import Dataset, Pipeline, StaticMixtureWorkSource
+
+pytestmark = pytest.mark.filterwarnings("ignore:This DataLoader will create:UserWarning")
+
+
+def deviations(batches, weights):
+    """Per batch of its full size, the largest |count - share x size| over the components."""
+    names = list(weights)
+    total = sum(weights.values())
+    out = []
+    for batch in batches:
+        got = batch["_component"]
+        out.append(max(abs(got.count(name) - weights[name] / total * len(got)) for name in names))
+    return out
+
+
+mixtures = st.lists(st.floats(0.05, 1.0), min_size=1, max_size=4).map(
+    lambda ws: {f"d{i}": w for i, w in enumerate(ws)})
+
+
+@settings(max_examples=25)
+@given(mixtures, st.integers(1, 200), st.integers(1, 9), st.integers(1, 40), st.sampled_from([None, 1, 3]),
+       st.integers(0, 2**32))
+def test_every_full_batch_holds_each_component_within_two_of_its_share(weights, chunk_size, replicas, batch_size,
+                                                                       world, seed):
+    datasets = [Dataset.from_counts(name, [57, 91, 30]) for name in weights]
+    source = StaticMixtureWorkSource(datasets, weights, chunk_size=chunk_size, seed=seed, exhausted_policy="repeat",
+                                     shuffle_within_shard=True)
+    ranks = [(None, None)] if world is None else [(rank, world) for rank in range(world)]
+    for rank, size in ranks:
+        loader = zt.DataLoader(Pipeline(source), batch_size=batch_size, canonical_replicas=replicas, rank=rank,
+                               world_size=size, even_batches=False)
+        batches = [b for _, b in zip(range(40), loader)]
+        full = [b for b in batches if len(b["_component"]) == batch_size]
+        assert max(deviations(full, weights), default=0) <= 2
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_the_issue_mixture_in_batches_of_eight(workers):
+    weights = {"web": 0.6, "code": 0.3, "math": 0.1}
+    datasets = [Dataset.from_counts(name, [5_000] * 4) for name in weights]
+    source = StaticMixtureWorkSource(datasets, weights, chunk_size=1024, seed=1)
+    loader = zt.DataLoader(Pipeline(source), batch_size=8, num_workers=workers)
+    batches = [b for _, b in zip(range(2000), loader)]
+    worst = deviations(batches, weights)
+    assert max(worst) <= 2
+    single = sum(len(set(b["_component"])) == 1 for b in batches)
+    assert single == 0, f"{single} of {len(batches)} batches hold one component"
+    web = [b["_component"].count("web") for b in batches]
+    assert min(web) >= 3 and max(web) <= 6  # 4.8 a batch
+
+
+def ids(batch):
+    return [tuple(p) for p in batch["_sample_id"].tolist()]
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_resume_on_the_same_topology_continues_the_same_batches(workers):
+    datasets = [Dataset.from_counts("web", [300] * 3), Dataset.from_counts("code", [170] * 2)]
+    make = lambda: StaticMixtureWorkSource(datasets, {"web": 0.7, "code": 0.3}, chunk_size=50, seed=5)
+    whole = [ids(b) for b in zt.DataLoader(Pipeline(make()), batch_size=7, num_workers=workers,
+                                           canonical_replicas=5)]
+    for cut in (0, 1, 4, 11, len(whole) - 1):
+        first = zt.DataLoader(Pipeline(make()), batch_size=7, num_workers=workers, canonical_replicas=5)
+        it = iter(first)
+        head = [ids(next(it)) for _ in range(cut)]
+        state = json.loads(json.dumps(first.state_dict()))
+        second = zt.DataLoader(Pipeline(make()), batch_size=7, num_workers=workers, canonical_replicas=5)
+        second.load_state_dict(state)
+        assert head + [ids(b) for b in second] == whole
+    assert len(whole) == len(zt.DataLoader(Pipeline(make()), batch_size=7, num_workers=workers, canonical_replicas=5))
+
+
+def test_a_lanes_chunk_end_inside_a_batch_continues_with_its_next_chunk():
+    datasets = [Dataset.from_counts("a", [40]), Dataset.from_counts("b", [40])]
+    source = StaticMixtureWorkSource(datasets, {"a": 0.5, "b": 0.5}, chunk_size=6, seed=2, exhausted_policy="stop")
+    lane = source.clone_for_lane(1, 2)
+    stream = [tuple(p) for chunk in iter(lane.next_chunk, None) for p in chunk.read_order()[0].tolist()]
+    loader = zt.DataLoader(Pipeline(source), batch_size=4, canonical_replicas=2)
+    lane_one = [ids(b) for b in loader if ids(b)[0] in set(stream)]  # no sample repeats: it names its lane
+    assert [p for b in lane_one for p in b] == stream  # batches of 4 across its chunks of 6
+    assert {len(b) for b in lane_one[:-1]} == {4}
