@@ -90,3 +90,21 @@ def test_a_lanes_chunk_end_inside_a_batch_continues_with_its_next_chunk():
     lane_one = [ids(b) for b in loader if ids(b)[0] in set(stream)]  # no sample repeats: it names its lane
     assert [p for b in lane_one for p in b] == stream  # batches of 4 across its chunks of 6
     assert {len(b) for b in lane_one[:-1]} == {4}
+
+
+def test_each_readers_fetch_cache_holds_a_shard_per_lane_so_nothing_is_decoded_twice(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    for k in range(12):
+        pq.write_table(pa.table({"id": list(range(k * 50, k * 50 + 50))}), tmp_path / f"part-{k:02d}.parquet")
+    dataset = Dataset.from_path("d", tmp_path, catalog_dir=tmp_path / "catalog")
+    source = StaticMixtureWorkSource([dataset], {"d": 1.0}, chunk_size=20, seed=3, exhausted_policy="stop")
+    loader = zt.DataLoader(Pipeline(source), batch_size=5, canonical_replicas=4, cache_bytes=1 << 20)
+    ids = [i for batch in loader for i in batch["id"].tolist()]
+    assert sorted(ids) == list(range(600))
+    info = dataset.cache_info()
+    assert info["max_shards"] == 4 and info["max_bytes"] == 1 << 20  # one shard per lane, within cache_bytes
+    assert info["misses"] == 12  # every row group decoded once, though 4 lanes read 4 shards at a time
+    with pytest.raises(ValueError, match="cache_bytes=0 must be an int >= 1"):
+        zt.DataLoader(Pipeline(source), batch_size=5, cache_bytes=0)

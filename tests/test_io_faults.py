@@ -84,6 +84,24 @@ def test_a_stalled_read_times_out_instead_of_hanging(tmp_path):
         d.read(0, [3])
 
 
+def test_timed_reads_reuse_their_threads_and_a_stuck_one_is_replaced():
+    import threading
+    import time
+
+    def readers():
+        return sum(t.name == "zephon-read" for t in threading.enumerate())
+
+    policy = RetryPolicy(attempts=1, timeout_s=5.0)
+    before = readers()
+    assert [policy.call(lambda k=k: k, what="a read", dataset="d", shard=0, uri="u") for k in range(200)] == \
+        list(range(200))
+    assert readers() - before <= 1  # one pool thread served them all
+    with pytest.raises(StorageTimeoutError):
+        RetryPolicy(attempts=1, timeout_s=0.05).call(lambda: time.sleep(0.5), what="a read", dataset="d", shard=0,
+                                                      uri="u")
+    assert policy.call(lambda: "after", what="a read", dataset="d", shard=0, uri="u") == "after"  # not stuck behind it
+
+
 def test_a_shard_that_disappears_or_changes_during_the_run_is_named(tmp_path):
     directory = shards(tmp_path / "d")
     d = Dataset.from_path("web", directory, cache_shards=3)

@@ -18,6 +18,10 @@ Sizing for the shuffle level (see :func:`zephon.io.block_span`):
 Memory is then at most ``max_shards`` x (the largest decoded shard), or ``max_bytes``.
 After a ``fork`` the child starts with an empty cache.
 
+A reader of several lanes reads as many shards at once: :meth:`ShardCache.follow` makes the
+bound ``max_shards`` per lane (``zephon.torch.DataLoader`` does it in each reader, with its
+``cache_bytes`` as a further byte bound), so no lane evicts what another lane reads next.
+
 Readahead (:mod:`zephon.io._readahead`) announces the pieces it will load with
 :meth:`ShardCache.expect`; a read that finds its piece announced takes it from there (waiting
 for it if it is still loading), so a prefetched piece is read exactly once and leaves the
@@ -104,8 +108,12 @@ os.register_at_fork(after_in_child=_reset_after_fork)
 class ShardCache:
     """LRU of decoded shard pieces; ``ShardCache(max_shards=1, max_bytes=None)``."""
 
-    _max_shards: int
+    _max_shards: int  # the bounds in force: per lane x lanes, and the smaller byte bound
     _max_bytes: int | None
+    _per_lane: int  # resize()'s bounds
+    _own_bytes: int | None
+    _lanes: int  # follow()'s
+    _reader_bytes: int | None
     _pid: int  # the process the pieces belong to (a forked child drops them)
     _bytes: int  # the counters of CacheInfo
     _peak: int
@@ -122,7 +130,7 @@ class ShardCache:
         _CACHES.add(self)
         self._shards: dict[int, _Shard] = {}  # insertion order = recency
         self._ahead: dict[tuple[int, PieceKey], Ticket | _Reading] = {}  # (shard, key) -> announcement
-        self._max_shards, self._max_bytes = 1, None
+        self._max_shards, self._max_bytes, self._lanes, self._reader_bytes = 1, None, 1, None
         self._reset_counters()
         self.resize(max_shards, max_bytes)
 
@@ -135,9 +143,26 @@ class ShardCache:
         if max_bytes is not None and not _count(max_bytes):
             raise ValueError(f"max_bytes={max_bytes!r} must be an int >= 1 or None (no byte bound)")
         with self._lock:
-            self._max_shards = int(max_shards)
-            self._max_bytes = None if max_bytes is None else int(max_bytes)
-            self._evict(None)
+            self._per_lane = int(max_shards)
+            self._own_bytes = None if max_bytes is None else int(max_bytes)
+            self._apply()
+
+    def follow(self, lanes: int, max_bytes: int | None) -> None:
+        """Hold ``max_shards`` shards for each of a reader's ``lanes`` (they read that many shards at
+        once), and at most ``max_bytes`` decoded bytes too (``None``: only the cache's own bound)."""
+        if not _count(lanes):
+            raise ValueError(f"lanes={lanes!r} must be an int >= 1")
+        if max_bytes is not None and not _count(max_bytes):
+            raise ValueError(f"max_bytes={max_bytes!r} must be an int >= 1 or None (no byte bound)")
+        with self._lock:
+            self._lanes, self._reader_bytes = int(lanes), None if max_bytes is None else int(max_bytes)
+            self._apply()
+
+    def _apply(self) -> None:
+        self._max_shards = self._per_lane * self._lanes
+        bounds = [b for b in (self._own_bytes, self._reader_bytes) if b is not None]
+        self._max_bytes = min(bounds) if bounds else None
+        self._evict(None)
 
     def clear(self) -> None:
         """Drop every shard and reset the counters."""

@@ -389,6 +389,12 @@ class Dataset:
         if self._reader is not None:
             self._reader.cache.resize(max_shards, max_bytes)
 
+    def cache_for_lanes(self, lanes: int, max_bytes: int | None) -> None:
+        """Size a path dataset's fetch cache for a reader of ``lanes`` lanes: ``max_shards`` per
+        lane, within ``max_bytes`` decoded bytes too (no-op for other datasets)."""
+        if self._reader is not None:
+            self._reader.cache.follow(lanes, max_bytes)
+
     def cache_info(self) -> CacheInfo | None:
         """Bounds, size, peak bytes, hits and misses of the fetch cache; None without one."""
         return None if self._reader is None else self._reader.cache.info()

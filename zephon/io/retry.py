@@ -5,7 +5,9 @@ Every read of a shard (opening it, a row group, a record batch, a span of lines)
 "not found" or "permission denied": object-store 5xx, throttling, timeouts, connection resets)
 is retried after ``backoff_s``, doubling up to ``max_backoff_s``, at most ``attempts`` times in
 all. An attempt that runs longer than ``timeout_s`` is abandoned (its thread finishes in the
-background) and counts as a transient failure. When the attempts are spent, or the error is
+background) and counts as a transient failure. Timed attempts run on a small pool of
+long-lived daemon threads (a new one only when every one is busy or stuck), never a thread per
+read. When the attempts are spent, or the error is
 not transient, the read raises a :class:`StorageError` naming the dataset, the shard and the
 URI: a read never hangs and data is never skipped silently. Retries are logged on the
 ``zephon`` logger.
@@ -17,6 +19,8 @@ from __future__ import annotations
 
 import logging
 import numbers
+import os
+import queue
 import threading
 import time
 from dataclasses import dataclass
@@ -136,25 +140,68 @@ class _Timeout(TimeoutError):
     pass
 
 
+class _Task:
+    """One timed attempt handed to the pool: the call, and its outcome once ``done`` is set."""
+
+    __slots__ = ("fn", "done", "result", "error")
+
+    def __init__(self, fn: Callable[[], Any]):
+        self.fn, self.done = fn, threading.Event()
+        self.result: Any = None
+        self.error: BaseException | None = None
+
+
+class _Pool:
+    """Daemon threads that run timed attempts (a stuck read never blocks exit). A thread is
+    started only when none is idle: one stuck in an abandoned read is replaced, the others
+    are reused. A forked child starts with none."""
+
+    def __init__(self) -> None:
+        self._reset()
+        os.register_at_fork(after_in_child=self._reset)
+
+    def _reset(self) -> None:
+        self._tasks: queue.SimpleQueue[_Task] = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._idle = 0
+
+    def run(self, fn: Callable[[], T], timeout_s: float) -> T:
+        task = _Task(fn)
+        with self._lock:
+            start = self._idle == 0
+            if not start:
+                self._idle -= 1
+        if start:
+            threading.Thread(target=self._serve, name="zephon-read", daemon=True).start()
+        self._tasks.put(task)
+        if not task.done.wait(timeout_s):
+            raise _Timeout(f"no answer within timeout_s={timeout_s} s")
+        if task.error is not None:
+            raise task.error
+        result: T = task.result
+        return result
+
+    def _serve(self) -> None:
+        tasks = self._tasks
+        while True:
+            task = tasks.get()
+            try:
+                task.result = task.fn()
+            except BaseException as error:  # noqa: BLE001 - handed to the caller
+                task.error = error
+            task.done.set()
+            with self._lock:
+                if tasks is not self._tasks:  # forked away from: this queue is no longer fed
+                    return
+                self._idle += 1
+
+
+_POOL = _Pool()
+
+
 def _timed(fn: Callable[[], T], timeout_s: float) -> T:
-    """``fn()`` in a daemon thread, abandoned after ``timeout_s`` (a stuck read never blocks exit)."""
-    done = threading.Event()
-    results: list[T] = []
-    errors: list[BaseException] = []
-
-    def run() -> None:
-        try:
-            results.append(fn())
-        except BaseException as error:  # noqa: BLE001 - handed to the caller
-            errors.append(error)
-        done.set()
-
-    threading.Thread(target=run, name="zephon-read", daemon=True).start()
-    if not done.wait(timeout_s):
-        raise _Timeout(f"no answer within timeout_s={timeout_s} s")
-    if errors:
-        raise errors[0]
-    return results[0]
+    """``fn()`` on the pool's threads, abandoned after ``timeout_s``."""
+    return _POOL.run(fn, timeout_s)
 
 
 DEFAULT_POLICY = RetryPolicy()

@@ -34,9 +34,13 @@ MAP, FILTER = "map", "filter"
 
 
 def _mapped(fn: Callable[[Any], Any], item: Any) -> Any:
-    """``fn(item)`` with the item's ``_sample_id`` / ``_component`` kept on a mapping result."""
+    """``fn(item)`` with the item's ``_sample_id`` / ``_component`` kept on a mapping result.
+
+    Plain dicts (the usual items) skip the ``Mapping`` ABC checks, which cost more than the rest.
+    """
     out = fn(item)
-    if not isinstance(item, Mapping) or not isinstance(out, Mapping) or KEY_SAMPLE_ID not in item:
+    plain = type(out) is dict and type(item) is dict
+    if not plain and (not isinstance(item, Mapping) or not isinstance(out, Mapping)) or KEY_SAMPLE_ID not in item:
         return out
     for key in (KEY_SAMPLE_ID, KEY_COMPONENT):
         if key not in out:
@@ -243,7 +247,8 @@ class Pipeline:
             for p, c, r in zip(ids, names, readable.tolist()):
                 if r:
                     record = next(records)
-                    item = dict(record) if isinstance(record, Mapping) else {KEY_RECORD: record}
+                    item = dict(record) if type(record) is dict or isinstance(record, Mapping) else \
+                        {KEY_RECORD: record}
                 else:
                     item = {}
                 item[KEY_SAMPLE_ID] = tuple(p)

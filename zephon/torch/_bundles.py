@@ -8,8 +8,10 @@ facts its ledger needs (lane rotations and chunk starts, by position). The train
 reassembles them (``zephon.torch._iterator``).
 
 Count-only pipelines without map steps take a fast path: a bundle is one pointer array that
-the main process slices into batches at the bundle's ``bounds``. It travels as a numpy array,
-pickled through the worker's pipe, which costs a tenth of moving a tensor to shared memory.
+the main process slices into batches at the bundle's ``bounds``, with each batch's component
+counts made in the worker. It travels as a numpy array (int32 when the pointers fit, component
+ids int16), pickled through the worker's pipe, which costs a tenth of moving a tensor to shared
+memory.
 
 A :class:`Readers` dataset and its :class:`Plan` travel to workers started by "spawn" or
 "forkserver" by pickle, and every :class:`Bundle` comes back by pickle.
@@ -43,8 +45,8 @@ def _pin(data: Any) -> Any:
 class Bundle:
     """Several consecutive batches (or items) of one reader, with their ledger facts."""
 
-    __slots__ = ("worker", "start", "ends", "units", "pointers", "components", "bounds", "segments", "events",
-                 "last", "tally", "dropped", "cut")
+    __slots__ = ("worker", "start", "ends", "units", "pointers", "components", "bounds", "tallies", "segments",
+                 "events", "last", "tally", "dropped", "cut")
 
     def __init__(self, worker: int, start: int, segments: list[Segment], events: list[Event], last: bool):
         self.worker, self.start, self.segments, self.events, self.last = worker, start, segments, events, last
@@ -53,6 +55,7 @@ class Bundle:
         self.pointers: np.ndarray | torch.Tensor | None = None  # pointer fast path: (n, 3) int64
         self.components: np.ndarray | None = None  # (n,) int64 component ids
         self.bounds: list[int] | None = None  # pointer fast path with batches: batch k is [bounds[k], bounds[k+1])
+        self.tallies: np.ndarray | None = None  # pointer fast path with batches: (batches, components) counts
         self.cut = 0  # samples of short batches that drop_last dropped
         self.tally: list[np.ndarray] | None = None  # unit path: component ids of each unit's items
         self.dropped: list[int] | None = None  # unit path: items a filter dropped in each unit
@@ -76,8 +79,10 @@ class Plan:
     """What the readers of one iteration need: set on the internal dataset before workers start."""
 
     def __init__(self, pipeline: Pipeline, replicas: int, lanes: dict[int, list[int]], entries: dict[int, Entry],
-                 batch_size: int | None, drop_last: bool, collate_fn: Callable[[Any], Any] | None):
+                 batch_size: int | None, drop_last: bool, collate_fn: Callable[[Any], Any] | None,
+                 cache_bytes: int | None):
         self.pipeline, self.replicas, self.lanes, self.entries = pipeline, replicas, lanes, entries
+        self.cache_bytes = cache_bytes  # each reader's fetch cache bound per dataset (DataLoader's cache_bytes)
         self.batch_size, self.drop_last, self.collate_fn = batch_size, drop_last, collate_fn
         self.pointer_path = pipeline.pointer_only and collate_fn is None
         self.columnar = pipeline.columnar and collate_fn is None and batch_size is not None
@@ -117,6 +122,10 @@ def bundles(plan: Plan, worker: int) -> Iterator[Bundle]:
     if not lanes:
         return
     pipeline, size = plan.pipeline, plan.batch_size
+    for dataset in pipeline.datasets_by_id.values():  # zephon.io datasets: the cache follows the lanes
+        follow = getattr(dataset, "cache_for_lanes", None)
+        if follow is not None:
+            follow(len(lanes), plan.cache_bytes)
     unit = size or 1
     mux = LaneMux(pipeline.source, lanes, plan.replicas, plan.entries, pipeline.vocabulary, pipeline.readahead(),
                   unit=unit)
@@ -133,7 +142,8 @@ def bundles(plan: Plan, worker: int) -> Iterator[Bundle]:
             bundle.ends = [start + b for _, b in spans]
             bundle.cut = len(pointers) - sum(b - a for a, b in spans)
             if plan.pointer_path:
-                _pointer_batches(bundle, pointers, components, spans)
+                _pointer_batches(bundle, pointers, components, spans,
+                                 max(plan.pipeline.vocabulary.values(), default=-1) + 1)
             else:
                 bundle.units, bundle.tally, bundle.dropped = _batches(plan, pointers, components, spans)
         yield bundle
@@ -162,13 +172,19 @@ def _items(bundle: Bundle, plan: Plan, pointers: np.ndarray, components: np.ndar
 
 
 def _pointer_batches(bundle: Bundle, pointers: np.ndarray, components: np.ndarray,
-                     spans: list[tuple[int, int]]) -> None:
-    """The pointer fast path: the kept batches' pointers back to back, with their bounds."""
-    if sum(b - a for a, b in spans) != len(pointers):
+                     spans: list[tuple[int, int]], kinds: int) -> None:
+    """The pointer fast path: the kept batches' pointers back to back, with their bounds and
+    per-batch counts of the ``kinds`` component ids, in compact dtypes where they fit."""
+    sizes = np.array([b - a for a, b in spans], dtype=np.int64)
+    if sizes.sum() != len(pointers):
         keep = np.concatenate([np.arange(a, b) for a, b in spans]) if spans else np.zeros(0, dtype=np.int64)
         pointers, components = pointers[keep], components[keep]
-    bundle.pointers, bundle.components = pointers, components
-    bundle.bounds = [0, *np.cumsum([b - a for a, b in spans]).tolist()]
+    batch_of = np.repeat(np.arange(len(spans)), sizes)
+    bundle.tallies = np.bincount(batch_of * kinds + components, minlength=len(spans) * kinds).reshape(-1, kinds)
+    fits = len(pointers) == 0 or (pointers.min() >= 0 and pointers.max() < 2**31)
+    bundle.pointers = pointers.astype(np.int32) if fits else pointers
+    bundle.components = components.astype(np.int16) if kinds < 2**15 else components
+    bundle.bounds = [0, *np.cumsum(sizes).tolist()]
 
 
 def _batches(plan: Plan, pointers: np.ndarray, components: np.ndarray,

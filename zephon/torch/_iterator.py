@@ -39,7 +39,7 @@ class _Cursor:
             pointers = bundle.pointers
             if isinstance(pointers, np.ndarray):
                 pointers = torch.from_numpy(pointers if pointers.flags.writeable else pointers.copy())
-            self.pointers = pointers
+            self.pointers = pointers.to(torch.int64)  # a bundle travels as int32 where its pointers fit
             n = self.length = len(pointers)
             self.count = n if size is None else len(bundle.ends or ())
             assert bundle.components is not None  # bundles of pointers carry their components
@@ -63,9 +63,9 @@ class _Cursor:
         if self.size is None:
             stats.count(bundle.components[k:k + 1])
             return {KEY_SAMPLE_ID: tuple(self.ids[k]), KEY_COMPONENT: self.names[k]}, bundle.start + k + 1
-        assert bundle.bounds is not None and bundle.ends is not None  # batched bundles of pointers carry these
+        assert bundle.bounds is not None and bundle.ends is not None and bundle.tallies is not None  # batched ones
         a, b = bundle.bounds[k], bundle.bounds[k + 1]
-        stats.count(bundle.components[a:b])
+        stats.add(bundle.tallies[k])
         return {KEY_SAMPLE_ID: self.pointers[a:b], KEY_COMPONENT: self.names[a:b]}, bundle.ends[k]
 
 

@@ -94,6 +94,12 @@ class DataLoader(tud.DataLoader[Bundle]):
         ``"interleaved"``.
     rank, world_size : int or None, default None
         Override the detected topology (see :func:`zephon.torch.detect_topology`).
+    cache_bytes : int or None, default 1 GiB (``2**30``)
+        Each reader keeps, per dataset read from files, the decoded shards its lanes read:
+        its fetch cache holds the dataset's ``cache_shards`` (default 1) *per lane* it reads,
+        within this many decoded bytes per dataset (and the dataset's own ``cache_bytes``, if
+        smaller). ``None``: no byte bound beyond the dataset's. Memory per reader is at most
+        ``datasets x cache_bytes``.
     **dataloader_kwargs
         Any other torch DataLoader argument, except ``sampler``, ``batch_sampler`` and
         ``shuffle``: the order is the source's.
@@ -109,7 +115,8 @@ class DataLoader(tud.DataLoader[Bundle]):
 
     def __init__(self, pipeline: Pipeline | WorkSource, *, batch_size: int | None = None, num_workers: int = 0,
                  even_batches: bool = True, canonical_replicas: int | None = None, mapping: str = "contiguous",
-                 rank: int | None = None, world_size: int | None = None, **dataloader_kwargs: Any):
+                 rank: int | None = None, world_size: int | None = None, cache_bytes: int | None = 2**30,
+                 **dataloader_kwargs: Any):
         if isinstance(pipeline, WorkSource):
             pipeline = Pipeline(pipeline)
         if not isinstance(pipeline, Pipeline):
@@ -118,6 +125,9 @@ class DataLoader(tud.DataLoader[Bundle]):
             raise ValueError(f"batch_size={batch_size!r} must be None (items) or an int >= 1")
         if type(even_batches) is not bool:
             raise ValueError(f"even_batches={even_batches!r} must be True or False")
+        if cache_bytes is not None and (type(cache_bytes) is not int or cache_bytes < 1):
+            raise ValueError(f"cache_bytes={cache_bytes!r} must be an int >= 1 (decoded bytes per reader and dataset) "
+                             "or None (only the datasets' own bounds)")
         if batch_size is None and any(kind == "filter" for kind, _ in pipeline.steps):
             raise ValueError("a pipeline with a filter step needs a batch_size (batches are cut before filtering, so "
                              "their number is known); pass batch_size=1 for single items")
@@ -139,6 +149,7 @@ class DataLoader(tud.DataLoader[Bundle]):
                                      readers=max(1, num_workers) if type(num_workers) is int else 1)
         self._zephon_topology = topology
         self._zephon_batch = (batch_size, bool(drop_last), collate_fn)
+        self._zephon_cache_bytes = cache_bytes
         self._zephon_live: LoaderIterator | None = None
         self._zephon_even_batches = even_batches
         self._zephon_even: Even | None = None
@@ -249,7 +260,8 @@ class DataLoader(tud.DataLoader[Bundle]):
             log_once(f"zephon: rank {book.rank} reads {len(book.rank_lanes())} lanes with {readers} DataLoader "
                      f"workers; workers {idle} have no lane and stay idle")
         batch_size, drop_last, collate_fn = self._zephon_batch
-        plan = Plan(book.pipeline, book.canonical_replicas, lanes, book.entries(), batch_size, drop_last, collate_fn)
+        plan = Plan(book.pipeline, book.canonical_replicas, lanes, book.entries(), batch_size, drop_last, collate_fn,
+                    self._zephon_cache_bytes)
         even = self._even()
         self._log_config(plan, even)
         readers_dataset = self.dataset
