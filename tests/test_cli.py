@@ -64,6 +64,20 @@ def test_preview_prints_the_resolved_plan(small, capsys):
     assert f"lanes: {min(lanes):,}–{max(lanes):,} chunks each" in out
 
 
+def test_preview_shows_how_far_a_batch_strays_from_the_mixture(small, capsys):
+    assert main(["preview", small, "--lanes", "3", "--batch-size", "5"]) == 0
+    out = capsys.readouterr().out.split("|count - share x size| per dataset\n")[1]
+    lane = StaticMixtureWorkSource.from_config(small).clone_for_lane(0, 3)
+    names = [name for chunk in iter(lane.next_chunk, None) for _, name in chunk]
+    batches = [names[a:a + 5] for a in range(0, len(names) - len(names) % 5, 5)]
+    for row in filter(None, out.splitlines()[1:]):
+        name, share, _, _, batch_max, batch_mean = row.split()
+        share = names.count(name) / len(names)
+        strays = [abs(b.count(name) - share * 5) for b in batches]
+        assert float(batch_max) == pytest.approx(max(strays), abs=0.006) and float(batch_max) <= 2
+        assert float(batch_mean) == pytest.approx(sum(strays) / len(strays), abs=0.006)
+
+
 def test_preview_of_an_endless_stream_stops_at_the_cap(tmp_path, capsys):
     path = tmp_path / "endless.json"
     path.write_text(json.dumps({"datasets": [{"name": "a", "counts": [10, 20]}], "mixture": {"a": 1},
@@ -138,7 +152,8 @@ def test_preview_measures_a_token_mixture_with_a_tokenizer_file(token_config, ca
     assert main(["preview", config, "--tokenizer", tokenizer]) == 0
     out = capsys.readouterr().out
     assert "weights in tokens" in out
-    short, long = (line.split() for line in out.splitlines() if line.startswith(("short ", "long ")))
+    datasets = out.split("composition of lane 0")[0]
+    short, long = (line.split() for line in datasets.splitlines() if line.startswith(("short ", "long ")))
     assert float(short[-1]) > 5 * float(long[-1])  # the same token share takes ten times more short samples
 
 

@@ -3,7 +3,9 @@
 Builds the template source the config describes and plans its whole stream on numbers (no
 pointers, no records read; a token-aware mixture first measures its tokens per byte with
 ``--tokenizer`` unless its ratios are pinned): the resolved settings, the passes each dataset makes, the
-stream's length and the chunks each lane gets. ``--plot DIR`` writes PNG figures (needs the
+stream's length, the chunks each lane gets, and how far a chunk, and a batch of ``--batch-size``
+samples (consecutive samples of one lane, as ``zephon.torch.DataLoader`` cuts them), stray from
+the mixture. ``--plot DIR`` writes PNG figures (needs the
 ``zephon[plot]`` extra, matplotlib): see :mod:`zephon.cli._plots`.
 """
 from __future__ import annotations
@@ -18,6 +20,7 @@ import numpy as np
 
 from zephon.cli._plan import StreamPlan, lane_owners, plan_stream, target_shares
 from zephon.core import SourceConfig
+from zephon.core.readorder import read_order
 from zephon.work import StaticMixtureWorkSource
 
 if TYPE_CHECKING:
@@ -26,6 +29,7 @@ if TYPE_CHECKING:
 NAME = "preview"
 HELP = "show what a mixture config (.toml / .json) will do, without reading data; --plot draws it"
 MAX_CHUNKS = 200_000  # global chunks planned at most (an endless stream is shown up to here)
+BATCH_SAMPLES = 1 << 20  # samples of lane 0 cut into batches for the composition figures
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -35,6 +39,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--plot", metavar="DIR", help="write PNG figures into DIR (needs zephon[plot])")
     parser.add_argument("--max-chunks", type=int, default=MAX_CHUNKS,
                         help=f"plan at most this many global chunks (default {MAX_CHUNKS:,})")
+    parser.add_argument("--batch-size", type=int, default=256,
+                        help="batch size of the per-batch composition figures (default 256)")
     parser.add_argument("--tokenizer", metavar="FILE",
                         help="a Hugging Face tokenizer.json, for a token-aware mixture whose ratios are measured")
     parser.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
@@ -43,8 +49,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Print the preview (and write the figures); returns the exit status."""
-    if args.lanes < 1 or args.max_chunks < 1:
-        raise ValueError(f"--lanes and --max-chunks must be >= 1, got {args.lanes} and {args.max_chunks}")
+    if args.lanes < 1 or args.max_chunks < 1 or args.batch_size < 1:
+        raise ValueError(f"--lanes, --max-chunks and --batch-size must be >= 1, got {args.lanes}, {args.max_chunks} "
+                         f"and {args.batch_size}")
     plots = _plotting() if args.plot else None  # fail before the work if matplotlib is missing
     tokenizer = _tokenizer(args.tokenizer) if args.tokenizer else None
     source = StaticMixtureWorkSource.from_config(args.config, tokenizer=tokenizer)
@@ -56,6 +63,7 @@ def run(args: argparse.Namespace) -> int:
     print(_settings(args.config, config, args.lanes))
     print(_datasets_table(config, plan))
     print(_stream_summary(config, plan, owners, args.lanes))
+    print(_composition(config, plan, owners, args.batch_size))
     if plots is not None:
         for path in plots.write_all(args.plot, source, plan, args.lanes, args.progress):
             print(f"wrote {path}")
@@ -108,6 +116,39 @@ def _table(rows: Sequence[Sequence[str]]) -> str:
     lines = ["  ".join(cell.ljust(w) if k == 0 else cell.rjust(w) for k, (cell, w) in enumerate(zip(row, widths)))
              for row in rows]
     return "\n".join(lines) + "\n"
+
+
+def _composition(config: SourceConfig, plan: StreamPlan, owners: np.ndarray, batch_size: int) -> str:
+    """Per dataset, how far lane 0's chunks and its batches of ``batch_size`` stray from the
+    mixture: max and mean of ``|count - share x size|`` (share: the dataset's share of the lane)."""
+    quotas = plan.quotas[owners == 0] if plan.chunks else plan.quotas
+    quotas = quotas[:max(1, np.searchsorted(np.cumsum(quotas.sum(axis=1)), BATCH_SAMPLES) + 1)]
+    if not quotas.sum():
+        return "composition: the stream is empty"
+    shares = quotas.sum(axis=0) / quotas.sum()
+    sizes = quotas.sum(axis=1, keepdims=True)
+    per_chunk = np.abs(quotas - shares * sizes)
+    order = np.concatenate([_dataset_order(tuple(q)) for q in quotas.tolist()])
+    full = len(order) // batch_size
+    rows = [("dataset", "share", "chunk max", "chunk mean", "batch max", "batch mean")]
+    if full:
+        counts = np.bincount(np.repeat(np.arange(full), batch_size) * len(shares) + order[:full * batch_size],
+                             minlength=full * len(shares)).reshape(full, len(shares))
+        per_batch = np.abs(counts - shares * batch_size)
+    for c, d in enumerate(config.datasets):
+        batch = (f"{per_batch[:, c].max():.2f}", f"{per_batch[:, c].mean():.2f}") if full else ("-", "-")
+        rows.append((d.name, f"{shares[c]:.5f}", f"{per_chunk[:, c].max():.2f}", f"{per_chunk[:, c].mean():.2f}",
+                     *batch))
+    head = (f"composition of lane 0 ({len(quotas):,} chunks of ~{config.chunk_size:,}, {full:,} batches of "
+            f"{batch_size:,}): |count - share x size| per dataset")
+    return head + "\n" + _table(rows)
+
+
+def _dataset_order(quotas: tuple[int, ...]) -> np.ndarray:
+    """The dataset of every sample of a chunk in its default read order (weighted round robin)."""
+    present = np.flatnonzero(quotas)
+    component, _ = read_order([quotas[c] for c in present], weighted_random=False, shuffle=False, seed=0)
+    return present[component]
 
 
 def _stream_summary(config: SourceConfig, plan: StreamPlan, owners: np.ndarray, lanes: int) -> str:
