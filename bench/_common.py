@@ -12,7 +12,7 @@ class Row:
 
     figure: str
     median: float
-    unit: str  # "ptr/s", "samples/s", "rows/s", "1/s", "s", "B", "MB" or "n"
+    unit: str  # "ptr/s", "samples/s", "rows/s", "1/s", "s", "B", "MB", "n", "samples" or "x"
     target: str = ""
     ratio: float | None = None
     ok: bool | None = None
@@ -50,6 +50,10 @@ def show(value: float, unit: str) -> str:
         return f"{value:,.1f} B"
     if unit == "n":
         return f"{value:,.0f}"
+    if unit == "samples":
+        return f"{value:,.2f} samples"
+    if unit == "x":
+        return f"{value:.2f}x"
     return f"{value:.1f} MB"
 
 

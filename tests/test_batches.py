@@ -2,6 +2,7 @@
 component is within 2 samples of its share of the batch, on every rank, with any number of
 workers and lanes; resumes continue the same batches."""
 import json
+import pickle
 
 import pytest
 from hypothesis import given, settings
@@ -108,3 +109,16 @@ def test_each_readers_fetch_cache_holds_a_shard_per_lane_so_nothing_is_decoded_t
     assert info["misses"] == 12  # every row group decoded once, though 4 lanes read 4 shards at a time
     with pytest.raises(ValueError, match="cache_bytes=0 must be an int >= 1"):
         zt.DataLoader(Pipeline(source), batch_size=5, cache_bytes=0)
+
+
+def test_batch_tensors_cross_from_workers_as_arrays_and_come_back_as_they_were():
+    import torch
+
+    from zephon.torch._bundles import land, ship
+
+    batch = {"_sample_id": torch.arange(12).reshape(4, 3), "_component": ["a", "b", "a", "a"],
+             "x": (torch.ones(4, dtype=torch.bfloat16), torch.zeros(4, dtype=torch.float16)), "n": 3}
+    back = land(pickle.loads(pickle.dumps(ship(batch))))
+    assert back["_component"] == batch["_component"] and back["n"] == 3
+    for got, want in ((back["_sample_id"], batch["_sample_id"]), *zip(back["x"], batch["x"])):
+        assert isinstance(got, torch.Tensor) and got.dtype == want.dtype and torch.equal(got, want)

@@ -14,7 +14,10 @@ ids int16), pickled through the worker's pipe, which costs a tenth of moving a t
 memory.
 
 A :class:`Readers` dataset and its :class:`Plan` travel to workers started by "spawn" or
-"forkserver" by pickle, and every :class:`Bundle` comes back by pickle.
+"forkserver" by pickle, and every :class:`Bundle` comes back by pickle. The tensors of the
+batches a worker made cross as numpy arrays (``ship``, undone by ``land`` in the main
+process): torch's shared-memory hand-off costs about a millisecond per tensor, which for
+batch-sized tensors is more than the batch.
 """
 from __future__ import annotations
 
@@ -32,7 +35,7 @@ from zephon.torch._collate import collate, columnar_batch
 from zephon.torch._topology import current_worker
 from zephon.torch._workers import guard_worker
 
-POINTER_BUNDLE = 16384  # samples per bundle on the pointer fast path
+POINTER_BUNDLE = 1 << 16  # samples per bundle on the pointer fast path
 RECORD_BUNDLE = 2048  # samples per bundle when records are read
 
 
@@ -46,7 +49,7 @@ class Bundle:
     """Several consecutive batches (or items) of one reader, with their ledger facts."""
 
     __slots__ = ("worker", "start", "ends", "units", "pointers", "components", "bounds", "tallies", "segments",
-                 "events", "last", "tally", "dropped", "cut")
+                 "events", "last", "tally", "dropped", "cut", "shipped")
 
     def __init__(self, worker: int, start: int, segments: list[Segment], events: list[Event], last: bool):
         self.worker, self.start, self.segments, self.events, self.last = worker, start, segments, events, last
@@ -57,6 +60,7 @@ class Bundle:
         self.bounds: list[int] | None = None  # pointer fast path with batches: batch k is [bounds[k], bounds[k+1])
         self.tallies: np.ndarray | None = None  # pointer fast path with batches: (batches, components) counts
         self.cut = 0  # samples of short batches that drop_last dropped
+        self.shipped = False  # the units' tensors travel as numpy arrays (``ship``); ``land`` restores them
         self.tally: list[np.ndarray] | None = None  # unit path: component ids of each unit's items
         self.dropped: list[int] | None = None  # unit path: items a filter dropped in each unit
 
@@ -67,7 +71,15 @@ class Bundle:
         for k, v in zip(self.__slots__, state):
             setattr(self, k, v)
 
+    def land(self) -> Bundle:
+        """The units' tensors back from their trip as numpy arrays (in the main process)."""
+        if self.shipped and self.units is not None:
+            self.units = [land(unit) for unit in self.units]
+        self.shipped = False
+        return self
+
     def pin_memory(self) -> Bundle:
+        self.land()
         if self.pointers is not None:
             self.pointers = torch.as_tensor(self.pointers).pin_memory()
         if self.units is not None:
@@ -146,6 +158,8 @@ def bundles(plan: Plan, worker: int) -> Iterator[Bundle]:
                                  max(plan.pipeline.vocabulary.values(), default=-1) + 1)
             else:
                 bundle.units, bundle.tally, bundle.dropped = _batches(plan, pointers, components, spans)
+        if get_worker_info() is not None and bundle.units is not None:
+            bundle.units, bundle.shipped = [ship(unit) for unit in bundle.units], True
         yield bundle
         if last:
             return
@@ -204,6 +218,48 @@ def _batches(plan: Plan, pointers: np.ndarray, components: np.ndarray,
         tally.append(components[kept])
         dropped.append(b - a - len(kept))
     return units, tally, dropped
+
+
+class _Shipped:
+    """A CPU tensor on its way from a worker as a numpy array (pickled as bytes)."""
+
+    __slots__ = ("array",)
+
+    def __init__(self, array: np.ndarray):
+        self.array = array
+
+    def __getstate__(self) -> np.ndarray:
+        return self.array
+
+    def __setstate__(self, array: np.ndarray) -> None:
+        self.array = array
+
+
+def ship(value: Any) -> Any:
+    """``value`` with its CPU tensors (in dicts and tuples, as collate makes them) as :class:`_Shipped`."""
+    if isinstance(value, torch.Tensor):
+        return _Shipped(value.numpy()) if value.device.type == "cpu" and value.dtype in _NUMPY_DTYPES \
+            and not value.requires_grad else value
+    if type(value) is dict:
+        return {key: ship(item) for key, item in value.items()}
+    if type(value) is tuple:
+        return tuple(ship(item) for item in value)
+    return value
+
+
+def land(value: Any) -> Any:
+    """The inverse of :func:`ship`."""
+    if type(value) is _Shipped:
+        return torch.from_numpy(value.array)
+    if type(value) is dict:
+        return {key: land(item) for key, item in value.items()}
+    if type(value) is tuple:
+        return tuple(land(item) for item in value)
+    return value
+
+
+_NUMPY_DTYPES = {torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64, torch.float16,
+                 torch.float32, torch.float64, torch.complex64, torch.complex128}
 
 
 def _empty_batch() -> dict[str, Any]:

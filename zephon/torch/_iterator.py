@@ -37,9 +37,9 @@ class _Cursor:
         self.ids: Any = None  # pointers as lists (one item at a time)
         if bundle.pointers is not None:
             pointers = bundle.pointers
-            if isinstance(pointers, np.ndarray):
-                pointers = torch.from_numpy(pointers if pointers.flags.writeable else pointers.copy())
-            self.pointers = pointers.to(torch.int64)  # a bundle travels as int32 where its pointers fit
+            if isinstance(pointers, np.ndarray):  # int32 where its pointers fit (numpy widens them single-threaded)
+                pointers = torch.from_numpy(pointers.astype(np.int64, copy=not pointers.flags.writeable))
+            self.pointers = pointers.to(torch.int64)
             n = self.length = len(pointers)
             self.count = n if size is None else len(bundle.ends or ())
             assert bundle.components is not None  # bundles of pointers carry their components
@@ -133,7 +133,7 @@ class LoaderIterator:
             tracker.extend(bundle.segments, bundle.events)
             self._stats.observe(event.state for event in bundle.events)
             self._stats.drop_last += bundle.cut
-            cursor = self._cursors[worker] = _Cursor(bundle, self._plan.pipeline, self._plan.batch_size)
+            cursor = self._cursors[worker] = _Cursor(bundle.land(), self._plan.pipeline, self._plan.batch_size)
         unit, self._positions[worker] = cursor.take(self._stats)
         return unit
 
