@@ -35,7 +35,7 @@ from zephon.torch._collate import collate, columnar_batch
 from zephon.torch._topology import current_worker
 from zephon.torch._workers import guard_worker
 
-POINTER_BUNDLE = 1 << 16  # samples per bundle on the pointer fast path
+POINTER_BUNDLE = 16384  # samples per bundle on the pointer fast path
 RECORD_BUNDLE = 2048  # samples per bundle when records are read
 
 
