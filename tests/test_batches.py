@@ -122,3 +122,33 @@ def test_batch_tensors_cross_from_workers_as_arrays_and_come_back_as_they_were()
     assert back["_component"] == batch["_component"] and back["n"] == 3
     for got, want in ((back["_sample_id"], batch["_sample_id"]), *zip(back["x"], batch["x"])):
         assert isinstance(got, torch.Tensor) and got.dtype == want.dtype and torch.equal(got, want)
+
+
+def test_large_or_special_tensors_keep_torchs_own_hand_off():
+    import torch
+
+    from zephon.torch._bundles import SHIP_BYTES, ship
+
+    big = torch.zeros(SHIP_BYTES // 4 + 1, dtype=torch.float32)
+    sparse = torch.eye(3).to_sparse()
+    conj = torch.ones(2, dtype=torch.complex64).conj()
+    shipped = ship({"big": big, "sparse": sparse, "conj": conj, "list": [torch.ones(2), torch.ones(2)]})
+    assert shipped["big"] is big and shipped["sparse"] is sparse and shipped["conj"] is conj
+    assert all(type(t).__name__ == "_Shipped" for t in shipped["list"])
+
+
+def test_drop_last_passes_over_what_it_drops_and_counts_it_as_the_loop_goes():
+    datasets = [Dataset.from_counts("a", [23]), Dataset.from_counts("b", [19])]
+    make = lambda: StaticMixtureWorkSource(datasets, {"a": 0.5, "b": 0.5}, chunk_size=6, seed=1,
+                                           exhausted_policy="stop")
+    for workers in (0, 2):
+        loader = zt.DataLoader(Pipeline(make()), batch_size=4, num_workers=workers, canonical_replicas=3,
+                               drop_last=True)
+        it = iter(loader)
+        next(it)
+        assert loader.stats()["drop_last"] <= 3  # only what the first batch passed over
+        rest = list(it)
+        stats = loader.stats()
+        total = len(make().clone_for_lane(0, 1))
+        assert stats["drop_last"] + 4 * (1 + len(rest)) == total and len(loader) == 0
+        assert stats["even_batches"]["held_back_samples"] == 0

@@ -11,6 +11,7 @@ the mixture. ``--plot DIR`` writes PNG figures (needs the
 from __future__ import annotations
 
 import argparse
+import functools
 import math
 import os
 from types import ModuleType
@@ -124,7 +125,7 @@ def _composition(config: SourceConfig, plan: StreamPlan, owners: np.ndarray, bat
     quotas = plan.quotas[owners == 0] if plan.chunks else plan.quotas
     quotas = quotas[:max(1, np.searchsorted(np.cumsum(quotas.sum(axis=1)), BATCH_SAMPLES) + 1)]
     if not quotas.sum():
-        return "composition: the stream is empty"
+        return "composition: lane 0 has no samples"
     shares = quotas.sum(axis=0) / quotas.sum()
     sizes = quotas.sum(axis=1, keepdims=True)
     per_chunk = np.abs(quotas - shares * sizes)
@@ -144,11 +145,14 @@ def _composition(config: SourceConfig, plan: StreamPlan, owners: np.ndarray, bat
     return head + "\n" + _table(rows)
 
 
+@functools.lru_cache(maxsize=256)
 def _dataset_order(quotas: tuple[int, ...]) -> np.ndarray:
-    """The dataset of every sample of a chunk in its default read order (weighted round robin)."""
+    """The dataset of every sample of a chunk in its default read order (weighted round robin),
+    memoised per quota vector (a stream has few)."""
     present = np.flatnonzero(quotas)
     component, _ = read_order([quotas[c] for c in present], weighted_random=False, shuffle=False, seed=0)
-    return present[component]
+    order: np.ndarray = present[component]
+    return order
 
 
 def _stream_summary(config: SourceConfig, plan: StreamPlan, owners: np.ndarray, lanes: int) -> str:

@@ -19,8 +19,10 @@ Memory is then at most ``max_shards`` x (the largest decoded shard), or ``max_by
 After a ``fork`` the child starts with an empty cache.
 
 A reader of several lanes reads as many shards at once: :meth:`ShardCache.follow` makes the
-bound ``max_shards`` per lane (``zephon.torch.DataLoader`` does it in each reader, with its
-``cache_bytes`` as a further byte bound), so no lane evicts what another lane reads next.
+bound ``max_shards`` per lane while the reader runs (``zephon.torch.DataLoader`` does it in each
+reader, with its ``cache_bytes`` as a further byte bound), so no lane evicts what another lane
+reads next; with several readers in one process the largest lane count and the smallest byte
+bound hold, and each reader's bounds go when it ends.
 
 Readahead (:mod:`zephon.io._readahead`) announces the pieces it will load with
 :meth:`ShardCache.expect`; a read that finds its piece announced takes it from there (waiting
@@ -29,12 +31,14 @@ readahead's memory bound as it enters this cache.
 """
 from __future__ import annotations
 
+import itertools
 import numbers
 import os
 import threading
 import weakref
-from typing import Any, Protocol, TypedDict
+from typing import Any, Callable, Protocol, TypedDict
 
+_FOLLOWERS = itertools.count()  # tokens of ShardCache.follow
 PieceKey = tuple[int, "tuple[str, ...] | None"]  # (piece, columns) of a decoded piece (see ShardReader.key)
 Piece = Any  # a decoded piece, as its format holds it: an Arrow table, or a span of JSONL lines
 
@@ -112,8 +116,7 @@ class ShardCache:
     _max_bytes: int | None
     _per_lane: int  # resize()'s bounds
     _own_bytes: int | None
-    _lanes: int  # follow()'s
-    _reader_bytes: int | None
+    _readers: dict[int, tuple[int, int | None]]  # follow()'s: reader -> (lanes, max_bytes)
     _pid: int  # the process the pieces belong to (a forked child drops them)
     _bytes: int  # the counters of CacheInfo
     _peak: int
@@ -130,7 +133,7 @@ class ShardCache:
         _CACHES.add(self)
         self._shards: dict[int, _Shard] = {}  # insertion order = recency
         self._ahead: dict[tuple[int, PieceKey], Ticket | _Reading] = {}  # (shard, key) -> announcement
-        self._max_shards, self._max_bytes, self._lanes, self._reader_bytes = 1, None, 1, None
+        self._max_shards, self._max_bytes, self._readers = 1, None, {}
         self._reset_counters()
         self.resize(max_shards, max_bytes)
 
@@ -147,20 +150,28 @@ class ShardCache:
             self._own_bytes = None if max_bytes is None else int(max_bytes)
             self._apply()
 
-    def follow(self, lanes: int, max_bytes: int | None) -> None:
-        """Hold ``max_shards`` shards for each of a reader's ``lanes`` (they read that many shards at
-        once), and at most ``max_bytes`` decoded bytes too (``None``: only the cache's own bound)."""
+    def follow(self, lanes: int, max_bytes: int | None) -> Callable[[], None]:
+        """While a reader of ``lanes`` lanes runs, hold ``max_shards`` shards for each of them (they
+        read that many shards at once), within ``max_bytes`` decoded bytes too (``None``: only the
+        cache's own bound). Returns the call that ends it (idempotent)."""
         if not _count(lanes):
             raise ValueError(f"lanes={lanes!r} must be an int >= 1")
         if max_bytes is not None and not _count(max_bytes):
             raise ValueError(f"max_bytes={max_bytes!r} must be an int >= 1 or None (no byte bound)")
+        token = next(_FOLLOWERS)
         with self._lock:
-            self._lanes, self._reader_bytes = int(lanes), None if max_bytes is None else int(max_bytes)
+            self._readers[token] = (int(lanes), None if max_bytes is None else int(max_bytes))
             self._apply()
 
+        def release() -> None:
+            with self._lock:
+                if self._readers.pop(token, None) is not None:
+                    self._apply()
+        return release
+
     def _apply(self) -> None:
-        self._max_shards = self._per_lane * self._lanes
-        bounds = [b for b in (self._own_bytes, self._reader_bytes) if b is not None]
+        self._max_shards = self._per_lane * max((lanes for lanes, _ in self._readers.values()), default=1)
+        bounds = [b for b in (self._own_bytes, *(b for _, b in self._readers.values())) if b is not None]
         self._max_bytes = min(bounds) if bounds else None
         self._evict(None)
 
@@ -241,8 +252,8 @@ class ShardCache:
             self._peak = max(self._peak, self._bytes)
             self._evict(key)
 
-    def __getstate__(self) -> dict[str, Any]:  # pickles and deep copies start empty
-        return {"max_shards": self._max_shards, "max_bytes": self._max_bytes}
+    def __getstate__(self) -> dict[str, Any]:  # pickles and deep copies start empty, with no reader following
+        return {"max_shards": self._per_lane, "max_bytes": self._own_bytes}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self._setup(state["max_shards"], state["max_bytes"])

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -25,6 +25,10 @@ from zephon.io._hf import hf_files
 from zephon.io._shards import FORMATS, ShardReader
 from zephon.io.retry import DEFAULT_POLICY, RetryPolicy
 from zephon.limits import MAX_SAMPLES, show
+
+
+def _nothing() -> None:
+    """The release of a reader that had no cache to follow."""
 
 
 def _int_array(parameter: str, name: str, values: Any, limit: int, fix: str) -> np.ndarray:
@@ -389,11 +393,13 @@ class Dataset:
         if self._reader is not None:
             self._reader.cache.resize(max_shards, max_bytes)
 
-    def cache_for_lanes(self, lanes: int, max_bytes: int | None) -> None:
-        """Size a path dataset's fetch cache for a reader of ``lanes`` lanes: ``max_shards`` per
-        lane, within ``max_bytes`` decoded bytes too (no-op for other datasets)."""
-        if self._reader is not None:
-            self._reader.cache.follow(lanes, max_bytes)
+    def cache_for_lanes(self, lanes: int, max_bytes: int | None) -> Callable[[], None]:
+        """Size a path dataset's fetch cache for a reader of ``lanes`` lanes while it runs:
+        ``max_shards`` per lane, within ``max_bytes`` decoded bytes too. Returns the call that
+        ends it (a no-op for other datasets)."""
+        if self._reader is None:
+            return _nothing
+        return self._reader.cache.follow(lanes, max_bytes)
 
     def cache_info(self) -> CacheInfo | None:
         """Bounds, size, peak bytes, hits and misses of the fetch cache; None without one."""

@@ -182,17 +182,15 @@ class _Pool:
         return result
 
     def _serve(self) -> None:
-        tasks = self._tasks
         while True:
-            task = tasks.get()
+            task = self._tasks.get()
             try:
                 task.result = task.fn()
             except BaseException as error:  # noqa: BLE001 - handed to the caller
                 task.error = error
             task.done.set()
+            del task  # an idle thread keeps no result (a decoded piece) alive
             with self._lock:
-                if tasks is not self._tasks:  # forked away from: this queue is no longer fed
-                    return
                 self._idle += 1
 
 

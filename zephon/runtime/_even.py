@@ -53,7 +53,7 @@ def lane_remaining(template: Any, lane: int, replicas: int, entry: Entry) -> int
 
 
 def units(samples: int, batch_size: int | None, drop_last: bool) -> int:
-    """Batches (or items, without ``batch_size``) a reader makes of ``samples``."""
+    """Batches (or items, without ``batch_size``) a lane's ``samples`` make."""
     if batch_size is None:
         return samples
     return samples // batch_size if drop_last else math.ceil(samples / batch_size)

@@ -65,7 +65,7 @@ class Items(Protocol):
     def readahead(self) -> Any: ...  # a zephon.io readahead of the pipeline's records, or None
 
 
-DELIVERED = 1  # turn flag: the lane already gave its sample of its reader's current round
+DELIVERED = 1  # turn flag: the lane already gave its turn of its reader's current round
 SERVED = 2  # turn flag: the lane's reader already gave its batch of the loader's current cycle
 DROPPED = object()  # the place of an item a pipeline's filter step rejected (it still counts as consumed)
 

@@ -193,6 +193,11 @@ class Pipeline:
         """The source's ``component_ids()``: component name -> id."""
         return self._vocabulary
 
+    @property
+    def kinds(self) -> int:
+        """The number of component ids, ``0 .. kinds - 1`` (some may be unused)."""
+        return len(self._names)
+
     def component_names(self, ids: np.ndarray) -> list[str]:
         """Names of component ``ids`` (one per sample)."""
         names: list[str] = self._names[ids].tolist()

@@ -36,6 +36,7 @@ from zephon.torch._topology import current_worker
 from zephon.torch._workers import guard_worker
 
 POINTER_BUNDLE = 16384  # samples per bundle on the pointer fast path
+SHIP_BYTES = 256 << 10  # tensors up to this size cross from workers as numpy arrays (``ship``)
 RECORD_BUNDLE = 2048  # samples per bundle when records are read
 
 
@@ -48,8 +49,8 @@ def _pin(data: Any) -> Any:
 class Bundle:
     """Several consecutive batches (or items) of one reader, with their ledger facts."""
 
-    __slots__ = ("worker", "start", "ends", "units", "pointers", "components", "bounds", "tallies", "segments",
-                 "events", "last", "tally", "dropped", "cut", "shipped")
+    __slots__ = ("worker", "start", "stop", "ends", "units", "pointers", "components", "bounds", "tallies",
+                 "segments", "events", "last", "tally", "dropped", "skipped", "shipped")
 
     def __init__(self, worker: int, start: int, segments: list[Segment], events: list[Event], last: bool):
         self.worker, self.start, self.segments, self.events, self.last = worker, start, segments, events, last
@@ -58,8 +59,9 @@ class Bundle:
         self.pointers: np.ndarray | torch.Tensor | None = None  # pointer fast path: (n, 3) int64
         self.components: np.ndarray | None = None  # (n,) int64 component ids
         self.bounds: list[int] | None = None  # pointer fast path with batches: batch k is [bounds[k], bounds[k+1])
-        self.tallies: np.ndarray | None = None  # pointer fast path with batches: (batches, components) counts
-        self.cut = 0  # samples of short batches that drop_last dropped
+        self.tallies: np.ndarray | None = None  # pointer fast path with batches: (batches, components) counts, or None
+        self.stop = start  # absolute position after the bundle's last sample
+        self.skipped: list[int] | None = None  # batches: samples drop_last dropped that each batch passes over
         self.shipped = False  # the units' tensors travel as numpy arrays (``ship``); ``land`` restores them
         self.tally: list[np.ndarray] | None = None  # unit path: component ids of each unit's items
         self.dropped: list[int] | None = None  # unit path: items a filter dropped in each unit
@@ -80,8 +82,8 @@ class Bundle:
 
     def pin_memory(self) -> Bundle:
         self.land()
-        if self.pointers is not None:
-            self.pointers = torch.as_tensor(self.pointers).pin_memory()
+        if self.pointers is not None:  # widened first: the batches are views of this tensor
+            self.pointers = torch.as_tensor(self.pointers).to(torch.int64).pin_memory()
         if self.units is not None:
             self.units = _pin(self.units)
         return self
@@ -134,35 +136,38 @@ def bundles(plan: Plan, worker: int) -> Iterator[Bundle]:
     if not lanes:
         return
     pipeline, size = plan.pipeline, plan.batch_size
-    for dataset in pipeline.datasets_by_id.values():  # zephon.io datasets: the cache follows the lanes
-        follow = getattr(dataset, "cache_for_lanes", None)
-        if follow is not None:
-            follow(len(lanes), plan.cache_bytes)
+    releases = [follow(len(lanes), plan.cache_bytes) for follow in  # zephon.io datasets: the cache follows the lanes
+                (getattr(d, "cache_for_lanes", None) for d in pipeline.datasets_by_id.values()) if follow is not None]
     unit = size or 1
     mux = LaneMux(pipeline.source, lanes, plan.replicas, plan.entries, pipeline.vocabulary, pipeline.readahead(),
                   unit=unit)
     target = max(1, (POINTER_BUNDLE if plan.pointer_path else RECORD_BUNDLE) // unit) * unit
-    while True:
-        start = mux.position
-        pointers, components, turns = mux.take(target)
-        last = mux.exhausted
-        bundle = Bundle(worker, start, *mux.drain(), last)
-        if size is None:
-            _items(bundle, plan, pointers, components)
-        else:
-            spans = batch_spans(turns, size, plan.drop_last)
-            bundle.ends = [start + b for _, b in spans]
-            bundle.cut = len(pointers) - sum(b - a for a, b in spans)
-            if plan.pointer_path:
-                _pointer_batches(bundle, pointers, components, spans,
-                                 max(plan.pipeline.vocabulary.values(), default=-1) + 1)
+    in_worker = get_worker_info() is not None
+    try:
+        while True:
+            start = mux.position
+            pointers, components, turns = mux.take(target)
+            last = mux.exhausted
+            bundle = Bundle(worker, start, *mux.drain(), last)
+            bundle.stop = start + len(pointers)
+            if size is None:
+                _items(bundle, plan, pointers, components)
             else:
-                bundle.units, bundle.tally, bundle.dropped = _batches(plan, pointers, components, spans)
-        if get_worker_info() is not None and bundle.units is not None:
-            bundle.units, bundle.shipped = [ship(unit) for unit in bundle.units], True
-        yield bundle
-        if last:
-            return
+                spans = batch_spans(turns, size, plan.drop_last)
+                bundle.ends, bundle.skipped = _ends(spans, start, len(pointers))
+                pointers, components, spans = _kept(pointers, components, spans)
+                if plan.pointer_path:
+                    _pointer_batches(bundle, pointers, components, spans, pipeline.kinds, compact=in_worker)
+                else:
+                    bundle.units, bundle.tally, bundle.dropped = _batches(plan, pointers, components, spans)
+            if in_worker and bundle.units is not None:
+                bundle.units, bundle.shipped = [ship(unit) for unit in bundle.units], True
+            yield bundle
+            if last:
+                return
+    finally:
+        for release in releases:
+            release()
 
 
 def batch_spans(turns: np.ndarray, size: int, drop_last: bool) -> list[tuple[int, int]]:
@@ -170,6 +175,27 @@ def batch_spans(turns: np.ndarray, size: int, drop_last: bool) -> list[tuple[int
     short, and ``drop_last`` drops it)."""
     bounds = np.concatenate([[0], np.cumsum(turns)]).tolist()
     return [(a, b) for a, b in zip(bounds[:-1], bounds[1:]) if not (drop_last and b - a < size)]
+
+
+def _ends(spans: list[tuple[int, int]], start: int, n: int) -> tuple[list[int], list[int]]:
+    """Each kept batch's absolute end, the last one's at the bundle's end, and the samples
+    ``drop_last`` dropped that each passes over (before it; after it, for the last)."""
+    ends = [start + b for _, b in spans]
+    skipped = [a - (spans[k - 1][1] if k else 0) for k, (a, _) in enumerate(spans)]
+    if spans:
+        skipped[-1] += n - spans[-1][1]
+        ends[-1] = start + n
+    return ends, skipped
+
+
+def _kept(pointers: np.ndarray, components: np.ndarray, spans: list[tuple[int, int]]
+          ) -> tuple[np.ndarray, np.ndarray, list[tuple[int, int]]]:
+    """Only the samples of the kept batches, back to back, and their spans there."""
+    if sum(b - a for a, b in spans) == len(pointers):
+        return pointers, components, spans
+    keep = np.concatenate([np.arange(a, b) for a, b in spans]) if spans else np.zeros(0, dtype=np.int64)
+    bounds = np.cumsum([0] + [b - a for a, b in spans]).tolist()
+    return pointers[keep], components[keep], list(zip(bounds[:-1], bounds[1:]))
 
 
 def _items(bundle: Bundle, plan: Plan, pointers: np.ndarray, components: np.ndarray) -> None:
@@ -185,20 +211,21 @@ def _items(bundle: Bundle, plan: Plan, pointers: np.ndarray, components: np.ndar
     bundle.tally, bundle.dropped = [components[k:k + 1] for k in range(n)], [0] * n
 
 
-def _pointer_batches(bundle: Bundle, pointers: np.ndarray, components: np.ndarray,
-                     spans: list[tuple[int, int]], kinds: int) -> None:
-    """The pointer fast path: the kept batches' pointers back to back, with their bounds and
-    per-batch counts of the ``kinds`` component ids, in compact dtypes where they fit."""
-    sizes = np.array([b - a for a, b in spans], dtype=np.int64)
-    if sizes.sum() != len(pointers):
-        keep = np.concatenate([np.arange(a, b) for a, b in spans]) if spans else np.zeros(0, dtype=np.int64)
-        pointers, components = pointers[keep], components[keep]
-    batch_of = np.repeat(np.arange(len(spans)), sizes)
-    bundle.tallies = np.bincount(batch_of * kinds + components, minlength=len(spans) * kinds).reshape(-1, kinds)
-    fits = len(pointers) == 0 or (pointers.min() >= 0 and pointers.max() < 2**31)
-    bundle.pointers = pointers.astype(np.int32) if fits else pointers
-    bundle.components = components.astype(np.int16) if kinds < 2**15 else components
-    bundle.bounds = [0, *np.cumsum(sizes).tolist()]
+def _pointer_batches(bundle: Bundle, pointers: np.ndarray, components: np.ndarray, spans: list[tuple[int, int]],
+                     kinds: int, compact: bool) -> None:
+    """The pointer fast path: the batches' pointers back to back, with their bounds and, when
+    small, per-batch counts of the ``kinds`` component ids; ``compact``: int32 pointers and int16
+    ids where they fit, for the trip from a worker."""
+    bundle.bounds = [0, *(b for _, b in spans)]
+    if len(spans) * kinds <= len(pointers):  # else the main process counts each batch's ids itself
+        sizes = np.array([b - a for a, b in spans], dtype=np.int64)
+        batch_of = np.repeat(np.arange(len(spans)), sizes)
+        bundle.tallies = np.bincount(batch_of * kinds + components,
+                                     minlength=len(spans) * kinds).reshape(-1, kinds).astype(np.int32)
+    if compact and len(pointers) and pointers.min() >= 0 and pointers.max() < 2**31:
+        pointers = pointers.astype(np.int32)
+    bundle.pointers = pointers
+    bundle.components = components.astype(np.int16) if compact and kinds < 2**15 else components
 
 
 def _batches(plan: Plan, pointers: np.ndarray, components: np.ndarray,
@@ -236,14 +263,17 @@ class _Shipped:
 
 
 def ship(value: Any) -> Any:
-    """``value`` with its CPU tensors (in dicts and tuples, as collate makes them) as :class:`_Shipped`."""
-    if isinstance(value, torch.Tensor):
-        return _Shipped(value.numpy()) if value.device.type == "cpu" and value.dtype in _NUMPY_DTYPES \
-            and not value.requires_grad else value
+    """``value`` with its small dense CPU tensors (in dicts, tuples and lists, as collate makes
+    them) as :class:`_Shipped`; large ones keep torch's shared memory, which is faster for them."""
+    if type(value) is torch.Tensor:
+        shippable = (value.device.type == "cpu" and value.layout == torch.strided and value.dtype in _NUMPY_DTYPES
+                     and not value.requires_grad and not value.is_conj() and not value.is_neg()
+                     and value.nbytes <= SHIP_BYTES)
+        return _Shipped(value.numpy()) if shippable else value
     if type(value) is dict:
         return {key: ship(item) for key, item in value.items()}
-    if type(value) is tuple:
-        return tuple(ship(item) for item in value)
+    if type(value) in (tuple, list) and value and type(value[0]) in _CARRIERS:
+        return type(value)(ship(item) for item in value)
     return value
 
 
@@ -253,11 +283,12 @@ def land(value: Any) -> Any:
         return torch.from_numpy(value.array)
     if type(value) is dict:
         return {key: land(item) for key, item in value.items()}
-    if type(value) is tuple:
-        return tuple(land(item) for item in value)
+    if type(value) in (tuple, list) and value and type(value[0]) in _CARRIERS:
+        return type(value)(land(item) for item in value)
     return value
 
 
+_CARRIERS = (torch.Tensor, _Shipped, dict, tuple, list)  # a tuple or list starting with one of these is looked into
 _NUMPY_DTYPES = {torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64, torch.float16,
                  torch.float32, torch.float64, torch.complex64, torch.complex128}
 

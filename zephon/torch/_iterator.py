@@ -28,7 +28,7 @@ from zephon.torch._workers import WorkerDiedError, dead_worker
 class _Cursor:
     """The main process's place in one bundle."""
 
-    __slots__ = ("bundle", "next", "count", "pointers", "names", "ids", "size", "length")
+    __slots__ = ("bundle", "next", "count", "pointers", "names", "ids", "size")
 
     def __init__(self, bundle: Bundle, pipeline: Pipeline, size: int | None):
         self.bundle, self.next, self.size = bundle, 0, size
@@ -40,7 +40,7 @@ class _Cursor:
             if isinstance(pointers, np.ndarray):  # int32 where its pointers fit (numpy widens them single-threaded)
                 pointers = torch.from_numpy(pointers.astype(np.int64, copy=not pointers.flags.writeable))
             self.pointers = pointers.to(torch.int64)
-            n = self.length = len(pointers)
+            n = len(pointers)
             self.count = n if size is None else len(bundle.ends or ())
             assert bundle.components is not None  # bundles of pointers carry their components
             self.names = pipeline.component_names(bundle.components)
@@ -58,14 +58,19 @@ class _Cursor:
             unit, bundle.units[k] = bundle.units[k], None
             stats.count(bundle.tally[k])
             stats.filtered += bundle.dropped[k]
+            stats.drop_last += bundle.skipped[k] if bundle.skipped is not None else 0
             return unit, bundle.ends[k]
         assert bundle.components is not None  # a bundle of pointers carries their components
         if self.size is None:
             stats.count(bundle.components[k:k + 1])
             return {KEY_SAMPLE_ID: tuple(self.ids[k]), KEY_COMPONENT: self.names[k]}, bundle.start + k + 1
-        assert bundle.bounds is not None and bundle.ends is not None and bundle.tallies is not None  # batched ones
+        assert bundle.bounds is not None and bundle.ends is not None and bundle.skipped is not None  # batched ones
         a, b = bundle.bounds[k], bundle.bounds[k + 1]
-        stats.add(bundle.tallies[k])
+        if bundle.tallies is not None:
+            stats.add(bundle.tallies[k])
+        else:
+            stats.count(bundle.components[a:b])
+        stats.drop_last += bundle.skipped[k]
         return {KEY_SAMPLE_ID: self.pointers[a:b], KEY_COMPONENT: self.names[a:b]}, bundle.ends[k]
 
 
@@ -132,8 +137,10 @@ class LoaderIterator:
             tracker.fold(self._positions[worker])
             tracker.extend(bundle.segments, bundle.events)
             self._stats.observe(event.state for event in bundle.events)
-            self._stats.drop_last += bundle.cut
             cursor = self._cursors[worker] = _Cursor(bundle.land(), self._plan.pipeline, self._plan.batch_size)
+            if not cursor.count:  # nothing to yield (drop_last dropped every batch): the loop passes over it
+                self._stats.drop_last += bundle.stop - self._positions[worker]
+                self._positions[worker] = bundle.stop
         unit, self._positions[worker] = cursor.take(self._stats)
         return unit
 

@@ -75,7 +75,7 @@ class DataLoader(tud.DataLoader[Bundle]):
         reading, and ``len(loader)`` is that number. The longer ranks' surplus is **held
         back**: not yielded in this run, left unread in the checkpoint (a resume on another
         topology counts it again). It is counted in ``stats()["even_batches"]`` and logged
-        once. All ranks must use the same ``batch_size``, ``drop_last`` and ``num_workers``.
+        once. All ranks must use the same ``batch_size`` and ``drop_last``.
         Counting walks each lane's schedule once, on numbers (about 0.3 ms per lane for a
         stream of 6,000 chunks over 1,024 lanes), at the first ``len()`` or ``iter()`` and
         after each ``load_state_dict``; a rank that loaded only its own lanes' state takes
@@ -153,8 +153,8 @@ class DataLoader(tud.DataLoader[Bundle]):
         self._zephon_live: LoaderIterator | None = None
         self._zephon_even_batches = even_batches
         self._zephon_even: Even | None = None
-        self._zephon_stats = LoaderStats(pipeline.source, list(pipeline.component_names(
-            np.arange(max(pipeline.vocabulary.values(), default=-1) + 1))), topology.rank)
+        self._zephon_stats = LoaderStats(pipeline.source, list(pipeline.component_names(np.arange(pipeline.kinds))),
+                                         topology.rank)
         super().__init__(Readers(), batch_size=None, num_workers=num_workers, collate_fn=_identity,
                          **dataloader_kwargs)
 
