@@ -13,10 +13,15 @@ $(BIN)/python:
 	$(BIN)/python -m pip install --quiet --upgrade pip
 
 # zephon/_ext/ is where the kernels were built before they moved to _ext/: a stale build left
-# there by an old checkout would shadow the new kernels, so install removes it.
-install: $(BIN)/python
+# there by an old checkout would shadow the new kernels, so install removes it. The editable
+# install is redone (kernels recompiled) only when the build inputs change.
+INSTALLED := $(VENV)/.installed
+$(INSTALLED): $(BIN)/python pyproject.toml setup.py $(wildcard _ext/*.pyx _ext/*.pxd _ext/*.h)
 	rm -rf zephon/_ext
 	$(BIN)/python -m pip install --quiet -e '.[test,docs]'
+	touch $@
+
+install: $(INSTALLED)
 
 $(BIN)/sphinx-build:
 	$(MAKE) install
