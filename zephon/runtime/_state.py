@@ -13,8 +13,8 @@ flight is regenerated on restore, never stored. Plain JSON, tagged and versioned
 
 A lane's source state is ``{**source, **rest}``; ``consumed`` counts the samples of the chunk
 that state starts which the training loop received. ``turn`` (0–3) holds two flags that make a
-resume on the same topology exact batch for batch (bit 0: the lane gave its sample of its
-reader's current round; bit 1: its reader gave its batch of the loader's current cycle; see
+resume on the same topology exact batch for batch (bit 0: the lane gave its turn, a batch, of
+its reader's current round; bit 1: its reader gave its batch of the loader's current cycle; see
 ``zephon.runtime._stream``). ``topology`` says where the state was taken; it is
 informational: any topology restores the state.
 """
