@@ -36,11 +36,16 @@ MAP, FILTER = "map", "filter"
 def _mapped(fn: Callable[[Any], Any], item: Any) -> Any:
     """``fn(item)`` with the item's ``_sample_id`` / ``_component`` kept on a mapping result.
 
-    Plain dicts (the usual items) skip the ``Mapping`` ABC checks, which cost more than the rest.
+    Plain dicts that carry the item's keys over as they are (the usual map) skip every other
+    check: the ``Mapping`` ABC checks and comparing the keys cost more than the rest.
     """
     out = fn(item)
-    plain = type(out) is dict and type(item) is dict
-    if not plain and (not isinstance(item, Mapping) or not isinstance(out, Mapping)) or KEY_SAMPLE_ID not in item:
+    if type(out) is dict and type(item) is dict:
+        if out.get(KEY_SAMPLE_ID) is item.get(KEY_SAMPLE_ID) and out.get(KEY_COMPONENT) is item.get(KEY_COMPONENT):
+            return out  # the usual map: the item's own keys carried over (or neither has them)
+    elif not isinstance(item, Mapping) or not isinstance(out, Mapping):
+        return out
+    if KEY_SAMPLE_ID not in item:
         return out
     for key in (KEY_SAMPLE_ID, KEY_COMPONENT):
         if key not in out:
