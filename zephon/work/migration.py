@@ -13,7 +13,7 @@ import hashlib
 import json
 import warnings
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from zephon.core import checkpoint
 from zephon.core.checkpoint import KEY_MIGRATIONS, MigrationRecord, StaticMixtureStateDict
@@ -90,14 +90,18 @@ def _weights(entry: Mapping[str, Any], names: list[str]) -> dict[str, float]:
     return {n: by_name[n] for n in entry["mixture_order"] or names if by_name[n] > 0}
 
 
-def _parse(state: Any, new: Mapping[str, Dataset]) -> tuple[PhasedConfig, PhasedState, dict[str, Any]]:
-    """The old run's config (bound to the state's lane), its state and its settings fingerprint."""
+BaseOf = Callable[[Mapping[str, Any], Any], SourceConfig]  # (fingerprint, token ratios) -> the old run's settings
+
+
+def _parse(state: Any, base_of: BaseOf) -> tuple[PhasedConfig, PhasedState, dict[str, Any]]:
+    """The old run's config (bound to the state's lane), its state and its settings fingerprint;
+    ``base_of`` rebuilds the settings (``_old_base``)."""
     if isinstance(state, dict) and state.get(checkpoint.KEY_KIND) == phased_mixture.KIND:
         phases_ = state[phased_mixture.KEY_PHASES]
         phased_mixture.check_state(state, len(phases_), len(phases_[0]["weights"]))
         inner = state[phased_mixture.KEY_INNER]
         settings = inner[checkpoint.KEY_FINGERPRINT]
-        base = _old_base(settings, inner.get(checkpoint.KEY_RATIOS), new)
+        base = base_of(settings, inner.get(checkpoint.KEY_RATIOS))
         checkpoint.check_header(inner, base)
         names = list(base.names)
         config = PhasedConfig(
@@ -113,7 +117,7 @@ def _parse(state: Any, new: Mapping[str, Dataset]) -> tuple[PhasedConfig, Phased
                              None if origin is None else checkpoint.parse_state(origin, config.base))
         return config, phased, settings
     settings = state[checkpoint.KEY_FINGERPRINT]
-    base = _old_base(settings, state.get(checkpoint.KEY_RATIOS), new)
+    base = base_of(settings, state.get(checkpoint.KEY_RATIOS))
     checkpoint.check_header(state, base)
     static = phased_mixture.phase_config(base, _weights(settings, list(base.names)))
     static = dataclasses.replace(static, lane=state[checkpoint.KEY_LANE], canonical_replicas=state[checkpoint.KEY_REPLICAS])
@@ -198,10 +202,18 @@ def _lanes_of(states: Mapping[int, tuple[Mapping[str, Any], int]], datasets: Map
     lanes: list[LaneAt] = []
     settings: dict[str, Any] | None = None
     config: PhasedConfig | None = None
+    bases: dict[str, SourceConfig] = {}
+
+    def base_of(fingerprint: Mapping[str, Any], ratios: Any) -> SourceConfig:  # one rebuild for the lanes of a run
+        key = json.dumps([fingerprint, ratios], sort_keys=True)
+        if key not in bases:
+            bases[key] = _old_base(fingerprint, ratios, datasets)
+        return bases[key]
+
     for lane, (state, consumed) in sorted(states.items()):
         first = settings
         try:
-            config, phased, settings = _parse(state, datasets)
+            config, phased, settings = _parse(state, base_of)
         except (KeyError, TypeError, AttributeError, IndexError) as error:
             raise ValueError(f"lane {lane}: the state is malformed ({error!r}); pass the state_dict() of a mixture "
                              "source, or a loader checkpoint") from None
