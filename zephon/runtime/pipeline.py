@@ -253,12 +253,16 @@ class Pipeline:
             readable = self._readable[pointers[:, 0]]
             rows = np.flatnonzero(readable)
             records = iter(fetch(self._datasets, pointers[rows], self._columns) if len(rows) else ())
+            fresh = self._all_paths  # files give a new dict per record: nothing shared to copy
             items = []
             for p, c, r in zip(ids, names, readable.tolist()):
                 if r:
                     record = next(records)
-                    item = dict(record) if type(record) is dict or isinstance(record, Mapping) else \
-                        {KEY_RECORD: record}
+                    if fresh:
+                        item = record
+                    else:
+                        item = dict(record) if type(record) is dict or isinstance(record, Mapping) else \
+                            {KEY_RECORD: record}
                 else:
                     item = {}
                 item[KEY_SAMPLE_ID] = tuple(p)
