@@ -11,7 +11,6 @@ the mixture. ``--plot DIR`` writes PNG figures (needs the
 from __future__ import annotations
 
 import argparse
-import functools
 import math
 import os
 from types import ModuleType
@@ -21,7 +20,7 @@ import numpy as np
 
 from zephon.cli._plan import StreamPlan, lane_owners, plan_stream, target_shares
 from zephon.core import SourceConfig
-from zephon.core.readorder import read_order
+from zephon.core.index import round_robin
 from zephon.work import StaticMixtureWorkSource
 
 if TYPE_CHECKING:
@@ -129,7 +128,7 @@ def _composition(config: SourceConfig, plan: StreamPlan, owners: np.ndarray, bat
     shares = quotas.sum(axis=0) / quotas.sum()
     sizes = quotas.sum(axis=1, keepdims=True)
     per_chunk = np.abs(quotas - shares * sizes)
-    order = np.concatenate([_dataset_order(tuple(q)) for q in quotas.tolist()])
+    order = np.concatenate([round_robin(tuple(q))[0] for q in quotas.tolist()])
     full = len(order) // batch_size
     rows = [("dataset", "share", "chunk max", "chunk mean", "batch max", "batch mean")]
     if full:
@@ -143,16 +142,6 @@ def _composition(config: SourceConfig, plan: StreamPlan, owners: np.ndarray, bat
     head = (f"composition of lane 0 ({len(quotas):,} chunks of ~{config.chunk_size:,}, {full:,} batches of "
             f"{batch_size:,}): |count - share x size| per dataset")
     return head + "\n" + _table(rows)
-
-
-@functools.lru_cache(maxsize=256)
-def _dataset_order(quotas: tuple[int, ...]) -> np.ndarray:
-    """The dataset of every sample of a chunk in its default read order (weighted round robin),
-    memoised per quota vector (a stream has few)."""
-    present = np.flatnonzero(quotas)
-    component, _ = read_order([quotas[c] for c in present], weighted_random=False, shuffle=False, seed=0)
-    order: np.ndarray = present[component]
-    return order
 
 
 def _stream_summary(config: SourceConfig, plan: StreamPlan, owners: np.ndarray, lanes: int) -> str:

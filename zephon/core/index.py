@@ -264,7 +264,7 @@ def _draw_reference(quotas: tuple[int, ...], offset: int) -> tuple[int, int]:
 
 
 @lru_cache(maxsize=64)
-def _round_robin(quotas: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:
+def round_robin(quotas: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:
     """For every step of a chunk's default read order: the dataset it draws from and the rank
     of that draw among the dataset's draws (``quotas`` per dataset, zeros included)."""
     present = np.flatnonzero(quotas)
@@ -276,7 +276,7 @@ def _round_robin(quotas: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:
 
 def _draw(quotas: tuple[int, ...], offset: int) -> tuple[int, int]:
     """``_draw_reference`` from the readorder kernel's tables, cached per quota vector."""
-    datasets, ranks = _round_robin(quotas)
+    datasets, ranks = round_robin(quotas)
     return int(datasets[offset]), int(ranks[offset])
 
 

@@ -59,7 +59,7 @@ def _read_prefix(quotas: tuple[int, ...], consumed: int) -> list[int]:
     read order (weighted round robin) took."""
     taken = [0] * len(quotas)
     if consumed:
-        datasets, _ = index._round_robin(tuple(quotas))
+        datasets, _ = index.round_robin(tuple(quotas))
         for c in datasets[:consumed].tolist():
             taken[c] += 1
     return taken

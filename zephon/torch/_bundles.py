@@ -56,8 +56,8 @@ class Bundle:
         self.worker, self.start, self.segments, self.events, self.last = worker, start, segments, events, last
         self.ends: list[int] | None = None  # absolute position after each unit (batches)
         self.units: list[Any] | None = None
-        self.pointers: np.ndarray | torch.Tensor | None = None  # pointer fast path: (n, 3) int64
-        self.components: np.ndarray | None = None  # (n,) int64 component ids
+        self.pointers: np.ndarray | torch.Tensor | None = None  # pointer fast path: (n, 3), int32 from a worker
+        self.components: np.ndarray | None = None  # (n,) component ids, int16 from a worker
         self.bounds: list[int] | None = None  # pointer fast path with batches: batch k is [bounds[k], bounds[k+1])
         self.tallies: np.ndarray | None = None  # pointer fast path with batches: (batches, components) counts, or None
         self.stop = start  # absolute position after the bundle's last sample
