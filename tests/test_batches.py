@@ -152,3 +152,27 @@ def test_drop_last_passes_over_what_it_drops_and_counts_it_as_the_loop_goes():
         total = len(make().clone_for_lane(0, 1))
         assert stats["drop_last"] + 4 * (1 + len(rest)) == total and len(loader) == 0
         assert stats["even_batches"]["held_back_samples"] == 0
+
+
+def _odd(item):
+    return item["_sample_id"][2] % 2 == 1
+
+
+@settings(max_examples=20, deadline=None)
+@given(st.integers(1, 40), st.integers(1, 6), st.booleans(), st.booleans(), st.sampled_from([0, 2]),
+       st.integers(0, 2**32))
+def test_stats_count_exactly_what_the_loop_received_after_every_batch(chunk_size, batch_size, drop_last, filtered,
+                                                                      workers, seed):
+    """A filter step sends the batches down the records path; without one they take the pointer path."""
+    weights = {"a": 0.5, "b": 0.3, "c": 0.2}
+    datasets = [Dataset.from_counts(name, [23, 17]) for name in weights]
+    source = StaticMixtureWorkSource(datasets, weights, chunk_size=chunk_size, seed=seed, exhausted_policy="stop")
+    pipeline = Pipeline(source).filter(_odd) if filtered else Pipeline(source)
+    loader = zt.DataLoader(pipeline, batch_size=batch_size, canonical_replicas=3, drop_last=drop_last,
+                           num_workers=workers)
+    received = dict.fromkeys(weights, 0)
+    for k, batch in enumerate(loader, 1):
+        for name in batch["_component"]:
+            received[name] += 1
+        stats = loader.stats()  # counted a bundle at a time, settled when read
+        assert stats["samples"] == received and stats["batches"] == k

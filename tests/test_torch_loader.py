@@ -373,6 +373,11 @@ def test_spawned_workers_read_the_same_stream_and_need_a_picklable_pipeline():
     spawned = zt.DataLoader(Pipeline(make_source()).map(_tag), batch_size=4, num_workers=1,
                             multiprocessing_context="spawn")
     assert [sample_ids(b) for b in spawned] == [sample_ids(b) for b in forked]
+    pointers = [zt.DataLoader(Pipeline(make_source()), batch_size=4, num_workers=2, canonical_replicas=2,
+                              multiprocessing_context=context)
+                for context in ("spawn", "fork")]  # pointers through the pipe, and through shared-memory slots
+    assert [sample_ids(b) for b in pointers[0]] == [sample_ids(b) for b in pointers[1]] == \
+        [sample_ids(b) for b in zt.DataLoader(Pipeline(make_source()), batch_size=4, canonical_replicas=2)]
     unpicklable = threading.Lock()  # lambdas travel by value; a lock cannot travel at all
     loader = zt.DataLoader(Pipeline(make_source()).map(lambda item: unpicklable and item), batch_size=4,
                            num_workers=1, multiprocessing_context="spawn")

@@ -141,3 +141,21 @@ def test_a_killed_worker_is_named_and_the_last_checkpoint_resumes_exactly(tmp_pa
     resumed = zt.DataLoader(Pipeline(make_source()), batch_size=8, num_workers=2)
     resumed.load_state_dict(report["state"])
     assert report["head"] + [b["_sample_id"].tolist() for b in resumed] == expected
+
+
+def _frozen(item):
+    import gc
+
+    return dict(item, frozen=gc.get_freeze_count())
+
+
+def test_workers_leave_what_they_inherited_out_of_garbage_collection_and_the_trainer_is_left_alone():
+    import gc
+
+    source = StaticMixtureWorkSource([Dataset.from_counts("a", [40] * 4)], {"a": 1.0}, chunk_size=16, seed=1)
+    before = gc.get_freeze_count()
+    in_workers = zt.DataLoader(Pipeline(source).map(_frozen), batch_size=8, num_workers=2)
+    assert all(int(n) > 1000 for batch in in_workers for n in batch["frozen"])  # torch alone is ~10^5 objects
+    assert gc.get_freeze_count() == before
+    assert {int(n) for batch in zt.DataLoader(Pipeline(source).map(_frozen), batch_size=8)
+            for n in batch["frozen"]} == {before}

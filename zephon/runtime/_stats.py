@@ -98,10 +98,6 @@ class LoaderStats:
         if len(components):
             self.delivered += np.bincount(components, minlength=len(self.delivered))[:len(self.delivered)]
 
-    def add(self, counts: np.ndarray) -> None:
-        """The loop received ``counts[c]`` samples of each component id ``c``."""
-        self.delivered += counts[:len(self.delivered)]
-
     def observe(self, states: Iterable[Mapping[str, Any]]) -> None:
         """Chunk-start states the readers reported: log new passes and drained datasets once."""
         for state in states:

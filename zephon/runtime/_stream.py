@@ -240,7 +240,8 @@ class LaneMux:
         except KeyError as error:
             raise ValueError(f"lane {slot.lane} emitted component {error.args[0]!r}, which component_ids() "
                              f"does not declare ({sorted(self._vocabulary)})") from None
-        slot.pointers, slot.components = pointers, ids[local]
+        same = len(ids) and ids[0] == 0 and (np.diff(ids) == 1).all()  # chunk ids are already the vocabulary's
+        slot.pointers, slot.components = pointers, local if same else ids[local]
         return state
 
     def _turn_of(self, slot: _Lane, want: int) -> int:

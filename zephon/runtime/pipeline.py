@@ -23,6 +23,7 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import numpy as np
 
+from zephon._ext.labels import split_names
 from zephon.io import Readahead, fetch
 from zephon.runtime._stream import DROPPED, ItemStream, component_table, initial_entries
 from zephon.work import WorkSource, by_value
@@ -33,19 +34,28 @@ PREFETCH_THREADS = 8
 MAP, FILTER = "map", "filter"
 
 
-def _mapped(fn: Callable[[Any], Any], item: Any) -> Any:
-    """``fn(item)`` with the item's ``_sample_id`` / ``_component`` kept on a mapping result.
+def _map_all(fn: Callable[[Any], Any], items: list[Any]) -> list[Any]:
+    """``fn`` over the items (dropped ones stay dropped), each result keeping the item's
+    ``_sample_id`` / ``_component``. Plain dicts that carry the item's own keys over (the usual
+    map) skip every other check: the ``Mapping`` ABC checks and comparing the keys cost more
+    than the rest."""
+    out = []
+    for item in items:
+        if item is DROPPED:
+            out.append(item)
+            continue
+        new = fn(item)
+        if not (type(new) is dict and type(item) is dict and new.get(KEY_SAMPLE_ID) is item.get(KEY_SAMPLE_ID)
+                and new.get(KEY_COMPONENT) is item.get(KEY_COMPONENT)):
+            new = _kept_keys(fn, item, new)
+        out.append(new)
+    return out
 
-    Plain dicts that carry the item's keys over as they are (the usual map) skip every other
-    check: the ``Mapping`` ABC checks and comparing the keys cost more than the rest.
-    """
-    out = fn(item)
-    if type(out) is dict and type(item) is dict:
-        if out.get(KEY_SAMPLE_ID) is item.get(KEY_SAMPLE_ID) and out.get(KEY_COMPONENT) is item.get(KEY_COMPONENT):
-            return out  # the usual map: the item's own keys carried over (or neither has them)
-    elif not isinstance(item, Mapping) or not isinstance(out, Mapping):
-        return out
-    if KEY_SAMPLE_ID not in item:
+
+def _kept_keys(fn: Callable[[Any], Any], item: Any, out: Any) -> Any:
+    """``fn``'s result ``out`` for ``item``, with the item's ``_sample_id`` / ``_component`` kept
+    on a mapping (added where missing; a change is an error)."""
+    if not isinstance(item, Mapping) or not isinstance(out, Mapping) or KEY_SAMPLE_ID not in item:
         return out
     for key in (KEY_SAMPLE_ID, KEY_COMPONENT):
         if key not in out:
@@ -208,6 +218,11 @@ class Pipeline:
         names: list[str] = self._names[ids].tolist()
         return names
 
+    def batch_names(self, ids: np.ndarray, bounds: Sequence[int]) -> list[list[str]]:
+        """Per batch, the names of its samples' component ids: batch ``k`` holds
+        ``ids[bounds[k]:bounds[k + 1]]`` (int32 or int64 ids)."""
+        return split_names(tuple(self._names.tolist()), ids, np.asarray(bounds, dtype=np.int64))
+
     @property
     def is_indexable(self) -> bool:
         """Whether items can be read by position (``to_indexable_torch_dataset``): a finite
@@ -270,7 +285,7 @@ class Pipeline:
                 items.append(item)
         for kind, fn in self._steps:
             if kind == MAP:
-                items = [item if item is DROPPED else _mapped(fn, item) for item in items]
+                items = _map_all(fn, items)
             else:
                 items = [item if item is DROPPED or fn(item) else DROPPED for item in items]
         return items
@@ -320,3 +335,8 @@ class Pipeline:
     def __repr__(self) -> str:
         steps = ", ".join(f"{kind}({_name(fn)})" for kind, fn in self._steps)
         return f"Pipeline({self._source!r}{', steps=[' + steps + ']' if steps else ''})"
+
+
+def split_names_reference(names: Sequence[Any], ids: np.ndarray, bounds: Sequence[int]) -> list[list[Any]]:
+    """What the labels kernel's ``split_names`` returns (pure): per batch the names of its ids."""
+    return [[names[i] for i in ids[a:b].tolist()] for a, b in zip(bounds, bounds[1:])]

@@ -8,19 +8,19 @@ facts its ledger needs (lane rotations and chunk starts, by position). The train
 reassembles them (``zephon.torch._iterator``).
 
 Count-only pipelines without map steps take a fast path: a bundle is one pointer array that
-the main process slices into batches at the bundle's ``bounds``, with each batch's component
-counts made in the worker. It travels as a numpy array (int32 when the pointers fit, component
-ids int16), pickled through the worker's pipe, which costs a tenth of moving a tensor to shared
-memory.
+the main process splits into batches at the bundle's ``bounds`` (and counts a bundle's
+components once, not per batch). From a worker it travels in a shared-memory slot
+(``zephon.torch._slots``), the bundle carrying only the slot's number.
 
 A :class:`Readers` dataset and its :class:`Plan` travel to workers started by "spawn" or
 "forkserver" by pickle, and every :class:`Bundle` comes back by pickle. The tensors of the
-batches a worker made cross as numpy arrays (``ship``, undone by ``land`` in the main
-process): torch's shared-memory hand-off costs about a millisecond per tensor, which for
-batch-sized tensors is more than the batch.
+batches a worker made cross as numpy arrays pickled as bytes (``ship``, undone by ``land`` in
+the main process): torch's shared-memory hand-off costs about a millisecond per tensor, which
+for batch-sized tensors is more than the batch.
 """
 from __future__ import annotations
 
+import logging
 import os
 import pickle
 import threading
@@ -31,13 +31,16 @@ import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
 from zephon.runtime import DROPPED, KEY_COMPONENT, KEY_SAMPLE_ID, Entry, Event, LaneMux, Pipeline, Segment
-from zephon.torch._collate import collate, columnar_batch
+from zephon.torch._collate import collate_rows, columnar_batch
+from zephon.torch._slots import Slots, take
 from zephon.torch._topology import current_worker
-from zephon.torch._workers import guard_worker
+from zephon.torch._workers import freeze_inherited, guard_worker
 
 POINTER_BUNDLE = 16384  # samples per bundle on the pointer fast path
+PIPE_BYTES = 1 << 20  # the workers' result pipe, widened to this (Linux's default ceiling for a user)
 SHIP_BYTES = 256 << 10  # tensors up to this size cross from workers as numpy arrays (``ship``)
 RECORD_BUNDLE = 2048  # samples per bundle when records are read
+log = logging.getLogger("zephon")
 
 
 def _pin(data: Any) -> Any:
@@ -49,32 +52,35 @@ def _pin(data: Any) -> Any:
 class Bundle:
     """Several consecutive batches (or items) of one reader, with their ledger facts."""
 
-    __slots__ = ("worker", "start", "stop", "ends", "units", "pointers", "components", "bounds", "tallies",
-                 "segments", "events", "last", "tally", "dropped", "skipped", "shipped")
+    __slots__ = ("worker", "start", "stop", "ends", "units", "pointers", "components", "bounds",
+                 "segments", "events", "last", "dropped", "skipped", "shipped", "slot")
 
     def __init__(self, worker: int, start: int, segments: list[Segment], events: list[Event], last: bool):
         self.worker, self.start, self.segments, self.events, self.last = worker, start, segments, events, last
         self.ends: list[int] | None = None  # absolute position after each unit (batches)
         self.units: list[Any] | None = None
-        self.pointers: np.ndarray | torch.Tensor | None = None  # pointer fast path: (n, 3), int32 from a worker
-        self.components: np.ndarray | None = None  # (n,) component ids, int16 from a worker
-        self.bounds: list[int] | None = None  # pointer fast path with batches: batch k is [bounds[k], bounds[k+1])
-        self.tallies: np.ndarray | None = None  # pointer fast path with batches: (batches, components) counts, or None
+        self.pointers: np.ndarray | torch.Tensor | None = None  # pointer fast path: (n, 3) int64
+        self.components: np.ndarray | None = None  # component ids of the units' samples, back to back
+        self.bounds: list[int] | None = None  # unit k holds samples [bounds[k], bounds[k+1]); None: one per unit
         self.stop = start  # absolute position after the bundle's last sample
         self.skipped: list[int] | None = None  # batches: samples drop_last dropped that each batch passes over
         self.shipped = False  # the units' tensors travel as numpy arrays (``ship``); ``land`` restores them
-        self.tally: list[np.ndarray] | None = None  # unit path: component ids of each unit's items
-        self.dropped: list[int] | None = None  # unit path: items a filter dropped in each unit
+        self.dropped: list[int] | None = None  # batches of records: items a filter dropped from each
+        self.slot: tuple[int, int, int] | None = None  # from a worker: where its pointers wait (``_slots.take``)
 
     def __getstate__(self) -> tuple[Any, ...]:
-        return tuple(getattr(self, k) for k in self.__slots__)
+        return tuple(_Wire(v) if type(v) is np.ndarray else v for v in (getattr(self, k) for k in self.__slots__))
 
     def __setstate__(self, state: tuple[Any, ...]) -> None:
         for k, v in zip(self.__slots__, state):
-            setattr(self, k, v)
+            setattr(self, k, v.array if type(v) is _Wire else v)
 
     def land(self) -> Bundle:
-        """The units' tensors back from their trip as numpy arrays (in the main process)."""
+        """In the main process: the pointers out of their shared slot, and the units' tensors
+        back from their trip as numpy arrays."""
+        if self.slot is not None:
+            self.pointers, self.components = take(self.worker, self.slot)
+            self.slot = None
         if self.shipped and self.units is not None:
             self.units = [land(unit) for unit in self.units]
         self.shipped = False
@@ -82,8 +88,8 @@ class Bundle:
 
     def pin_memory(self) -> Bundle:
         self.land()
-        if self.pointers is not None:  # widened first: the batches are views of this tensor
-            self.pointers = torch.as_tensor(self.pointers).to(torch.int64).pin_memory()
+        if self.pointers is not None:  # the batches are views of this tensor
+            self.pointers = pointer_tensor(self.pointers).pin_memory()
         if self.units is not None:
             self.units = _pin(self.units)
         return self
@@ -101,6 +107,9 @@ class Plan:
         self.pointer_path = pipeline.pointer_only and collate_fn is None
         self.columnar = pipeline.columnar and collate_fn is None and batch_size is not None
         self.trainer = os.getpid()  # the process the workers must not outlive
+        unit = batch_size or 1
+        self.bundle_size = max(1, (POINTER_BUNDLE if self.pointer_path else RECORD_BUNDLE) // unit) * unit  # samples
+        self.slots: Slots | None = None  # set when workers send pointer bundles through shared memory
         self.main_thread = threading.current_thread() is threading.main_thread()  # where workers start
 
 
@@ -126,6 +135,7 @@ class Readers(IterableDataset[Bundle]):
         worker, _ = current_worker()
         if get_worker_info() is not None:
             guard_worker(self.plan.trainer, self.plan.main_thread)
+            freeze_inherited()
         return bundles(self.plan, worker)
 
 
@@ -138,28 +148,29 @@ def bundles(plan: Plan, worker: int) -> Iterator[Bundle]:
     pipeline, size = plan.pipeline, plan.batch_size
     releases = [follow(len(lanes), plan.cache_bytes) for follow in  # zephon.io datasets: the cache follows the lanes
                 (getattr(d, "cache_for_lanes", None) for d in pipeline.datasets_by_id.values()) if follow is not None]
-    unit = size or 1
     mux = LaneMux(pipeline.source, lanes, plan.replicas, plan.entries, pipeline.vocabulary, pipeline.readahead(),
-                  unit=unit)
-    target = max(1, (POINTER_BUNDLE if plan.pointer_path else RECORD_BUNDLE) // unit) * unit
+                  unit=size or 1)
     in_worker = get_worker_info() is not None
+    slots = plan.slots if in_worker else None
     try:
         while True:
             start = mux.position
-            pointers, components, turns = mux.take(target)
+            pointers, components, turns = mux.take(plan.bundle_size)
             last = mux.exhausted
             bundle = Bundle(worker, start, *mux.drain(), last)
             bundle.stop = start + len(pointers)
-            if size is None:
-                _items(bundle, plan, pointers, components)
-            else:
+            if size is not None:
                 spans = batch_spans(turns, size, plan.drop_last)
                 bundle.ends, bundle.skipped = _ends(spans, start, len(pointers))
                 pointers, components, spans = _kept(pointers, components, spans)
-                if plan.pointer_path:
-                    _pointer_batches(bundle, pointers, components, spans, pipeline.kinds, compact=in_worker)
-                else:
-                    bundle.units, bundle.tally, bundle.dropped = _batches(plan, pointers, components, spans)
+                bundle.bounds = [0, *(b for _, b in spans)]
+            if plan.pointer_path:
+                if not _pointers(bundle, pointers, components, slots):
+                    return  # the trainer closed the iteration
+            elif size is None:
+                _items(bundle, plan, pointers, components)
+            else:
+                _batches(bundle, plan, pointers, components, spans)
             if in_worker and bundle.units is not None:
                 bundle.units, bundle.shipped = [ship(unit) for unit in bundle.units], True
             yield bundle
@@ -199,67 +210,93 @@ def _kept(pointers: np.ndarray, components: np.ndarray, spans: list[tuple[int, i
 
 
 def _items(bundle: Bundle, plan: Plan, pointers: np.ndarray, components: np.ndarray) -> None:
-    """An unbatched bundle: one unit per sample."""
+    """An unbatched bundle of records: one unit per sample."""
     start, n = bundle.start, len(pointers)
-    if plan.pointer_path:
-        bundle.pointers, bundle.components = pointers, components
-        return
     items = plan.pipeline.materialize(pointers, components)
     if plan.collate_fn is not None:
         items = [plan.collate_fn(item) for item in items]
-    bundle.units, bundle.ends = items, list(range(start + 1, start + n + 1))
-    bundle.tally, bundle.dropped = [components[k:k + 1] for k in range(n)], [0] * n
+    bundle.units, bundle.ends, bundle.components = items, list(range(start + 1, start + n + 1)), components
 
 
-def _pointer_batches(bundle: Bundle, pointers: np.ndarray, components: np.ndarray, spans: list[tuple[int, int]],
-                     kinds: int, compact: bool) -> None:
-    """The pointer fast path: the batches' pointers back to back, with their bounds and, when
-    small, per-batch counts of the ``kinds`` component ids; ``compact``: int32 pointers and int16
-    ids where they fit, for the trip from a worker."""
-    bundle.bounds = [0, *(b for _, b in spans)]
-    if len(spans) * kinds <= len(pointers):  # else the main process counts each batch's ids itself
-        sizes = np.array([b - a for a, b in spans], dtype=np.int64)
-        batch_of = np.repeat(np.arange(len(spans)), sizes)
-        bundle.tallies = np.bincount(batch_of * kinds + components,
-                                     minlength=len(spans) * kinds).reshape(-1, kinds).astype(np.int32)
-    if compact and len(pointers) and pointers.min() >= 0 and pointers.max() < 2**31:
-        pointers = pointers.astype(np.int32)
-    bundle.pointers = pointers
-    bundle.components = components.astype(np.int16) if compact and kinds < 2**15 else components
+def _pointers(bundle: Bundle, pointers: np.ndarray, components: np.ndarray, slots: Slots | None) -> bool:
+    """The pointer fast path: the bundle's pointers back to back, in a shared slot from a worker
+    (False once the trainer closed the iteration)."""
+    if slots is None:
+        bundle.pointers, bundle.components = pointers, components
+        return True
+    bundle.slot = slots.put(bundle.worker, pointers, components)
+    return bundle.slot is not None
 
 
-def _batches(plan: Plan, pointers: np.ndarray, components: np.ndarray,
-             spans: list[tuple[int, int]]) -> tuple[list[Any], list[np.ndarray], list[int]]:
-    """A reader's batches of these samples, with the component ids each carries and the items
-    a filter dropped from each."""
+def _batches(bundle: Bundle, plan: Plan, pointers: np.ndarray, components: np.ndarray,
+             spans: list[tuple[int, int]]) -> None:
+    """A reader's batches of these samples, the component ids of what each holds (at the
+    bundle's ``bounds``) and, with filter steps, the items a filter dropped from each."""
     if plan.columnar:
-        units = [columnar_batch(plan.pipeline, pointers[a:b], components[a:b]) for a, b in spans]
-        return units, [components[a:b] for a, b in spans], [0] * len(spans)
+        bundle.units = [columnar_batch(plan.pipeline, pointers[a:b], components[a:b]) for a, b in spans]
+        bundle.components = components
+        return
     marked = plan.pipeline.materialize_marked(pointers, components)
-    batch = plan.collate_fn or collate
-    units, tally, dropped = [], [], []
+    units, kept, bounds, dropped = [], [], [0], []
     for a, b in spans:
-        kept = [k for k in range(a, b) if marked[k] is not DROPPED]
-        items = [marked[k] for k in kept]
-        units.append(batch(items) if items or plan.collate_fn else _empty_batch())
-        tally.append(components[kept])
-        dropped.append(b - a - len(kept))
-    return units, tally, dropped
+        keep = [k for k in range(a, b) if marked[k] is not DROPPED]
+        items = [marked[k] for k in keep]
+        if plan.collate_fn is not None:
+            units.append(plan.collate_fn(items))
+        else:
+            units.append(collate_rows(items, pointers[keep]) if keep else _empty_batch())
+        kept += keep
+        bounds.append(len(kept))
+        dropped.append(b - a - len(keep))
+    bundle.units, bundle.components, bundle.bounds, bundle.dropped = units, components[kept], bounds, dropped
 
 
-class _Shipped:
-    """A CPU tensor on its way from a worker as a numpy array (pickled as bytes)."""
+def widen_pipe(base: Any) -> None:
+    """Widen the pipe that brings bundles from the workers of torch iterator ``base`` to
+    :data:`PIPE_BYTES` (Linux): at the default 64 KiB a bundle crosses in several pieces, each
+    waiting for the reader, which halves the rate. Where the system refuses, it stays as it is."""
+    try:
+        import fcntl  # not on Windows
+    except ImportError:
+        return
+    reader = getattr(getattr(base, "_worker_result_queue", None), "_reader", None)
+    if reader is None or not hasattr(fcntl, "F_SETPIPE_SZ"):
+        return
+    try:
+        fcntl.fcntl(reader.fileno(), fcntl.F_SETPIPE_SZ, PIPE_BYTES)
+    except OSError as error:
+        log.debug("zephon: the DataLoader's result pipe keeps its size (%s)", error)
+
+
+def pointer_tensor(pointers: np.ndarray | torch.Tensor) -> torch.Tensor:
+    """Pointers as a tensor the training step may change (a chunk's own arrays are read-only)."""
+    if isinstance(pointers, np.ndarray):
+        return torch.from_numpy(pointers if pointers.flags.writeable else pointers.copy())
+    return pointers
+
+
+class _Wire:
+    """A numeric numpy array on its way from a worker, pickled as its bytes: under pickle
+    protocol 4 (what multiprocessing queues use) that takes half the time of pickling the
+    array. ``array`` is read-only on arrival."""
 
     __slots__ = ("array",)
 
     def __init__(self, array: np.ndarray):
         self.array = array
 
-    def __getstate__(self) -> np.ndarray:
-        return self.array
+    def __reduce__(self) -> tuple[Any, ...]:
+        return _arrive, (type(self), self.array.tobytes(), self.array.dtype.str, self.array.shape)
 
-    def __setstate__(self, array: np.ndarray) -> None:
-        self.array = array
+
+class _Shipped(_Wire):
+    """A CPU tensor on its way from a worker (as a numpy array, see :class:`_Wire`)."""
+
+    __slots__ = ()
+
+
+def _arrive(kind: type[_Wire], data: bytes, dtype: str, shape: tuple[int, ...]) -> _Wire:
+    return kind(np.frombuffer(data, dtype=dtype).reshape(shape))
 
 
 def ship(value: Any) -> Any:
@@ -280,7 +317,7 @@ def ship(value: Any) -> Any:
 def land(value: Any) -> Any:
     """The inverse of :func:`ship`."""
     if type(value) is _Shipped:
-        return torch.from_numpy(value.array)
+        return torch.from_numpy(value.array.copy())  # writable: the training step may change it
     if type(value) is dict:
         return {key: land(item) for key, item in value.items()}
     if type(value) in (tuple, list) and value and type(value[0]) in _CARRIERS:

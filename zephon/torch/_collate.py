@@ -15,6 +15,12 @@ from zephon.runtime import KEY_COMPONENT, KEY_SAMPLE_ID
 def collate(items: Sequence[Any]) -> Any:
     """zephon's default ``collate_fn``: torch's ``default_collate``, except that ``_sample_id``
     becomes one ``(batch, 3)`` int64 tensor and ``_component`` stays a list of names."""
+    return collate_rows(items, None)
+
+
+def collate_rows(items: Sequence[Any], sample_ids: np.ndarray | None) -> Any:
+    """:func:`collate`, with the items' ``_sample_id`` rows given as an ``(n, 3)`` int64 array
+    (the loader has them; the tensor is then made without a list of tuples)."""
     if not items:
         raise ValueError("collate: cannot make a batch of no items")
     first = items[0]
@@ -22,6 +28,9 @@ def collate(items: Sequence[Any]) -> Any:
         return default_collate(list(items))
     out: dict[str, Any] = {}
     for key in first:
+        if key == KEY_SAMPLE_ID and sample_ids is not None:
+            out[key] = torch.from_numpy(np.array(sample_ids, dtype=np.int64))
+            continue
         try:
             values = [item[key] for item in items]
         except (KeyError, TypeError):

@@ -12,6 +12,7 @@ received (``zephon.runtime.LoaderStats``). A worker that dies is reported by nam
 """
 from __future__ import annotations
 
+import weakref
 from collections import deque
 from typing import Any, Callable, Mapping
 
@@ -21,57 +22,57 @@ import torch
 from zephon.runtime import (
     KEY_COMPONENT, KEY_SAMPLE_ID, SERVED, Entry, Even, LoaderStats, Pipeline, RankCount, Tracker, log_once,
 )
-from zephon.torch._bundles import Bundle, Plan
+from zephon.torch._bundles import Bundle, Plan, pointer_tensor
 from zephon.torch._workers import WorkerDiedError, dead_worker
 
 
 class _Cursor:
-    """The main process's place in one bundle."""
+    """The main process's place in one bundle: its units, ready to hand out, and how many of
+    them :meth:`settle` has counted into the stats (counting once per bundle, not per batch,
+    keeps the main process's work per batch to a few list lookups)."""
 
-    __slots__ = ("bundle", "next", "count", "pointers", "names", "ids", "size")
+    __slots__ = ("bundle", "units", "ends", "next", "count", "counted")
 
     def __init__(self, bundle: Bundle, pipeline: Pipeline, size: int | None):
-        self.bundle, self.next, self.size = bundle, 0, size
-        self.pointers: Any = None  # torch tensor of the bundle's pointers
-        self.names: Any = None  # component names, one per pointer
-        self.ids: Any = None  # pointers as lists (one item at a time)
-        if bundle.pointers is not None:
-            pointers = bundle.pointers
-            if isinstance(pointers, np.ndarray):  # int32 where its pointers fit (numpy widens them single-threaded)
-                pointers = torch.from_numpy(pointers.astype(np.int64, copy=not pointers.flags.writeable))
-            self.pointers = pointers.to(torch.int64)
-            n = len(pointers)
-            self.count = n if size is None else len(bundle.ends or ())
-            assert bundle.components is not None  # bundles of pointers carry their components
-            self.names = pipeline.component_names(bundle.components)
-            if size is None:
-                self.ids = pointers.tolist()
-        else:
-            assert bundle.units is not None  # a bundle holds pointers or units
-            self.count = len(bundle.units)
+        self.bundle, self.next, self.counted = bundle, 0, 0
+        self.units: list[Any] = bundle.units if bundle.units is not None else _pointer_units(bundle, pipeline, size)
+        self.ends = bundle.ends if bundle.ends is not None else range(bundle.start + 1, bundle.stop + 1)
+        self.count = len(self.units)
 
-    def take(self, stats: LoaderStats) -> tuple[Any, int]:
-        k, bundle = self.next, self.bundle
-        self.next += 1
-        if bundle.units is not None:
-            assert bundle.ends is not None and bundle.tally is not None and bundle.dropped is not None  # units carry these
-            unit, bundle.units[k] = bundle.units[k], None
-            stats.count(bundle.tally[k])
-            stats.filtered += bundle.dropped[k]
-            stats.drop_last += bundle.skipped[k] if bundle.skipped is not None else 0
-            return unit, bundle.ends[k]
-        assert bundle.components is not None  # a bundle of pointers carries their components
-        if self.size is None:
-            stats.count(bundle.components[k:k + 1])
-            return {KEY_SAMPLE_ID: tuple(self.ids[k]), KEY_COMPONENT: self.names[k]}, bundle.start + k + 1
-        assert bundle.bounds is not None and bundle.ends is not None and bundle.skipped is not None  # batched ones
-        a, b = bundle.bounds[k], bundle.bounds[k + 1]
-        if bundle.tallies is not None:
-            stats.add(bundle.tallies[k])
-        else:
-            stats.count(bundle.components[a:b])
-        stats.drop_last += bundle.skipped[k]
-        return {KEY_SAMPLE_ID: self.pointers[a:b], KEY_COMPONENT: self.names[a:b]}, bundle.ends[k]
+    def take(self) -> tuple[Any, int]:
+        """The next unit and the reader's position after it."""
+        k = self.next
+        self.next = k + 1
+        unit, self.units[k] = self.units[k], None
+        return unit, self.ends[k]
+
+    def settle(self, stats: LoaderStats) -> None:
+        """Count the units taken since the last call into ``stats``."""
+        a, b = self.counted, self.next
+        if a == b:
+            return
+        self.counted, bundle = b, self.bundle
+        assert bundle.components is not None  # every bundle carries its units' component ids
+        lo, hi = (a, b) if bundle.bounds is None else (bundle.bounds[a], bundle.bounds[b])
+        stats.count(bundle.components[lo:hi])
+        if bundle.dropped is not None:
+            stats.filtered += sum(bundle.dropped[a:b])
+        if bundle.skipped is not None:
+            stats.drop_last += sum(bundle.skipped[a:b])
+
+
+def _pointer_units(bundle: Bundle, pipeline: Pipeline, size: int | None) -> list[Any]:
+    """The items (``size`` None) or batches of a bundle of pointers, as the loop receives them."""
+    assert bundle.pointers is not None and bundle.components is not None  # the pointer fast path
+    pointers = pointer_tensor(bundle.pointers)
+    if size is None:
+        names = pipeline.component_names(bundle.components)
+        return [{KEY_SAMPLE_ID: tuple(ids), KEY_COMPONENT: name} for ids, name in zip(pointers.tolist(), names)]
+    assert bundle.bounds is not None  # batched bundles carry their bounds
+    bounds = bundle.bounds
+    views = torch.split(pointers, np.diff(bounds).tolist()) if len(bounds) > 1 else ()
+    return [{KEY_SAMPLE_ID: view, KEY_COMPONENT: names}
+            for view, names in zip(views, pipeline.batch_names(bundle.components, bounds))]
 
 
 class LoaderIterator:
@@ -92,6 +93,8 @@ class LoaderIterator:
         served = [w for w in readers if all(plan.entries[lane][2] & SERVED for lane in plan.lanes[w])]
         first = next((k for k, w in enumerate(readers) if w not in served), 0)
         self._rotation = deque(readers[first:] + readers[:first])
+        if plan.slots is not None:  # workers waiting for a slot stop once this iterator is gone
+            weakref.finalize(self, plan.slots.close)
 
     def __iter__(self) -> LoaderIterator:
         return self
@@ -109,17 +112,20 @@ class LoaderIterator:
         return dead_worker(self._base, self._plan.lanes)
 
     def _next(self) -> Any:
-        even = self._even
+        even, rotation = self._even, self._rotation
         if even is not None and even.left <= 0:
             self._hold_back()
             raise StopIteration
-        while self._rotation:
-            worker = self._rotation[0]
-            unit = self._next_unit(worker)
-            if unit is None:
-                self._rotation.popleft()
-                continue
-            self._rotation.rotate(-1)
+        while rotation:
+            worker = rotation[0]
+            cursor = self._cursors[worker]
+            if cursor is None or cursor.next == cursor.count:
+                cursor = self._refill(worker)
+                if cursor is None:
+                    rotation.popleft()
+                    continue
+            unit, self._positions[worker] = cursor.take()
+            rotation.rotate(-1)
             self._stats.batches += 1
             if even is not None:
                 even.given += 1
@@ -127,22 +133,24 @@ class LoaderIterator:
         self._stats.end(self._plan.replicas, self.entries(), "end")
         raise StopIteration
 
-    def _next_unit(self, worker: int) -> Any:
+    def _refill(self, worker: int) -> _Cursor | None:
+        """The reader's cursor on its next bundle with something to yield; None after its last."""
         cursor = self._cursors[worker]
         while cursor is None or cursor.next == cursor.count:
-            if cursor is not None and cursor.bundle.last:
-                return None
+            if cursor is not None:
+                cursor.settle(self._stats)
+                if cursor.bundle.last:
+                    return None
             bundle = self._pull(worker)
             tracker = self._trackers[worker]
             tracker.fold(self._positions[worker])
             tracker.extend(bundle.segments, bundle.events)
             self._stats.observe(event.state for event in bundle.events)
-            cursor = self._cursors[worker] = _Cursor(bundle.land(), self._plan.pipeline, self._plan.batch_size)
+            cursor = self._cursors[worker] = _Cursor(bundle, self._plan.pipeline, self._plan.batch_size)
             if not cursor.count:  # nothing to yield (drop_last dropped every batch): the loop passes over it
                 self._stats.drop_last += bundle.stop - self._positions[worker]
                 self._positions[worker] = bundle.stop
-        unit, self._positions[worker] = cursor.take(self._stats)
-        return unit
+        return cursor
 
     def _pull(self, worker: int) -> Bundle:
         pending = self._pending[worker]
@@ -151,8 +159,14 @@ class LoaderIterator:
                 bundle = next(self._base)
             except StopIteration:
                 raise RuntimeError(f"zephon: DataLoader worker {worker} stopped before its last batch") from None
-            self._pending[bundle.worker].append(bundle)
+            self._pending[bundle.worker].append(bundle.land())  # at once: it frees the worker's slot
         return pending.popleft()
+
+    def settle(self) -> None:
+        """Count every unit the loop received into the stats (they are counted a bundle at a time)."""
+        for cursor in self._cursors.values():
+            if cursor is not None:
+                cursor.settle(self._stats)
 
     def _hold_back(self) -> None:
         """The equal-steps budget ran out: count and say (once) what this rank holds back."""

@@ -30,9 +30,10 @@ from zephon.runtime import (
     Entry, Even, LaneBook, LoaderStateDict, LoaderStats, LoaderStatsDict, Pipeline, RankCount, count_rank, count_ranks, countable,
     even_target, log_once, maybe_finite,
 )
-from zephon.torch._bundles import Bundle, Plan, Readers
+from zephon.torch._bundles import Bundle, Plan, Readers, widen_pipe
 from zephon.torch._dist import collective_device
 from zephon.torch._iterator import LoaderIterator
+from zephon.torch._slots import Slots
 from zephon.torch._topology import Topology, detect_topology
 from zephon.torch._workers import watch_workers
 from zephon.work import WorkSource
@@ -200,6 +201,7 @@ class DataLoader(tud.DataLoader[Bundle]):
 
     def _settle(self) -> None:
         if self._zephon_live is not None:
+            self._zephon_live.settle()
             self._zephon_book.update(self._zephon_live.entries())
             self._zephon_live = None
 
@@ -262,16 +264,23 @@ class DataLoader(tud.DataLoader[Bundle]):
         batch_size, drop_last, collate_fn = self._zephon_batch
         plan = Plan(book.pipeline, book.canonical_replicas, lanes, book.entries(), batch_size, drop_last, collate_fn,
                     self._zephon_cache_bytes)
+        context = self.multiprocessing_context or torch.multiprocessing.get_context()
+        if self.num_workers > 0 and plan.pointer_path and context.get_start_method() == "fork":
+            plan.slots = Slots(readers, plan.bundle_size, context)
         even = self._even()
         self._log_config(plan, even)
         readers_dataset = self.dataset
         assert isinstance(readers_dataset, Readers)
-        readers_dataset.plan = plan
+        previous, readers_dataset.plan = readers_dataset.plan, plan
         if self.persistent_workers and self._iterator is not None:
+            if previous is not None and previous.slots is not None:
+                previous.slots.close()  # its workers may wait for a slot
             self._iterator._shutdown_workers()  # type: ignore[attr-defined]  # workers must start anew
             self._iterator = None
-        live = LoaderIterator(super().__iter__(), plan, self._zephon_stats, even, self._counter())
+        base = super().__iter__()
+        live = LoaderIterator(base, plan, self._zephon_stats, even, self._counter())
         if self.num_workers > 0:
+            widen_pipe(base)
             watch_workers(live)
         self._zephon_live = live
         return live
@@ -304,6 +313,8 @@ class DataLoader(tud.DataLoader[Bundle]):
         set), ``given``, ``held_back_batches`` and ``held_back_samples`` (None without it).
         """
         even = self._zephon_even
+        if self._zephon_live is not None:
+            self._zephon_live.settle()
         return self._zephon_stats.as_json(self.canonical_replicas, self._entries(),
                                           None if even is None else even.as_json())
 
@@ -321,6 +332,8 @@ class DataLoader(tud.DataLoader[Bundle]):
         An iterator already running keeps going but no longer moves the loader's position.
         With ``even_batches`` the step count is counted again from the loaded positions."""
         self._zephon_book.load(state)
+        if self._zephon_live is not None:
+            self._zephon_live.settle()
         self._zephon_live = None
         self._zephon_even = None
         self._zephon_stats.ended = False

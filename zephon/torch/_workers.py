@@ -1,4 +1,5 @@
-"""DataLoader workers that die with their trainer, and a clear error when one dies first.
+"""DataLoader workers that die with their trainer, a clear error when one dies first, and a
+garbage collector that leaves the trainer's inherited objects alone.
 
 A worker whose trainer was SIGKILLed can outlive it: blocked writing a batch into a pipe
 nobody drains, or busy in a fetch, it never reaches torch's own parent check. So every
@@ -13,6 +14,7 @@ before the trainer, relies on the watchdog alone).
 from __future__ import annotations
 
 import ctypes
+import gc
 import os
 import signal
 import sys
@@ -62,6 +64,16 @@ def guard_worker(trainer: int, from_main_thread: bool) -> None:
     if not _alive(trainer) or (is_parent and os.getppid() != trainer):
         _die()  # the trainer died before the guard was up
     threading.Thread(target=_watch, args=(trainer, is_parent), name="zephon-trainer-watchdog", daemon=True).start()
+
+
+def freeze_inherited() -> None:
+    """Leave the objects this worker started with out of garbage collection (``gc.freeze``).
+
+    A worker inherits the trainer's whole heap (torch alone is some 10^5 objects); each full
+    collection would walk it, writing every object's header, which costs a per-item ``map`` a
+    third of its time and copies the inherited pages that fork shares. The Python docs advise
+    this for processes forked without exec. Objects made in the worker are collected as usual."""
+    gc.freeze()
 
 
 class WorkerDiedError(RuntimeError):

@@ -1,0 +1,3 @@
+import numpy as np
+
+def split_names(names: tuple[str, ...], ids: np.ndarray, bounds: np.ndarray) -> list[list[str]]: ...
