@@ -259,8 +259,9 @@ def widen_pipe(base: Any) -> None:
         import fcntl  # not on Windows
     except ImportError:
         return
-    reader = getattr(getattr(base, "_worker_result_queue", None), "_reader", None)
+    reader = getattr(getattr(base, "_worker_result_queue", None), "_reader", None)  # torch's, and multiprocessing's
     if reader is None or not hasattr(fcntl, "F_SETPIPE_SZ"):
+        log.debug("zephon: the DataLoader's result pipe keeps its size (no pipe found to widen)")
         return
     try:
         fcntl.fcntl(reader.fileno(), fcntl.F_SETPIPE_SZ, PIPE_BYTES)
