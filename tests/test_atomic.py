@@ -149,3 +149,80 @@ def test_load_checkpoint_checks_the_size_before_reading(tmp_path):
         f.truncate(600 << 20)  # sparse: padded to 600 MB without writing it
     with pytest.raises(ValueError, match="truncated or padded"):
         load_checkpoint(path)
+
+
+def test_a_cleanup_that_removes_a_writers_file_before_its_lock_does_not_fail_the_write(tmp_path, monkeypatch):
+    """Another writer's ``remove_stale`` may run between this writer's file creation and its
+    lock: it sees the file unlocked, takes it for abandoned and unlinks it."""
+    import zephon.io.atomic as atomic
+
+    path, made = tmp_path / "ckpt", []
+    real = atomic.tempfile.mkstemp
+
+    def mkstemp_then_a_concurrent_cleanup(**kwargs):
+        fd, temporary = real(**kwargs)
+        made.append(temporary)
+        if len(made) == 1:
+            assert remove_stale(path) == 1  # the cleaner got there first
+        return fd, temporary
+
+    monkeypatch.setattr(atomic.tempfile, "mkstemp", mkstemp_then_a_concurrent_cleanup)
+    write_atomically(path, b"new")
+    assert path.read_bytes() == b"new" and len(made) == 2 and os.listdir(tmp_path) == ["ckpt"]
+
+
+def test_two_processes_saving_to_one_path_both_succeed_and_leave_a_loadable_checkpoint(tmp_path):
+    path = tmp_path / "ckpt"
+    code = textwrap.dedent(f"""
+        import sys
+        sys.path.insert(0, {os.path.dirname(__file__)!r})
+        from test_pipeline_runtime import state_of
+        from zephon.runtime import save_checkpoint
+        for _ in range(40):
+            save_checkpoint({str(path)!r}, state_of([0, 1]))
+    """)
+    writers = [subprocess.Popen([sys.executable, "-c", code], stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    errors = [w.communicate()[1] for w in writers]
+    assert [w.returncode for w in writers] == [0, 0], errors
+    assert load_checkpoint(path) == state_of([0, 1]) and os.listdir(tmp_path) == ["ckpt"]
+
+
+def test_save_refuses_what_load_would_refuse_before_touching_the_file(tmp_path, monkeypatch):
+    import zephon.runtime._checkpoint as checkpoint
+
+    path = tmp_path / "ckpt"
+    save_checkpoint(path, state_of([0]))
+    good = path.read_bytes()
+    big = state_of([0, 1, 2, 3])
+    monkeypatch.setattr(checkpoint, "MAX_CHECKPOINT_BYTES", len(json.dumps(big, separators=(",", ":"))) - 1)
+    with pytest.raises(ValueError, match=r"bytes of JSON, more than the \d+ a checkpoint may hold.*was not touched"):
+        save_checkpoint(path, big)
+    deep: list = []
+    for _ in range(100_000):
+        deep = [deep]
+    with pytest.raises(TypeError, match="not plain JSON"):
+        save_checkpoint(path, {"lanes": deep})
+    with pytest.raises(ValueError):
+        save_checkpoint(path, {"kind": "not a loader state"})
+    assert path.read_bytes() == good and os.listdir(tmp_path) == ["ckpt"]
+
+
+@pytest.mark.parametrize("kind", ["directory", "fifo", "device", "loop"])
+def test_a_checkpoint_or_config_path_that_is_no_file_is_refused_by_name(tmp_path, kind):
+    from zephon import StaticMixtureWorkSource
+
+    for name in ("ckpt", "mix.json", "mix.toml"):
+        path = tmp_path / f"{kind}-{name}"
+        if kind == "directory":
+            path.mkdir()
+        elif kind == "fifo":
+            os.mkfifo(path)  # no writer: a plain open would block for ever
+        elif kind == "device":
+            path.symlink_to("/dev/zero")  # a plain read would never end
+        else:
+            path.symlink_to(path)
+        what = {"directory": "a directory", "fifo": "a FIFO", "device": "a character device",
+                "loop": "a symlink loop"}[kind]
+        read = load_checkpoint if name == "ckpt" else StaticMixtureWorkSource.from_config
+        with pytest.raises(ValueError, match=f"{path}' is {what}"):
+            read(path)

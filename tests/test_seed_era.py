@@ -116,7 +116,9 @@ def test_continues_after_exhaustion_is_a_frozenset_of_names():
 def test_mixture_spec_normalized_is_a_property():
     spec = MixtureSpec({"a": 3.0, "b": 1.0})
     assert spec.normalized["a"] == 0.75 and spec.normalized == {"a": 0.75, "b": 0.25}
-    spec.normalized["a"] = 0.0
+    assert spec.normalized is spec.normalized  # computed once
+    with pytest.raises(TypeError):
+        spec.normalized["a"] = 0.0  # read-only: the spec stays as it was
     assert spec.normalized["a"] == 0.75
 
 
@@ -131,6 +133,14 @@ def test_mixture_spec_validates_against_components():
 
 def test_mixture_spec_normalized_for_follows_the_given_order():
     spec = MixtureSpec({"a": 3.0, "b": 1.0, "x": 4.0})
-    assert spec.normalized_for(["b", "a"]) == [0.25, 0.75]  # names outside the components are ignored
+    got = spec.normalized_for(["b", "a"])  # names outside the components are ignored
+    assert got == {"b": 0.25, "a": 0.75} and list(got) == ["b", "a"]
     with pytest.raises(ValueError, match="'c'"):
         spec.normalized_for(["a", "c"])
+
+
+def test_a_finite_source_says_its_total_samples():
+    source = StaticMixtureWorkSource([Dataset.from_counts("a", [5, 7]), Dataset.from_counts("b", [4])],
+                                     {"a": 0.5, "b": 0.5}, chunk_size=3, exhausted_policy="stop")
+    lane = source.clone_for_lane(0, 1)
+    assert source.total_samples == len(source) == lane.total_samples == sum(len(c) for c in iter(lane.next_chunk, None))

@@ -15,6 +15,7 @@ import json
 from typing import Any
 
 from zephon.core import checkpoint as source_checkpoint
+from zephon.io import open_regular
 from zephon.runtime import load_checkpoint, parse_state
 from zephon.work import StaticMixtureWorkSource, received
 from zephon.work import phased_mixture as phased
@@ -59,7 +60,7 @@ def _never_measured(record: Any) -> int:
 
 def read_state(path: str) -> dict[str, Any]:
     """The state in ``path``: plain JSON, or a checkpoint file (checked by ``load_checkpoint``)."""
-    with open(path, "rb") as f:
+    with open_regular(path, "state or checkpoint") as f:
         data = f.read()
     try:
         state = json.loads(data)

@@ -13,6 +13,7 @@
 | :class:`Readahead` | a reader's bounded background loading of the records its lanes need next |
 | :class:`CacheInfo`, :class:`ReadaheadStats` | the figures of ``Dataset.cache_info()`` and ``Readahead.stats()`` (dicts) |
 | :func:`write_atomically` | replace a file atomically and durably (:class:`AtomicWriteError` if it cannot) |
+| :func:`open_regular` | open a local file read whole (a config, a checkpoint), refusing a directory, FIFO or device |
 """
 from zephon.io._cache import CacheInfo
 from zephon.io._fetch import block_span, fetch, fetch_table
@@ -20,7 +21,9 @@ from zephon.io._readahead import Readahead, ReadaheadStats
 from zephon.io.atomic import AtomicWriteError, write_atomically
 from zephon.io.catalog import build_catalog
 from zephon.io.dataset import Dataset
+from zephon.io.local import open_regular
 from zephon.io.retry import RetryPolicy, ShardChangedError, StorageError, StorageTimeoutError
 
 __all__ = ["AtomicWriteError", "CacheInfo", "Dataset", "Readahead", "ReadaheadStats", "RetryPolicy", "ShardChangedError",
-           "StorageError", "StorageTimeoutError", "block_span", "build_catalog", "fetch", "fetch_table", "write_atomically"]
+           "StorageError", "StorageTimeoutError", "block_span", "build_catalog", "fetch", "fetch_table", "open_regular",
+           "write_atomically"]

@@ -9,7 +9,8 @@ permissions) removes its temporary file and raises :class:`AtomicWriteError` nam
 the previous file is untouched. A writer killed outright cannot clean up: the next successful
 write of the same target removes the temporary files such writers left (only those of that
 target). A writer holds an exclusive ``flock`` on its temporary file until the rename, so a
-concurrent writer's file is recognised (the lock is taken) and left alone.
+concurrent writer's file is recognised (the lock is taken) and left alone; one removed in the
+instant before its writer locked it is made again.
 """
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ import tempfile
 from typing import BinaryIO, Callable
 
 SUFFIX = ".zephon-tmp"
+_CLAIMS = 100  # temporary files a writer makes at most while other writers' cleanups remove them
 
 
 class AtomicWriteError(OSError):
@@ -51,12 +53,11 @@ def write_atomically(path: str | os.PathLike[str], data: bytes | Callable[[Binar
     path = os.path.abspath(os.fspath(path))
     directory, name = os.path.split(path)
     try:
-        fd, temporary = tempfile.mkstemp(prefix=name + ".", suffix=SUFFIX, dir=directory)
+        fd, temporary = _claim_temporary(directory, name)
     except OSError as error:
         raise _named(error, path, "cannot create a temporary file next to it") from error
     try:
         with os.fdopen(fd, "wb") as file:
-            fcntl.flock(file.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)  # "alive" until the rename
             os.fchmod(file.fileno(), mode)
             if callable(data):
                 data(file)
@@ -72,6 +73,23 @@ def write_atomically(path: str | os.PathLike[str], data: bytes | Callable[[Binar
         raise
     _fsync_directory(directory)
     remove_stale(path)
+
+
+def _claim_temporary(directory: str, name: str) -> tuple[int, str]:
+    """A new temporary file for target ``name``, open and locked ("alive" until the rename).
+
+    Between its creation and its lock, another writer's :func:`remove_stale` may take it for
+    abandoned and unlink it; then it is made again."""
+    for _ in range(_CLAIMS):
+        fd, temporary = tempfile.mkstemp(prefix=name + ".", suffix=SUFFIX, dir=directory)
+        fcntl.flock(fd, fcntl.LOCK_EX)  # waits while a cleaner holds it (an instant)
+        try:
+            if os.stat(temporary).st_ino == os.fstat(fd).st_ino:
+                return fd, temporary
+        except FileNotFoundError:
+            pass
+        os.close(fd)
+    raise OSError(errno.EAGAIN, f"{_CLAIMS} temporary files in a row were removed by other writers")
 
 
 def remove_stale(path: str | os.PathLike[str]) -> int:

@@ -18,6 +18,7 @@ import json
 import os
 from typing import Any
 
+from zephon.io import open_regular
 from zephon.io.atomic import write_atomically
 from zephon.limits import MAX_CHECKPOINT_BYTES
 from zephon.runtime._state import parse_state
@@ -30,7 +31,7 @@ _HEADER_LIMIT = 256  # bytes: a header line is about 110
 def _encode(state: Any) -> bytes:
     try:
         return json.dumps(state, sort_keys=True, separators=(",", ":"), allow_nan=False).encode("utf-8")
-    except (TypeError, ValueError) as error:
+    except (TypeError, ValueError, RecursionError) as error:
         raise TypeError(f"save_checkpoint: the state is not plain JSON ({error}); pass a state_dict() of a "
                         "zephon loader (or merge_states / all_gather_state of them)") from error
 
@@ -42,10 +43,17 @@ def save_checkpoint(path: str | os.PathLike[str], state: Any) -> None:
     ``path`` and fsyncs the directory. Call it on one rank (e.g. rank 0, after
     :func:`zephon.torch.all_gather_state`). Raises :class:`zephon.io.atomic.AtomicWriteError`
     (an ``OSError``) naming ``path`` if the file cannot be written; the previous checkpoint
-    then stays as it was and no temporary file is left.
+    then stays as it was and no temporary file is left. A state that :func:`load_checkpoint`
+    would refuse (not a loader state, or over ``zephon.limits.MAX_CHECKPOINT_BYTES``) raises
+    ``ValueError`` / ``TypeError`` before the file is touched.
     """
-    parse_state(state)  # refuse to write something that would not load
     payload = _encode(state)
+    if len(payload) > MAX_CHECKPOINT_BYTES:
+        raise ValueError(f"save_checkpoint: the state is {len(payload)} bytes of JSON, more than the "
+                         f"{MAX_CHECKPOINT_BYTES} a checkpoint may hold, so it would not load; {os.fspath(path)!r} "
+                         "was not touched (a loader state takes a few hundred bytes per lane: a job with fewer "
+                         "lanes, a smaller canonical_replicas, stays under it)")
+    parse_state(json.loads(payload))  # what load_checkpoint will check, before anything is written
     header = f"{MAGIC} {FILE_VERSION} sha256={hashlib.sha256(payload).hexdigest()} bytes={len(payload)}\n"
     write_atomically(path, header.encode("ascii") + payload)
 
@@ -64,7 +72,7 @@ def load_checkpoint(path: str | os.PathLike[str], *, expect: Any = None) -> dict
     fingerprint and the lanes that loader reads (its ``check_state_dict``). Returns the state.
     """
     path = os.fspath(path)
-    with open(path, "rb") as f:
+    with open_regular(path, "checkpoint") as f:
         fields, size, payload = _read(f, path)
     if hashlib.sha256(payload).hexdigest() != fields[2][len("sha256="):]:
         raise _refuse(path, "fails its sha256 checksum (corrupted)")

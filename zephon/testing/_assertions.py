@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Mapping
 
 import numpy as np
 
@@ -107,7 +107,7 @@ def assert_lanes_partition(factory: SourceFactory, replicas: int, *, max_chunks:
         raise AssertionError(f"lanes hold chunks the single-lane stream does not: {left}")
 
 
-def _target(chunk: WorkChunk, weights: dict[str, float]) -> dict[str, float]:
+def _target(chunk: WorkChunk, weights: Mapping[str, float]) -> Mapping[str, float]:
     return chunk.target_mixture if chunk.target_mixture is not None else weights
 
 

@@ -170,6 +170,11 @@ class MixtureShell(WorkSource):
             return self._core_remaining(self._core_initial(self._config), self._config)
         return self._stream_index().length
 
+    @property
+    def total_samples(self) -> int:
+        """``len(self)``: the samples of the stream from its start (the seeds' name for it)."""
+        return len(self)
+
     def sample_id_at(self, i: int) -> SampleId:
         """The ``i``-th sample of the stream in default read order (``IndexError`` outside it)."""
         stream = self._stream_index()

@@ -40,7 +40,7 @@ from typing import Any, Callable, Mapping
 import numpy as np
 
 from zephon.core.alloc import BUILT_IN
-from zephon.io import Dataset
+from zephon.io import Dataset, open_regular
 from zephon.work.tokens import TokenEstimation
 
 SETTINGS = (
@@ -58,14 +58,10 @@ TOKEN_KEYS = tuple(f.name for f in fields(TokenEstimation) if f.name not in ("to
 def read_config_file(path: str | os.PathLike[str]) -> dict[str, Any]:
     """Read a ``.toml`` or ``.json`` mixture config; relative dataset paths resolve against its folder."""
     path = os.fspath(path)
-    if path.endswith(".toml"):
-        with open(path, "rb") as f:
-            config = _toml().load(f)
-    elif path.endswith(".json"):
-        with open(path, encoding="utf-8") as f:
-            config = json.load(f)
-    else:
+    if not path.endswith((".toml", ".json")):
         raise ValueError(f"mixture config {path!r} must end in .toml or .json")
+    with open_regular(path, "mixture config") as f:
+        config = _toml().load(f) if path.endswith(".toml") else json.load(f)
     if not isinstance(config, dict):
         raise ValueError(f"mixture config {path!r} must hold a table/object at the top, got {type(config).__name__}")
     base = os.path.dirname(os.path.abspath(path))

@@ -5,6 +5,7 @@ import math
 import numbers
 import sys
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any, Iterable, Mapping
 
 from zephon.limits import show
@@ -35,7 +36,7 @@ class MixtureSpec:
     """
 
     weights: Mapping[str, float]
-    _normalized: dict[str, float] = field(init=False, repr=False, compare=False)
+    _normalized: Mapping[str, float] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if not isinstance(self.weights, Mapping) or not self.weights:
@@ -46,12 +47,13 @@ class MixtureSpec:
                 raise TypeError(f"MixtureSpec names must be non-empty str, got {show(name)}")
             checked[name] = check_weight(name, weight)
         object.__setattr__(self, "weights", checked)
-        object.__setattr__(self, "_normalized", _normalise(checked))
+        object.__setattr__(self, "_normalized", MappingProxyType(_normalise(checked)))
 
     @property
-    def normalized(self) -> dict[str, float]:
-        """Weights divided by their sum (taken in insertion order); computed once, returned as a copy."""
-        return dict(self._normalized)
+    def normalized(self) -> Mapping[str, float]:
+        """Weights divided by their sum (taken in insertion order): computed once, the same
+        read-only mapping on every access."""
+        return self._normalized
 
     def validate_for(self, components: Iterable[str]) -> None:
         """Raise ``ValueError`` unless the names are exactly ``components``: missing ones first, then unknown."""
@@ -63,8 +65,8 @@ class MixtureSpec:
         if unknown:
             raise ValueError(f"MixtureSpec names unknown components {show(unknown)}; known: {show(names)}")
 
-    def normalized_for(self, components: Iterable[str]) -> list[float]:
-        """The weights of ``components``, in that order, divided by their sum.
+    def normalized_for(self, components: Iterable[str]) -> dict[str, float]:
+        """The weights of ``components``, in that order, divided by their sum (name -> weight).
 
         Names of the spec that are not in ``components`` are ignored; a component without a
         weight raises ``ValueError``.
@@ -73,7 +75,7 @@ class MixtureSpec:
         missing = [n for n in names if n not in self.weights]
         if missing:
             raise ValueError(f"MixtureSpec has no weight for components {show(missing)}; give every component a weight")
-        return list(_normalise({n: self.weights[n] for n in names}).values())
+        return _normalise({n: self.weights[n] for n in names})
 
 
 def _normalise(weights: Mapping[str, float]) -> dict[str, float]:
