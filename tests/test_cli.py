@@ -257,3 +257,8 @@ def test_inspect_reads_a_loader_checkpoint_of_a_phased_source(small, tmp_path, c
     assert "lane 1: chunk in flight is its first from global chunk" in out and "(phase " in out
     assert "phase 1: weights [0.5, 0.5], open-ended" in out and "fingerprint (current phase):" in out
     assert "a                pass 0, position" in out
+
+
+def test_preview_refuses_more_lanes_than_a_source_may_have(small, capsys):
+    assert main(["preview", small, "--lanes", str(2**40)]) == 2
+    assert "--lanes 1099511627776 is more than the" in capsys.readouterr().err

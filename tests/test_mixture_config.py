@@ -155,3 +155,24 @@ def test_defaults_are_real_values_in_the_signature():
     assert parameters["stop_after_passes"].default == "auto"
     assert build({"stop_after_passes": "auto", "exhausted_policy": "repeat"}).config.stop_after_passes is None
     assert build({"stop_after_passes": "auto"}).config.stop_after_passes == 1
+
+
+@pytest.mark.parametrize("name, content, message", [
+    ("empty.json", "", r"does not parse as JSON: Expecting value: line 1"),
+    ("bad.toml", "chunk_size = = 3\n", r"does not parse as TOML: .*line 1"),
+    ("latin.json", b'{"seed": "\xe9"}', r"does not parse as JSON"),
+    ("deep.json", "[" * 100_000 + "]" * 100_000, r"nests its values too deeply"),
+])
+def test_a_config_that_does_not_parse_is_refused_with_its_file_and_line(tmp_path, name, content, message):
+    path = tmp_path / name
+    path.write_bytes(content if isinstance(content, bytes) else content.encode())
+    with pytest.raises(ValueError, match=f"mixture config '{path}' {message}"):
+        StaticMixtureWorkSource.from_config(path)
+
+
+def test_a_config_with_more_shards_than_a_dataset_may_have_is_refused_before_allocating(tmp_path):
+    path = tmp_path / "huge.json"
+    path.write_text(json.dumps({"datasets": [{"name": "a", "shards": 100_000_000_000, "rows_per_shard": 1}],
+                                "mixture": {"a": 1}}))
+    with pytest.raises(ValueError, match=r"shards = 100000000000 is more than the \d+ .*MAX_SHARDS"):
+        StaticMixtureWorkSource.from_config(path)

@@ -176,3 +176,28 @@ def test_per_phase_liveness_is_checked_at_construction():
     phases = [Phase({"big": 1}, until_chunk=2), Phase({"tiny": 1})]
     with pytest.raises(ValueError, match="phase 1: dataset 'tiny'"):
         PhasedMixtureWorkSource(tiny, phases, chunk_size=16, exhausted_policy="repeat")
+
+
+@pytest.mark.parametrize("bound", [{"until_chunk": 2**63}, {"until_chunk": 10**12}, {"until_sample": 2**62}])
+def test_a_phase_bound_beyond_any_walk_is_refused_at_once(bound):
+    with pytest.raises(ValueError, match=f"Phase {next(iter(bound))}=.* lies beyond .*zephon.limits"):
+        Phase({"web": 1}, **bound)
+
+
+@pytest.mark.parametrize("token_mode", [False, True])
+def test_a_phase_end_the_stream_does_not_reach_soon_is_an_error_not_a_hang(monkeypatch, token_mode):
+    from zephon.core import phases as core_phases
+
+    monkeypatch.setattr(core_phases, "MAX_PHASE_WALK", 5_000)
+    monkeypatch.setattr(core_phases, "MAX_TOKEN_PHASE_WALK", 500)
+    data = [Dataset.from_records(n, [[{"text": "x" * (k + 1) * size} for k in range(20)] for _ in range(3)])
+            for n, size in (("short", 2), ("long", 9))]
+    bound = {"until_token": 10**15} if token_mode else {"until_sample": 10**12}
+    extra = {"token_estimation": TokenEstimation(primer=0.5)} if token_mode else {}
+    source = PhasedMixtureWorkSource(data, [Phase({"short": 1}, **bound), Phase({"short": 1, "long": 1})],
+                                     chunk_size=8, stop_after_passes=None, exhausted_policy="repeat", **extra)
+    if token_mode:
+        source.prime()
+    limit = "MAX_TOKEN_PHASE_WALK" if token_mode else "MAX_PHASE_WALK"
+    with pytest.raises(ValueError, match=rf"phases\[0\] ends at {next(iter(bound))}=.* within .* chunks.*{limit}"):
+        source.clone_for_lane(0, 1).next_chunk()

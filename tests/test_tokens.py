@@ -222,6 +222,8 @@ def test_poor_coverage_falls_back_with_a_warning(short_and_long, tmp_path, monke
     ({"primer": True}, ValueError), ({"tokenizer": 42}, TypeError), ({"measure": "len"}, TypeError),
     ({"calibration_samples": 0}, ValueError), ({"calibration_shards_min": 5, "calibration_shards_max": 4}, ValueError),
     ({"fallback_tokens_per_byte": float("nan")}, ValueError), ({"text_field": ""}, ValueError),
+    ({"calibration_shards_min": 2**40, "calibration_shards_max": 2**40}, ValueError),
+    ({"calibration_samples": 2**17}, ValueError),
 ])
 def test_bad_token_estimations_raise(kwargs, error):
     with pytest.raises(error):
@@ -312,3 +314,43 @@ def test_a_cache_that_cannot_be_written_is_said_and_skipped(short_and_long, tmp_
         source.prime()
     assert source.config.datasets[0].ratio_origin == "measured"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["file"]
+
+
+@pytest.mark.parametrize("entry", ['{"ratio": 1e300, "origin": "measured"}', '{"ratio": -2.0, "origin": "measured"}',
+                                   "[" * 100_000 + "]" * 100_000])
+def test_a_damaged_ratio_cache_entry_is_measured_again(short_and_long, tmp_path, monkeypatch, entry):
+    monkeypatch.setenv("ZEPHON_CACHE_DIR", str(tmp_path))
+    data = [Dataset.from_path("short", short_and_long["short"])]
+
+    def make():
+        return StaticMixtureWorkSource(data, {"short": 1}, chunk_size=64,
+                                       token_estimation=TokenEstimation(measure=lambda r: len(r["text"].split())))
+
+    first = make()
+    first.prime()
+    entries = list((tmp_path / "token-ratios").glob("*.json"))
+    assert len(entries) == 1
+    entries[0].write_text(entry)
+    again = make()
+    again.prime()
+    assert again.config.datasets[0].token_ratio == first.config.datasets[0].token_ratio
+    assert json.loads(entries[0].read_text())["ratio"] == first.config.datasets[0].token_ratio
+
+
+def _raising(record):
+    raise KeyError("no such field: body")
+
+
+@pytest.mark.parametrize("measure, cause", [
+    (_raising, r"the first skipped record raised KeyError: 'no such field: body'"),
+    (lambda record: 10**30, r"raised ValueError: a record's token count must be in 0 \.\. \d+"),
+    (lambda record: -5, r"got -5"),
+])
+def test_records_that_cannot_be_counted_fall_back_and_the_warning_names_why(short_and_long, tmp_path, monkeypatch,
+                                                                           measure, cause):
+    monkeypatch.setenv("ZEPHON_CACHE_DIR", str(tmp_path))
+    data = [Dataset.from_path("short", short_and_long["short"])]
+    source = StaticMixtureWorkSource(data, {"short": 1}, chunk_size=64, token_estimation=TokenEstimation(measure=measure))
+    with pytest.warns(RuntimeWarning, match=f"'short' falls back .*could be tokenized.*{cause}"):
+        source.prime()
+    assert source.config.datasets[0].ratio_origin == "fallback"

@@ -10,12 +10,18 @@ every counter inside int64 (so the kernels never overflow) and every walk finite
 | ``MAX_SAMPLES`` | 2**48 | rows of one dataset, summed over its shards (and each shard's rows) |
 | ``MAX_STREAM_SAMPLES`` | 2**52 | rows of all the datasets of one source together |
 | ``MAX_DATASETS`` | 2**20 | datasets of one source |
+| ``MAX_SHARDS`` | 2**26 | shards of one dataset |
 | ``MAX_PASSES`` | 2**14 | ``max_repeats`` and ``stop_after_passes`` |
 | ``MAX_CHUNK_SIZE`` | 2**30 | ``chunk_size`` |
 | ``MAX_REPLICAS`` | 2**24 | ``canonical_replicas`` of ``clone_for_lane`` |
 | ``MAX_CHUNK_INDEX`` | 2**62 | a state's ``chunk_index`` and a cursor's ``epoch`` |
 | ``MIN_SHARE`` | 2**-50 | a dataset's normalised weight (smaller shares are below double resolution) |
 | ``MAX_INDEX_CHUNKS`` | 2**28 | global chunks of a stream that ``len`` / ``sample_id_at`` walk (index memory, time) |
+| ``MAX_PHASE_WALK`` | 2**28 | chunks walked from a phase's start to find where it ends; a phase's ``until_chunk`` |
+| ``MAX_TOKEN_PHASE_WALK`` | 2**18 | the same in token mode, which plans chunks one at a time |
+| ``MAX_CALIBRATION`` | 2**16 | ``TokenEstimation`` ``calibration_samples`` and shard draws per dataset |
+| ``MAX_RECORD_TOKENS`` | 2**40 | the token count of one record (a tokenizer's or ``measure``'s) |
+| ``MAX_TOKEN_RATIO`` | 2**10 | tokens per byte, measured or cached |
 | ``MAX_STATE_NODES`` | 2**16 + 64 per dataset | JSON values in a source's state (``load_state_dict``) |
 | ``MAX_LOADER_STATE_NODES`` | 2**24 | JSON values in a loader's state (all lanes) |
 | ``MAX_STATE_DEPTH`` | 16 | nesting of a state |
@@ -36,12 +42,18 @@ from typing import Any
 MAX_SAMPLES = 2**48
 MAX_STREAM_SAMPLES = 2**52
 MAX_DATASETS = 2**20
+MAX_SHARDS = 2**26
 MAX_PASSES = 2**14
 MAX_CHUNK_SIZE = 2**30
 MAX_REPLICAS = 2**24
 MAX_CHUNK_INDEX = 2**62
 MIN_SHARE = 2.0**-50
 MAX_INDEX_CHUNKS = 2**28
+MAX_PHASE_WALK = 2**28  # chunks, walked by the scheduling kernel (about 20 M chunks/s)
+MAX_TOKEN_PHASE_WALK = 2**18  # chunks, planned one at a time in token mode (about 30 k chunks/s)
+MAX_CALIBRATION = 2**16
+MAX_RECORD_TOKENS = 2**40
+MAX_TOKEN_RATIO = 2**10
 MAX_STATE_NODES = 2**16
 STATE_NODES_PER_DATASET = 64
 MAX_LOADER_STATE_NODES = 2**24

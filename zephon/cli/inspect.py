@@ -66,6 +66,8 @@ def read_state(path: str) -> dict[str, Any]:
         state = json.loads(data)
     except ValueError:
         return load_checkpoint(path)
+    except RecursionError:
+        raise ValueError(f"{path} nests its values too deeply to be a state") from None
     if not isinstance(state, dict):
         raise ValueError(f"{path} holds {type(state).__name__}, not a state dict")
     return state

@@ -21,6 +21,7 @@ import numpy as np
 from zephon.cli._plan import StreamPlan, lane_owners, plan_stream, target_shares
 from zephon.core import SourceConfig
 from zephon.core.index import round_robin
+from zephon.limits import MAX_REPLICAS
 from zephon.work import StaticMixtureWorkSource
 
 if TYPE_CHECKING:
@@ -52,6 +53,9 @@ def run(args: argparse.Namespace) -> int:
     if args.lanes < 1 or args.max_chunks < 1 or args.batch_size < 1:
         raise ValueError(f"--lanes, --max-chunks and --batch-size must be >= 1, got {args.lanes}, {args.max_chunks} "
                          f"and {args.batch_size}")
+    if args.lanes > MAX_REPLICAS:
+        raise ValueError(f"--lanes {args.lanes} is more than the {MAX_REPLICAS} lanes a source may have "
+                         "(zephon.limits.MAX_REPLICAS); pass the canonical_replicas of the job")
     plots = _plotting() if args.plot else None  # fail before the work if matplotlib is missing
     tokenizer = _tokenizer(args.tokenizer) if args.tokenizer else None
     source = StaticMixtureWorkSource.from_config(args.config, tokenizer=tokenizer)

@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 
 from zephon._ext.schedule import Scheduler
+from zephon.limits import MAX_PHASE_WALK, MAX_TOKEN_PHASE_WALK
 from zephon.core import index
 from zephon.core.cache import scheduler
 from zephon.core.chunk import WorkChunk
@@ -215,9 +216,11 @@ def _resolve_next(config: PhasedConfig, p: int, start: Start, first_chunk: int) 
     bound = (kind, value + first_chunk if kind == CHUNK else value)
     kernel = scheduler(phase)
     if kernel is not None:
-        return _resolve_in_kernel(config.phases[p + 1], phase, kernel, bound, start)
+        return _resolve_in_kernel(config.phases[p + 1], phase, kernel, bound, start, p, ends)
     g, samples, tokens, state = start.chunk_index, start.samples, start.tokens, start.state
     while not _reached(bound, g, samples, tokens):
+        if g - start.chunk_index >= MAX_TOKEN_PHASE_WALK:
+            raise _too_far(p, ends, MAX_TOKEN_PHASE_WALK, "MAX_TOKEN_PHASE_WALK")
         planned = plan(state, phase)
         if isinstance(planned, Ended):
             return None
@@ -225,6 +228,13 @@ def _resolve_next(config: PhasedConfig, p: int, start: Start, first_chunk: int) 
         samples += sum(planned.quotas)
         tokens += chunk_cost(phase, planned)
     return Start(g, samples, tokens, restart(config.phases[p + 1], state))
+
+
+def _too_far(p: int, bound: tuple[str, int], limit: int, name: str) -> ValueError:
+    kind, value = bound
+    return ValueError(f"phases[{p}] ends at until_{kind}={value}, which the stream does not reach within {limit} "
+                      f"chunks of the phase's start (zephon.limits.{name}: zephon walks the schedule to find where "
+                      "a phase ends); lower the bound, or leave it off the last phase")
 
 
 def _walk_arrays(state: SourceState, n: int
@@ -244,7 +254,7 @@ def _cursors_of_row(row: list[int], n: int) -> tuple[CursorState, ...]:
 
 
 def _resolve_in_kernel(following: SourceConfig, phase: SourceConfig, kernel: Scheduler, bound: tuple[str, int],
-                       start: Start) -> Start | None:
+                       start: Start, p: int, ends: tuple[str, int]) -> Start | None:
     """``_resolve_next`` for sample mode: the scheduling kernel snapshots the state before every
     chunk, in batches, and the bound is searched in the snapshots (numbers only)."""
     arrays, ints, accs = _walk_arrays(start.state, len(phase.datasets))
@@ -258,6 +268,8 @@ def _resolve_in_kernel(following: SourceConfig, phase: SourceConfig, kernel: Sch
             return Start(row[0], row[1], 0, restart(following, state))
         if ended:
             return None
+        if g - start.chunk_index >= MAX_PHASE_WALK:
+            raise _too_far(p, ends, MAX_PHASE_WALK, "MAX_PHASE_WALK")
 
 
 def phase_start(config: PhasedConfig, p: int, origin: SourceState | None = None) -> Start | None:

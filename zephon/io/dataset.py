@@ -24,7 +24,7 @@ from zephon.io._cache import CacheInfo, ShardCache
 from zephon.io._hf import hf_files
 from zephon.io._shards import FORMATS, ShardReader
 from zephon.io.retry import DEFAULT_POLICY, RetryPolicy
-from zephon.limits import MAX_SAMPLES, show
+from zephon.limits import MAX_SAMPLES, MAX_SHARDS, show
 
 
 def _nothing() -> None:
@@ -54,6 +54,9 @@ def _int_array(parameter: str, name: str, values: Any, limit: int, fix: str) -> 
 def _total(name: str, rows: np.ndarray) -> int:
     """The rows of a dataset; refused past ``MAX_SAMPLES`` (each count is at most that, so the
     int64 sum of up to 2**15 of them cannot wrap; longer tables are summed in floats first)."""
+    if len(rows) > MAX_SHARDS:
+        raise ValueError(f"Dataset {name!r}: {len(rows)} shards, more than the {MAX_SHARDS} (2**26) one dataset may "
+                         "have (zephon.limits.MAX_SHARDS); group its files into larger shards or several datasets")
     if len(rows) > 2**15 and float(rows.sum(dtype=np.float64)) > 2 * MAX_SAMPLES:
         total = MAX_SAMPLES + 1
     else:

@@ -31,6 +31,7 @@ from zephon.core.keys import DOMAIN_CALIBRATION, derive, purpose_key
 from zephon.core.perm import perm_range
 from zephon.io import Dataset
 from zephon.io.atomic import write_atomically
+from zephon.limits import MAX_TOKEN_RATIO
 from zephon.io.catalog import cache_root
 from zephon.io.progress import Progress
 from zephon.work.tokens import TokenEstimation
@@ -94,7 +95,7 @@ def measure_ratio(dataset: Dataset, dataset_id: int, estimation: TokenEstimation
     shard_key, row_key = _calibration_keys(seed, dataset_id)
     draws = _shards_to_draw(dataset, estimation)
     per_shard = max(1, estimation.calibration_samples // draws)
-    estimates, measured, skipped = [], 0, 0
+    estimates, measured, skipped, first_error = [], 0, 0, ""
     bar = Progress(draws, f"measuring tokens/byte of {dataset.name!r}", progress)
     for j, k in enumerate(_draw_shards(dataset, draws, shard_key)):
         rows = int(counts[k])
@@ -108,8 +109,9 @@ def measure_ratio(dataset: Dataset, dataset_id: int, estimation: TokenEstimation
         for record in records:
             try:
                 tokens.append(estimation.count_tokens(record))
-            except Exception:  # a record the tokenizer cannot handle is skipped and counted
+            except Exception as error:  # a record the tokenizer cannot handle is skipped, counted and named
                 skipped += 1
+                first_error = first_error or f"{type(error).__name__}: {str(error)[:200]}"
         measured += len(tokens)
         if tokens:
             estimates.append(rows * float(np.mean(tokens)) / float(sizes[k]))
@@ -117,9 +119,13 @@ def measure_ratio(dataset: Dataset, dataset_id: int, estimation: TokenEstimation
     bar.close()
     needed = min(MIN_MEASURED, per_shard * draws)  # a small calibration_samples is taken at its word
     if measured < needed or not estimates:
+        cause = f"; the first skipped record raised {first_error}" if first_error else ""
         return _fallback(dataset, estimation, f"only {measured} records could be tokenized ({skipped} skipped), "
-                                              f"{needed} needed")
+                                              f"{needed} needed{cause}")
     ratio = float(np.mean(estimates))
+    if not ratio <= MAX_TOKEN_RATIO:
+        return _fallback(dataset, estimation, f"it measured {ratio:.3g} tokens per byte, more than the "
+                                              f"{MAX_TOKEN_RATIO} of zephon.limits.MAX_TOKEN_RATIO")
     spread = float(np.std(estimates, ddof=1) / math.sqrt(len(estimates))) if len(estimates) > 1 else math.inf
     logger.info("tokens/byte of dataset %r: %.6g, standard error %.3g (%d shard draws, %d records, %d skipped)",
                 dataset.name, ratio, spread, len(estimates), measured, skipped)
@@ -154,8 +160,10 @@ def cached_ratio(dataset: Dataset, dataset_id: int, estimation: TokenEstimation,
     if path is not None and path.exists():
         try:
             saved = json.loads(path.read_text())
-            return float(saved["ratio"]), str(saved["origin"])
-        except (ValueError, KeyError, TypeError):
+            ratio = float(saved["ratio"])
+            if 0 < ratio <= MAX_TOKEN_RATIO:
+                return ratio, str(saved["origin"])
+        except (ValueError, KeyError, TypeError, RecursionError):
             pass  # a damaged cache entry is measured again and rewritten
     ratio, origin = measure_ratio(dataset, dataset_id, estimation, seed, progress)
     if path is not None:

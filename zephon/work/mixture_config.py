@@ -41,6 +41,7 @@ import numpy as np
 
 from zephon.core.alloc import BUILT_IN
 from zephon.io import Dataset, open_regular
+from zephon.limits import MAX_SHARDS, show
 from zephon.work.tokens import TokenEstimation
 
 SETTINGS = (
@@ -60,8 +61,14 @@ def read_config_file(path: str | os.PathLike[str]) -> dict[str, Any]:
     path = os.fspath(path)
     if not path.endswith((".toml", ".json")):
         raise ValueError(f"mixture config {path!r} must end in .toml or .json")
+    toml = _toml()
     with open_regular(path, "mixture config") as f:
-        config = _toml().load(f) if path.endswith(".toml") else json.load(f)
+        try:
+            config = toml.load(f) if path.endswith(".toml") else json.load(f)
+        except (ValueError, toml.TOMLDecodeError) as error:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+            raise ValueError(f"mixture config {path!r} does not parse as {path[-4:].upper()}: {error}") from None
+        except RecursionError:
+            raise ValueError(f"mixture config {path!r} nests its values too deeply to parse") from None
     if not isinstance(config, dict):
         raise ValueError(f"mixture config {path!r} must hold a table/object at the top, got {type(config).__name__}")
     base = os.path.dirname(os.path.abspath(path))
@@ -105,7 +112,10 @@ def _dataset(entry: Any, k: int) -> Dataset:
     shards, rows = entry["shards"], entry.get("rows_per_shard")
     if type(shards) is not int or type(rows) is not int or shards < 0 or rows < 0:
         raise ValueError(f"datasets[{k}] ({name!r}): shards and rows_per_shard must be ints >= 0, "
-                         f"got {shards!r} and {rows!r}")
+                         f"got {show(shards)} and {show(rows)}")
+    if shards > MAX_SHARDS:
+        raise ValueError(f"datasets[{k}] ({name!r}): shards = {shards} is more than the {MAX_SHARDS} (2**26) one "
+                         "dataset may have (zephon.limits.MAX_SHARDS); lower it")
     return Dataset.from_counts(name, [rows] * shards, entry.get("shard_ids"), entry.get("raw_bytes"))
 
 

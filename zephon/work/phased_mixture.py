@@ -16,7 +16,9 @@ from zephon.core.config import REPEAT, SourceConfig
 from zephon.core.phases import PhasedConfig, PhasedState
 from zephon.core.tokens import token_shares, with_ratios
 from zephon.io import Dataset
-from zephon.limits import MAX_STATE_NODES, STATE_NODES_PER_DATASET, check_json, show
+from zephon.limits import (
+    MAX_CHUNK_INDEX, MAX_PHASE_WALK, MAX_STATE_NODES, MAX_STREAM_SAMPLES, STATE_NODES_PER_DATASET, check_json, show,
+)
 from zephon.work._mixture import MixtureShell, check_history
 from zephon.work._resolve import check_liveness, resolve
 from zephon.work.spec import MixtureSpec
@@ -28,6 +30,7 @@ KEY_PHASE: Final = "phase"
 KEY_INNER: Final = "inner"
 KEY_ORIGIN: Final = "origin"
 _BOUNDS = (("until_chunk", phases.CHUNK), ("until_sample", phases.SAMPLE), ("until_token", phases.TOKEN))
+_FARTHEST = {"until_chunk": MAX_PHASE_WALK, "until_sample": MAX_STREAM_SAMPLES, "until_token": MAX_CHUNK_INDEX}
 
 
 @dataclass(frozen=True)
@@ -63,7 +66,11 @@ class Phase:
         for parameter, _ in _BOUNDS:
             value = getattr(self, parameter)
             if value is not None and (type(value) is bool or not isinstance(value, numbers.Integral) or value < 1):
-                raise ValueError(f"Phase {parameter} must be an int >= 1 or None, got {value!r}; pass e.g. 1000")
+                raise ValueError(f"Phase {parameter} must be an int >= 1 or None, got {show(value)}; pass e.g. 1000")
+            if value is not None and int(value) > _FARTHEST[parameter]:
+                raise ValueError(f"Phase {parameter}={show(value)} lies beyond {_FARTHEST[parameter]}, farther than "
+                                 "zephon walks to find where a phase ends (zephon.limits); lower it, or leave the "
+                                 "bound off the last phase")
         if len([p for p, _ in _BOUNDS if getattr(self, p) is not None]) > 1:
             raise ValueError(f"a Phase ends at one bound, got {self.bound()!r}; set only one of until_chunk, "
                              f"until_sample, until_token")

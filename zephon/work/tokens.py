@@ -11,6 +11,7 @@ import numbers
 from dataclasses import dataclass, fields
 from typing import Any, Callable, Mapping
 
+from zephon.limits import MAX_CALIBRATION, MAX_RECORD_TOKENS, show
 from zephon.work._portable import by_value
 
 MEASURE = "measure"
@@ -23,8 +24,9 @@ def _positive(parameter: str, value: Any) -> float:
 
 
 def _count(parameter: str, value: Any) -> int:
-    if type(value) is not int or value < 1:
-        raise ValueError(f"TokenEstimation {parameter} must be an int >= 1, got {value!r}")
+    if type(value) is not int or not 1 <= value <= MAX_CALIBRATION:
+        raise ValueError(f"TokenEstimation {parameter} must be an int in 1 .. {MAX_CALIBRATION} "
+                         f"(zephon.limits.MAX_CALIBRATION), got {show(value)}")
     return value
 
 
@@ -99,10 +101,15 @@ class TokenEstimation:
     def count_tokens(self, record: Any) -> int:
         """Tokens of one record (raises if the record cannot be tokenized)."""
         if self.measure is not None:
-            return int(self.measure(record))
-        text = record[self.text_field] if isinstance(record, Mapping) else record
-        if not isinstance(text, str):
-            raise TypeError(f"field {self.text_field!r} is {type(text).__name__}, not str")
-        encode = self.tokenizer.encode if hasattr(self.tokenizer, "encode") else self.tokenizer
-        ids = encode(text)
-        return len(getattr(ids, "ids", ids))
+            count = int(self.measure(record))
+        else:
+            text = record[self.text_field] if isinstance(record, Mapping) else record
+            if not isinstance(text, str):
+                raise TypeError(f"field {self.text_field!r} is {type(text).__name__}, not str")
+            encode = self.tokenizer.encode if hasattr(self.tokenizer, "encode") else self.tokenizer
+            ids = encode(text)
+            count = len(getattr(ids, "ids", ids))
+        if not 0 <= count <= MAX_RECORD_TOKENS:
+            raise ValueError(f"a record's token count must be in 0 .. {MAX_RECORD_TOKENS} "
+                             f"(zephon.limits.MAX_RECORD_TOKENS), got {show(count)}")
+        return count
