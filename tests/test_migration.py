@@ -243,6 +243,16 @@ def test_migrate_checkpoint_needs_every_lane():
         migrate_checkpoint(checkpoint, template)
 
 
+@pytest.mark.parametrize("kwargs, error", [({"canonical_replicas": 0}, ValueError), ({"canonical_replicas": -1}, ValueError),
+                                           ({"canonical_replicas": "4"}, ValueError), ({"requeue": "yes"}, TypeError)])
+def test_migrate_checkpoint_refuses_bad_settings_by_name(kwargs, error):
+    template, lanes = _lane_run(1)
+    entries = {lane.lane_id: (lane.state_dict(), 0, 0) for lane in lanes}
+    checkpoint = make_state(len(lanes), entries, dataset_fingerprints(template.datasets_by_id), {})
+    with pytest.raises(error, match=next(iter(kwargs))):
+        migrate_checkpoint(checkpoint, template, **kwargs)
+
+
 def _loaded(template, state: dict, lane: int, replicas: int):
     clone = template.clone_for_lane(lane, replicas)
     clone.load_state_dict(json.loads(json.dumps(state)))

@@ -176,3 +176,17 @@ def test_a_config_with_more_shards_than_a_dataset_may_have_is_refused_before_all
                                 "mixture": {"a": 1}}))
     with pytest.raises(ValueError, match=r"shards = 100000000000 is more than the \d+ .*MAX_SHARDS"):
         StaticMixtureWorkSource.from_config(path)
+
+
+@pytest.mark.parametrize("mixture", [5, ["web"], "web"])
+def test_a_mixture_that_is_not_a_table_of_weights_is_refused_by_name(mixture):
+    config = {"datasets": [{"name": "web", "counts": [50] * 4}], "mixture": mixture}
+    with pytest.raises(ValueError, match=r"needs a 'mixture' table of weights \(name -> weight\).*got"):
+        StaticMixtureWorkSource.from_config(config)
+
+
+def test_a_seed_too_long_to_write_in_a_checkpoint_is_refused_at_construction():
+    with pytest.raises(ValueError, match=r"seed has about 5000 digits.*no checkpoint could hold it"):
+        StaticMixtureWorkSource([Dataset.from_counts("a", [50] * 4)], {"a": 1}, chunk_size=8, seed=10**5000)
+    long = StaticMixtureWorkSource([Dataset.from_counts("a", [50] * 4)], {"a": 1}, chunk_size=8, seed=10**4000)
+    assert long.clone_for_lane(0, 1).state_dict()["fingerprint"]  # any int a checkpoint can hold is a seed

@@ -354,3 +354,15 @@ def test_records_that_cannot_be_counted_fall_back_and_the_warning_names_why(shor
     with pytest.warns(RuntimeWarning, match=f"'short' falls back .*could be tokenized.*{cause}"):
         source.prime()
     assert source.config.datasets[0].ratio_origin == "fallback"
+
+
+def test_a_checkpoint_made_under_one_pinned_ratio_is_refused_by_a_source_that_pins_another():
+    lane = pinned_source().clone_for_lane(0, 1)
+    lane.next_chunk()
+    state = lane.state_dict()
+    changed = pinned_source(token_estimation=TokenEstimation(primer={"a": 0.2, "b": 2.5, "c": 0.3})).clone_for_lane(0, 1)
+    with pytest.raises(ValueError, match=r"token ratio of 'b' is 0\.25, but this source pins 2\.5.*migrate"):
+        changed.load_state_dict(state)
+    same = pinned_source().clone_for_lane(0, 1)
+    same.load_state_dict(state)
+    assert same.next_chunk() == lane.next_chunk()

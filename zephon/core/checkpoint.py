@@ -20,7 +20,7 @@ import math
 from typing import Any, Final, Mapping, TypedDict, TypeVar, cast
 
 from zephon.core import alloc as allocators
-from zephon.core.config import CARRY, ORIGINS, REPEAT, DatasetPlan, SourceConfig
+from zephon.core.config import CARRY, ORIGINS, PINNED, REPEAT, DatasetPlan, SourceConfig
 from zephon.core.schedule import CursorState, SourceState
 from zephon.core.tokens import deficit_bound
 from zephon.limits import MAX_CHUNK_INDEX, MAX_STATE_NODES, STATE_NODES_PER_DATASET, check_json, show
@@ -179,6 +179,12 @@ def ratios_from_json(checkpoint: Mapping[str, Any], config: SourceConfig) -> dic
                 or entry[KEY_ORIGIN] not in ORIGINS):
             raise ValueError(f"checkpoint token ratio of {name!r} is malformed: {show(entry)}; the checkpoint is corrupted")
         out[name] = (ratio, entry[KEY_ORIGIN])
+    for d in config.datasets:  # ratios are not in the fingerprint: a changed pin is caught here
+        if d.ratio_origin == PINNED and d.token_ratio != out[d.name][0]:
+            raise ValueError(f"the checkpoint's token ratio of {d.name!r} is {out[d.name][0]}, but this source pins "
+                             f"{d.token_ratio}; the stream continues exactly only under the ratio it was made with: "
+                             "pin the checkpoint's ratio (TokenEstimation primer), or move the run to the new one "
+                             "with zephon.work.migrate")
     return out
 
 

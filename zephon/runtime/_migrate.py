@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from zephon.limits import MAX_REPLICAS, show
 from zephon.runtime._state import dataset_fingerprints, make_state, missing_lanes, parse_state
 from zephon.work.migration import Migration, lane_state, migrate_lanes
 
@@ -31,6 +32,10 @@ def migrate_checkpoint(checkpoint: Any, new_pipeline_or_source: Any, *, canonica
         of the migrated stream); ``report`` is the JSON report of ``zephon.work.migrate``,
         with one cut across all lanes.
     """
+    if canonical_replicas is not None and (type(canonical_replicas) is not int
+                                           or not 1 <= canonical_replicas <= MAX_REPLICAS):
+        raise ValueError(f"canonical_replicas must be None (keep the checkpoint's) or an int in 1 .. {MAX_REPLICAS}, "
+                         f"got {show(canonical_replicas)}")
     parsed = parse_state(checkpoint)
     missing = missing_lanes(parsed, range(parsed.canonical_replicas))
     if missing:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import sys
 import warnings
 from typing import Any, Callable, Mapping, Sequence
 
@@ -285,6 +286,12 @@ def resolve(
     chunk_size = _int("chunk_size", chunk_size, 1, "16384", MAX_CHUNK_SIZE)
     if type(seed) is bool or not isinstance(seed, numbers.Integral):
         raise TypeError(f"seed must be an int, got {show(seed)}; pass e.g. 0")
+    try:
+        str(seed)  # a checkpoint holds the seed as JSON digits
+    except ValueError:
+        raise ValueError(f"seed has about {int(int(seed).bit_length() * 0.30103)} digits, more than Python writes "
+                         f"as text (sys.get_int_max_str_digits() = {sys.get_int_max_str_digits()}), so no checkpoint "
+                         "could hold it; pass a shorter seed") from None
     shuffle_shards = _bool("shuffle_shards", shuffle_shards)
     shuffle_within_shard = _bool("shuffle_within_shard", shuffle_within_shard)
     if not isinstance(lane_assignment, str) or lane_assignment not in (PERMUTE, MODULO):

@@ -24,6 +24,7 @@ from zephon.core.phases import PhasedConfig, PhasedState, bind
 from zephon.core.requeue import past_region
 from zephon.core.schedule import CursorState, SourceState, initial_state
 from zephon.io import Dataset
+from zephon.limits import show
 from zephon.work import phased_mixture
 from zephon.work._mixture import MAX_HISTORY, check_history, with_history
 from zephon.work._resolve import resolve
@@ -256,6 +257,8 @@ def migrate_lanes(states: Mapping[int, tuple[Mapping[str, Any], int]],
             or new_template.lane_id is not None:
         raise TypeError(f"new_template must be an unbound StaticMixtureWorkSource or PhasedMixtureWorkSource, "
                         f"got {new_template!r}")
+    if type(requeue) is not bool:
+        raise TypeError(f"requeue must be True or False, got {show(requeue)}")
     new_config = new_template.config
     base = new_config.base if isinstance(new_config, PhasedConfig) else new_config
     new_datasets = {d.name: new_template.datasets_by_id[i] for i, d in enumerate(new_config.datasets)}

@@ -137,8 +137,9 @@ def source_arguments(config: Mapping[str, Any], *, tokenizer: Any = None,
     if not isinstance(entries, list) or not entries:
         raise ValueError(f"mixture config needs a non-empty list 'datasets', got {entries!r}")
     datasets = [_dataset(entry, k) for k, entry in enumerate(entries)]
-    if KEY_MIXTURE not in config:
-        raise ValueError("mixture config needs a 'mixture' table of weights, e.g. {web = 0.7, code = 0.3}")
+    if not isinstance(config.get(KEY_MIXTURE), Mapping):
+        raise ValueError(f"mixture config needs a 'mixture' table of weights (name -> weight), e.g. "
+                         f"{{web = 0.7, code = 0.3}}, got {show(config.get(KEY_MIXTURE))}")
     arguments: dict[str, Any] = {KEY_DATASETS: datasets, KEY_MIXTURE: dict(config[KEY_MIXTURE])}
     for key in SETTINGS:
         value = _per_dataset(key, config, entries) if key in PER_DATASET else config.get(key)
