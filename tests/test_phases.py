@@ -201,3 +201,21 @@ def test_a_phase_end_the_stream_does_not_reach_soon_is_an_error_not_a_hang(monke
     limit = "MAX_TOKEN_PHASE_WALK" if token_mode else "MAX_PHASE_WALK"
     with pytest.raises(ValueError, match=rf"phases\[0\] ends at {next(iter(bound))}=.* within .* chunks.*{limit}"):
         source.clone_for_lane(0, 1).next_chunk()
+
+
+def test_a_resealed_state_whose_chunk_lies_past_its_phase_is_refused():
+    from zephon.core.checkpoint import sealed
+
+    data = three_datasets()
+    phases = [Phase({"web": 1}, until_chunk=3), Phase({"web": 1, "math": 2})]
+    make = lambda: PhasedMixtureWorkSource(data, phases, chunk_size=8, stop_after_passes=None,  # noqa: E731
+                                           exhausted_policy="repeat").clone_for_lane(0, 1)
+    lane = make()
+    lane.next_chunk()
+    state = json.loads(json.dumps(lane.state_dict()))
+    assert state["phase"] == 0
+    inner = state["inner"]
+    forged = sealed({**state, "inner": sealed({**inner, "state": {**inner["state"], "chunk_index": 40}})})
+    with pytest.raises(ValueError, match=r"phase 0 at chunk 40, but phase 0 ends at chunk 3; .*corrupted"):
+        make().load_state_dict(forged)
+    make().load_state_dict(state)  # the real one restores

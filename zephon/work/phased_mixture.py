@@ -238,8 +238,10 @@ class PhasedMixtureWorkSource(MixtureShell):
         ratios = checkpoint.ratios_from_json(inner, config.phases[p])
         config = self._core_with_ratios(ratios, config) if ratios else config
         origin = state.get(KEY_ORIGIN)
-        self._state = PhasedState(p, checkpoint.state_from_json(inner, config.phases[p]),
-                                  None if origin is None else checkpoint.parse_state(origin, config.base))
+        restored = PhasedState(p, checkpoint.state_from_json(inner, config.phases[p]),
+                               None if origin is None else checkpoint.parse_state(origin, config.base))
+        _check_in_phase(config, restored)
+        self._state = restored
         self._config, self._index, self._history = config, None, history
 
     def _core_with_ratios(self, ratios: dict[str, tuple[float, str]], config: PhasedConfig | None = None
@@ -338,3 +340,14 @@ def with_orders(config: PhasedConfig, orders: Any) -> PhasedConfig:
     if not orders:
         return config
     return phases.with_phases(config, tuple(checkpoint.with_orders(phase, orders) for phase in config.phases))
+
+
+def _check_in_phase(config: PhasedConfig, state: PhasedState) -> None:
+    """A restored state's chunk lies before its phase's end (the digest is over the state alone,
+    so a re-sealed state could name any chunk; chunks before a phase's start are a migrated
+    stream's requeued ones)."""
+    p, g = state.phase, state.inner.chunk_index
+    start, end = phases.phase_start(config, p, state.origin), phases.phase_end(config, p, state.origin)
+    if start is None or (end is not None and g > end):
+        where = "is never reached" if start is None else f"ends at chunk {end}"
+        raise ValueError(f"checkpoint is in phase {p} at chunk {g}, but phase {p} {where}; the checkpoint is corrupted")
