@@ -1,5 +1,5 @@
 # Two commands do all the set-up on a fresh machine (Python >= 3.10 and a C compiler):
-#   make demo   builds .venv, compiles the kernels, runs the demo (python -m zephon)
+#   make demo   builds .venv, compiles the kernels, runs the demo (python -m zephon): about a minute
 #   make test   the same set-up, then the test suite
 #   make docs   the docs site into docs/_build/html (warnings are errors)
 PYTHON ?= python3
@@ -10,23 +10,31 @@ BIN := $(VENV)/bin
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade pip
 
 # zephon/_ext/ is where the kernels were built before they moved to _ext/: a stale build left
-# there by an old checkout would shadow the new kernels, so install removes it. The editable
-# install is redone (kernels recompiled) only when the build inputs change.
+# there by an old checkout would shadow the new kernels, so installs remove it. An editable
+# install is redone (kernels recompiled, in parallel) only when the build inputs change: the
+# demo's with zephon's own dependencies alone (.core), the tests' with the test and docs
+# tools (.installed).
+BUILD_INPUTS := pyproject.toml setup.py $(wildcard _ext/*.pyx _ext/*.pxd _ext/*.h)
+CORE := $(VENV)/.core
 INSTALLED := $(VENV)/.installed
-$(INSTALLED): $(BIN)/python pyproject.toml setup.py $(wildcard _ext/*.pyx _ext/*.pxd _ext/*.h)
+$(CORE): $(BIN)/python $(BUILD_INPUTS)
+	rm -rf zephon/_ext
+	$(BIN)/python -m pip install --quiet -e .
+	touch $@
+
+$(INSTALLED): $(BIN)/python $(BUILD_INPUTS)
 	rm -rf zephon/_ext
 	$(BIN)/python -m pip install --quiet -e '.[test,docs]'
-	touch $@
+	touch $@ $(CORE)
 
 install: $(INSTALLED)
 
 $(BIN)/sphinx-build:
 	$(MAKE) install
 
-demo: install
+demo: $(CORE)
 	$(BIN)/python -m zephon
 
 test: install

@@ -38,8 +38,11 @@ extensions = [
     for name in KERNELS
 ]
 
+JOBS = os.cpu_count() or 1  # Cython and the C compiler run this many kernels at once
+
 setup(
     packages=find_packages(include=["zephon", "zephon.*"]) + ["zephon._ext"],
     package_dir={"zephon._ext": str(SOURCES)},
-    ext_modules=cythonize(extensions, language_level=3, include_path=[interface_tree()]),
+    ext_modules=cythonize(extensions, language_level=3, include_path=[interface_tree()], nthreads=JOBS),
+    options={"build_ext": {"parallel": JOBS}},
 )
