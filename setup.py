@@ -6,6 +6,7 @@ interface by its package path, so ``build/interface/zephon/_ext`` links to ``_ex
 (``mypy_path`` in pyproject.toml); the sources stay in ``_ext/``.
 """
 import os
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -14,6 +15,7 @@ from setuptools import Extension, find_packages, setup
 
 KERNELS = ["perm", "layout", "cursor", "schedule", "readorder", "tokens", "batch", "shapes", "lookup", "labels"]  # must match _KERNELS in _ext/__init__.py
 SOURCES = Path("_ext")
+STRIP = ["-s"] if sys.platform.startswith("linux") else []  # symbol tables are most of an unstripped kernel's size
 INTERFACE = Path("build") / "interface"
 
 
@@ -33,6 +35,7 @@ extensions = [
         include_dirs=[np.get_include(), str(SOURCES)],
         define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")],
         extra_compile_args=["-O3", "-ffp-contract=off"],
+        extra_link_args=STRIP,
         depends=[str(SOURCES / "feistel.h")],  # cimported through perm.pxd by every kernel
     )
     for name in KERNELS

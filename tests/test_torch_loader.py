@@ -406,3 +406,19 @@ def test_collectives_use_the_cuda_device_under_nccl(monkeypatch):
     assert _dist.collective_device(None) == torch.device("cuda", 3)
     monkeypatch.setattr(_dist.dist, "get_backend", lambda group=None: "gloo")
     assert _dist.collective_device(None) == torch.device("cpu")
+
+
+def test_pinning_walks_dicts_lists_tuples_and_namedtuples_and_leaves_the_rest(monkeypatch):
+    from collections import namedtuple
+
+    from zephon.torch._bundles import _pin
+
+    pinned = []
+    monkeypatch.setattr(torch.Tensor, "pin_memory", lambda self, *a, **k: pinned.append(tuple(self.shape)) or self)
+    Pair = namedtuple("Pair", "ids mask")
+    batch = {"x": torch.ones(2), "pair": Pair(torch.ones(3), [torch.ones(4), "tag"]), "t": (torch.ones(5), 7),
+             "_component": ["a", "b"]}
+    out = _pin(batch)
+    assert sorted(pinned) == [(2,), (3,), (4,), (5,)]
+    assert type(out["pair"]) is Pair and out["pair"].mask[1] == "tag" and out["t"][1] == 7
+    assert out["_component"] == ["a", "b"]

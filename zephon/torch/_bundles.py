@@ -44,9 +44,21 @@ log = logging.getLogger("zephon")
 
 
 def _pin(data: Any) -> Any:
-    from torch.utils.data._utils.pin_memory import pin_memory
-
-    return pin_memory(data)  # type: ignore[no-untyped-call]  # torch leaves its pin_memory unannotated
+    """``data`` with its CPU tensors in pinned memory, through dicts, lists and tuples (as
+    collate makes batches); anything else with a ``pin_memory()`` method is asked to pin itself."""
+    if isinstance(data, torch.Tensor):
+        return data.pin_memory()
+    if isinstance(data, (str, bytes)):
+        return data
+    if isinstance(data, dict):
+        return {key: _pin(value) for key, value in data.items()}
+    if isinstance(data, tuple) and hasattr(data, "_fields"):  # a namedtuple
+        return type(data)(*(_pin(value) for value in data))
+    if isinstance(data, (list, tuple)):
+        return type(data)(_pin(value) for value in data)
+    if hasattr(data, "pin_memory"):
+        return data.pin_memory()
+    return data
 
 
 class Bundle:
