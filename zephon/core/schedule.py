@@ -5,7 +5,7 @@ read. A ``pass_tail="carry"`` dataset reads its passes back to back: its cursor 
 (``epoch`` the pass being read, ``position`` the samples read of it, ``total`` once it is read
 to the end) and its draws run on into the next pass, so its rules are decided on what was read.
 A ``"drop"`` dataset starts its next pass when the current one cannot serve its quota, skipping
-the tail (``tails`` counts what was skipped) and planning the chunk again: zephon 0.2.0's rule.
+the tail (``tails`` counts what was skipped) and planning the chunk again: the earlier rule, kept exactly.
 Both give the same quotas on every chunk both produce.
 ``plan_next`` walks the schedule from a state to the next chunk owned by the lane, with the
 scheduling kernel for the built-in allocators (the kernel is tested against this module)
@@ -94,7 +94,7 @@ def lane_of(config: SourceConfig, g: int) -> int:
 def active_weights(config: SourceConfig, cursors: tuple[CursorState, ...]) -> tuple[float, ...]:
     """Weights normalised over the active datasets (redistributing drained ones retire).
 
-    Two double-precision stages, as zephon 0.2.0: the weights normalised over all
+    Two double-precision stages: the weights normalised over all
     datasets (``config.normalised``), then, once some have retired, those divided by their
     sum over the active ones (summed in mixture order).
     """

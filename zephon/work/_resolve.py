@@ -81,7 +81,7 @@ def _policy(parameter: str, value: Any) -> str:
 def _pass_tail(parameter: str, value: Any) -> str:
     if not isinstance(value, str) or value not in PASS_TAILS:
         raise ValueError(f"{parameter} must be one of {list(PASS_TAILS)}, got {show(value)}; pass 'carry' to read "
-                         f"every pass completely or 'drop' for zephon 0.2.0's streams")
+                         f"every pass completely or 'drop' to skip a pass's short tail (the earlier rule)")
     return value
 
 

@@ -77,7 +77,7 @@ class StaticMixtureWorkSource(MixtureShell):
         chunk. ``"carry"``: the chunk takes them all, then the rest of its quota from the start
         of the next pass, so its stream is its passes back to back and every pass the stream
         moves past is read completely, exactly once. ``"drop"``: the tail is skipped and the
-        next pass begins (zephon 0.2.0's streams). Quotas, the number of chunks,
+        next pass begins (the earlier rule's streams, kept exactly). Quotas, the number of chunks,
         ``target_mixture``, ``source_exhausted`` and the end of the stream are the same in both.
         A mapping sets it per dataset (omitted datasets take ``"carry"``). ``coverage()``
         reports what each dataset has read and skipped.
