@@ -2,9 +2,9 @@
 
 | file | shows |
 |---|---|
-| ``mixture.png`` | realised vs target share of each dataset over the stream: globally and per lane |
-| ``passes.png`` | each dataset's pass progress (passes completed) over the stream |
-| ``coverage.png`` | the share of each lane's chunks that hold each dataset: permute vs modulo routing |
+| ``mixture.png`` | realised vs target share of each dataset over the stream (log scale), and per lane in percentage points |
+| ``passes.png`` | each dataset's pass progress over the stream, ``stop_after_passes`` and the end marked |
+| ``coverage.png`` | the share of each lane's chunks that hold each dataset: the configured routing and the other |
 | ``shuffle.png`` | how far originally adjacent samples end up apart, per shuffle level, vs a global shuffle |
 
 Figures are drawn on ``matplotlib.figure.Figure`` objects (no pyplot, no global state).
@@ -33,7 +33,7 @@ def write_all(directory: str, source: StaticMixtureWorkSource, plan: StreamPlan,
     targets = target_shares(source.config)
     figures = {
         "mixture.png": mixture_figure(plan, targets, lane_owners(source.config, plan.chunks, lanes), lanes),
-        "passes.png": passes_figure(plan),
+        "passes.png": passes_figure(plan, source.config.stop_after_passes),
         "coverage.png": coverage_figure(source, plan, lanes),
         "shuffle.png": shuffle_figure(source, progress),
     }
@@ -57,15 +57,18 @@ def _cumulative_shares(quotas: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def mixture_figure(plan: StreamPlan, targets: np.ndarray, owners: np.ndarray, lanes: int) -> Figure:
-    """Realised vs target share as a relative error, over the whole stream and within each lane."""
+    """Realised share of each dataset over the whole stream against its target (dashed), on a
+    log scale so that a 0.0002 share shows beside a 0.7 one; and within each lane, how far the
+    share strays from its target in percentage points (absolute, so a tiny share does not swamp
+    the others)."""
     figure = Figure(figsize=(12, 4.5), layout="constrained")
     whole, per_lane = figure.subplots(1, 2, sharey=False)
     colors = [f"C{c % 10}" for c in range(len(plan.names))]
     totals, shares = _cumulative_shares(plan.quotas)
     keep = _thin(plan.chunks)
     for c, name in enumerate(plan.names):
-        whole.plot(totals[keep], 100 * (shares[keep, c] / targets[c] - 1), color=colors[c],
-                   label=f"{name} (target {targets[c]:.4g})")
+        whole.plot(totals[keep], shares[keep, c], color=colors[c], label=f"{name} (target {targets[c]:.4g})")
+        whole.axhline(targets[c], color=colors[c], linestyle="--", linewidth=0.8)
     for lane in range(lanes):
         mine = plan.quotas[owners == lane]
         if not len(mine):
@@ -73,26 +76,36 @@ def mixture_figure(plan: StreamPlan, targets: np.ndarray, owners: np.ndarray, la
         lane_totals, lane_shares = _cumulative_shares(mine)
         keep = _thin(len(mine))
         for c in range(len(plan.names)):
-            per_lane.plot(lane_totals[keep], 100 * (lane_shares[keep, c] / targets[c] - 1), color=colors[c],
+            per_lane.plot(lane_totals[keep], 100 * (lane_shares[keep, c] - targets[c]), color=colors[c],
                           linewidth=0.6, alpha=0.6)
-    for axes in (whole, per_lane):
-        axes.axhline(0.0, color="black", linewidth=0.6)
-    whole.set(title="Whole stream: realised share vs target", xlabel="samples",
-              ylabel="(realised − target) / target, %")
+    per_lane.axhline(0.0, color="black", linewidth=0.6)
+    whole.set(title="Whole stream: realised share (target dashed)", xlabel="samples", ylabel="share",
+              yscale="log")
     per_lane.set(title=f"Within each of {lanes} lanes", xlabel="samples of the lane",
-                 ylabel="(realised − target) / target, %")
+                 ylabel="realised − target share, percentage points")
     whole.legend(loc="best", fontsize="small")
     return figure
 
 
-def passes_figure(plan: StreamPlan) -> Figure:
+def passes_figure(plan: StreamPlan, stop_after_passes: int | None) -> Figure:
+    """Each dataset's passes completed over the stream (each curve its own line style, so one
+    that lies on another still shows), with ``stop_after_passes`` and the stream's end marked."""
     figure = Figure(figsize=(8, 4.5), layout="constrained")
     axes = figure.subplots()
     totals = np.cumsum(plan.quotas.sum(axis=1))
     keep = _thin(plan.chunks)
+    styles = ("-", "--", ":", "-.")
     for c, name in enumerate(plan.names):
-        axes.plot(totals[keep], plan.passes[keep, c], label=name)
-    axes.set(title="Pass progress of each dataset", xlabel="samples of the stream", ylabel="passes completed")
+        axes.plot(totals[keep], plan.passes[keep, c], label=name, linestyle=styles[c % len(styles)],
+                  linewidth=1.8 - 0.3 * (c % 4))
+    if stop_after_passes is not None:
+        axes.axhline(stop_after_passes, color="gray", linestyle="--", linewidth=0.8,
+                     label=f"stop_after_passes={stop_after_passes}")
+    if plan.complete and len(totals):
+        end = f"end of the stream ({plan.ended_by} ran out)" if plan.ended_by else "end of the stream"
+        axes.axvline(totals[-1], color="black", linewidth=0.8, label=end)
+    axes.set(title="Pass progress of each dataset" + ("" if plan.complete else " (first chunks only)"),
+             xlabel="samples of the stream", ylabel="passes completed")
     axes.legend(loc="best", fontsize="small")
     return figure
 
@@ -100,13 +113,15 @@ def passes_figure(plan: StreamPlan) -> Figure:
 def coverage_figure(source: StaticMixtureWorkSource, plan: StreamPlan, lanes: int) -> Figure:
     figure = Figure(figsize=(12, 1.5 + 0.5 * len(plan.names)), layout="constrained")
     held = plan.quotas > 0
+    configured = source.config.lane_assignment
     for axes, routing in zip(figure.subplots(1, 2), ("permute", "modulo")):
         owners = lane_owners(source.config, plan.chunks, lanes, routing)
         per_lane = np.maximum(np.bincount(owners, minlength=lanes), 1)
         share = np.stack([np.bincount(owners, weights=held[:, c], minlength=lanes) / per_lane
                           for c in range(len(plan.names))])
         image = axes.imshow(share, aspect="auto", cmap="viridis", vmin=0.0, vmax=1.0)
-        axes.set(title=f"lane_assignment={routing!r}", xlabel="lane", yticks=range(len(plan.names)),
+        mark = " — this source's" if routing == configured else " — the alternative"
+        axes.set(title=f"lane_assignment={routing!r}{mark}", xlabel="lane", yticks=range(len(plan.names)),
                  yticklabels=plan.names)
         if lanes <= 16:
             for (c, lane), value in np.ndenumerate(share):
