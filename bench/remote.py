@@ -4,7 +4,7 @@
 generation on the first run); ``--quick`` a smoke run; ``--json PATH`` also writes the
 results. Figures are medians of at least five repeats (three with ``--quick``); ratios are
 medians of per-repeat ratios whose sides ran back to back in the same repeat. Targets are
-informational: the script always exits 0. Needs the ``zephon[torch]`` extra.
+informational: the script always exits 0. Needs the ``zephon-mixtures[torch]`` extra.
 """
 from __future__ import annotations
 

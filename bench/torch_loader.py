@@ -5,7 +5,7 @@ data generation on the first run); ``--quick`` a smoke run; ``--only SECTION`` (
 runs only ``pointers``, ``parquet``, ``checkpoints`` or ``mixture``; ``--json PATH`` also writes the
 results. Figures are medians of at least five repeats; ratios are medians of per-repeat
 ratios whose two sides ran back to back in the same repeat. Targets are informational: the
-script always exits 0. Needs the ``zephon[torch]`` extra.
+script always exits 0. Needs the ``zephon-mixtures[torch]`` extra.
 """
 from __future__ import annotations
 

@@ -6,7 +6,7 @@ implements the five required members; ``clone_for_lane`` keeps the base class's 
 deep copy). Chunk ``g`` of the global stream belongs to lane ``g % R``.
 
 The checks at the end are the ones to run on any source: ``zephon.testing`` (the
-``zephon[testing]`` extra) replays every checkpoint and checks that the lanes partition the
+``zephon-mixtures[testing]`` extra) replays every checkpoint and checks that the lanes partition the
 stream.
 """
 from zephon import Dataset, Pipeline, WorkChunk, WorkSource

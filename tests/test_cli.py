@@ -115,7 +115,7 @@ def test_shuffle_levels_separate_adjacent_samples_further_each_step():
 def test_plot_without_matplotlib_names_the_extra(small, monkeypatch, capsys):
     monkeypatch.setitem(sys.modules, "matplotlib", None)
     assert main(["preview", small, "--plot", "unused"]) == 2
-    assert "zephon[plot]" in capsys.readouterr().err
+    assert "zephon-mixtures[plot]" in capsys.readouterr().err
 
 
 def test_a_bad_config_is_one_line_naming_the_problem(tmp_path, capsys):

@@ -89,7 +89,7 @@ def test_not_an_arrow_file_names_it(tmp_path):
 
 @pytest.fixture
 def hf():
-    return pytest.importorskip("datasets", reason="the zephon[hf] extra (datasets) is not installed")
+    return pytest.importorskip("datasets", reason="the zephon-mixtures[hf] extra (datasets) is not installed")
 
 
 def saved(hf, path, rows=50, shards=3):

@@ -8,8 +8,8 @@ import pytest
 
 
 @pytest.mark.parametrize("package, dependency, extra", [
-    ("zephon.torch", "torch", "zephon[torch]"),
-    ("zephon.testing", "hypothesis", "zephon[testing]"),
+    ("zephon.torch", "torch", "zephon-mixtures[torch]"),
+    ("zephon.testing", "hypothesis", "zephon-mixtures[testing]"),
 ])
 def test_missing_extra_is_named(package: str, dependency: str, extra: str):
     code = (f"import sys; sys.modules[{dependency!r}] = None  # as if it were not installed\n"

@@ -6,7 +6,7 @@
 | :class:`StaticMixtureWorkSource` | datasets + weights → per-lane streams of work chunks |
 | :class:`WorkSource`, :class:`WorkChunk` | the source interface and its unit of work |
 | :class:`Pipeline` | items (records + ``_sample_id``, ``_component``) of a source, with ``map`` steps |
-| ``zephon.torch`` | the torch DataLoader, checkpoints and elastic resume (``zephon[torch]``) |
+| ``zephon.torch`` | the torch DataLoader, checkpoints and elastic resume (``zephon-mixtures[torch]``) |
 | ``zephon.core`` | the pure functional core: ``step(state, config) -> (chunk, state')`` |
 | ``zephon.testing`` | hypothesis strategies and replay assertions for your own suite |
 """

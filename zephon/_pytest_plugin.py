@@ -6,7 +6,7 @@ or the ``zephon_golden_dir`` ini option, relative to the root directory). A miss
 different file fails the test; ``pytest --zephon-update-golden`` writes the files instead.
 It lives outside ``zephon.testing`` and imports the kit only when the fixture is used,
 so a pytest session without hypothesis installed still starts; the fixture itself needs
-the ``zephon[testing]`` extra.
+the ``zephon-mixtures[testing]`` extra.
 """
 from __future__ import annotations
 

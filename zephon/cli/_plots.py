@@ -1,4 +1,4 @@
-"""The figures of ``zephon preview --plot DIR`` (matplotlib, the ``zephon[plot]`` extra).
+"""The figures of ``zephon preview --plot DIR`` (matplotlib, the ``zephon-mixtures[plot]`` extra).
 
 | file | shows |
 |---|---|

@@ -6,7 +6,7 @@ pointers, no records read; a token-aware mixture first measures its tokens per b
 stream's length, the chunks each lane gets, and how far a chunk, and a batch of ``--batch-size``
 samples (consecutive samples of one lane, as ``zephon.torch.DataLoader`` cuts them), stray from
 the mixture. ``--plot DIR`` writes PNG figures (needs the
-``zephon[plot]`` extra, matplotlib): see :mod:`zephon.cli._plots`.
+``zephon-mixtures[plot]`` extra, matplotlib): see :mod:`zephon.cli._plots`.
 """
 from __future__ import annotations
 
@@ -37,7 +37,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The preview's options."""
     parser.add_argument("config", help="a mixture config file (.toml or .json)")
     parser.add_argument("--lanes", type=int, default=8, help="canonical replicas to route chunks to (default 8)")
-    parser.add_argument("--plot", metavar="DIR", help="write PNG figures into DIR (needs zephon[plot])")
+    parser.add_argument("--plot", metavar="DIR", help="write PNG figures into DIR (needs zephon-mixtures[plot])")
     parser.add_argument("--max-chunks", type=int, default=MAX_CHUNKS,
                         help=f"plan at most this many global chunks (default {MAX_CHUNKS:,})")
     parser.add_argument("--batch-size", type=int, default=256,
@@ -78,7 +78,7 @@ def _plotting() -> ModuleType:
     try:
         import matplotlib  # noqa: F401
     except ImportError:
-        raise ImportError("--plot needs matplotlib: pip install 'zephon[plot]'") from None
+        raise ImportError("--plot needs matplotlib: pip install 'zephon-mixtures[plot]'") from None
     from zephon.cli import _plots
 
     return _plots

@@ -1,4 +1,4 @@
-"""Property-testing kit for zephon sources and pipelines (needs the ``zephon[testing]`` extra: hypothesis).
+"""Property-testing kit for zephon sources and pipelines (needs the ``zephon-mixtures[testing]`` extra: hypothesis).
 
 | use | for |
 |---|---|
@@ -26,7 +26,7 @@ try:
 except ModuleNotFoundError as missing:
     if missing.name != "hypothesis":
         raise
-    raise ImportError("zephon.testing needs hypothesis, which is not installed: pip install 'zephon[testing]'") \
+    raise ImportError("zephon.testing needs hypothesis, which is not installed: pip install 'zephon-mixtures[testing]'") \
         from missing
 
 from zephon.testing._assertions import (assert_lanes_partition, assert_mixture_prefix_bound, assert_passes_complete,

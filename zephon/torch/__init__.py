@@ -1,4 +1,4 @@
-"""zephon on torch: DataLoader, datasets and checkpoints (needs the ``zephon[torch]`` extra).
+"""zephon on torch: DataLoader, datasets and checkpoints (needs the ``zephon-mixtures[torch]`` extra).
 
 | use | for |
 |---|---|
@@ -18,7 +18,7 @@ try:
 except ModuleNotFoundError as missing:
     if missing.name != "torch":
         raise
-    raise ImportError("zephon.torch needs PyTorch, which is not installed: pip install 'zephon[torch]'") from missing
+    raise ImportError("zephon.torch needs PyTorch, which is not installed: pip install 'zephon-mixtures[torch]'") from missing
 
 from zephon.runtime import load_checkpoint, merge_states, migrate_checkpoint, save_checkpoint
 from zephon.torch._collate import collate
