@@ -226,3 +226,16 @@ def test_a_checkpoint_or_config_path_that_is_no_file_is_refused_by_name(tmp_path
         read = load_checkpoint if name == "ckpt" else StaticMixtureWorkSource.from_config
         with pytest.raises(ValueError, match=f"{path}' is {what}"):
             read(path)
+
+
+def test_a_writer_whose_lock_fails_leaves_no_descriptor_and_no_temporary_file(tmp_path, monkeypatch):
+    import zephon.io.atomic as atomic
+
+    def refuse(fd, operation):
+        raise OSError(errno.ENOLCK, "No locks available")
+
+    monkeypatch.setattr(atomic.fcntl, "flock", refuse)
+    before = len(os.listdir("/proc/self/fd"))
+    with pytest.raises(AtomicWriteError, match="No locks available|cannot create"):
+        write_atomically(tmp_path / "ckpt", b"new")
+    assert os.listdir(tmp_path) == [] and len(os.listdir("/proc/self/fd")) == before

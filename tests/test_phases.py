@@ -219,3 +219,33 @@ def test_a_resealed_state_whose_chunk_lies_past_its_phase_is_refused():
     with pytest.raises(ValueError, match=r"phase 0 at chunk 40, but phase 0 ends at chunk 3; .*corrupted"):
         make().load_state_dict(forged)
     make().load_state_dict(state)  # the real one restores
+
+
+def test_a_phase_that_ends_exactly_at_the_walk_limit_still_resolves(monkeypatch):
+    from zephon.core import phases as core_phases
+
+    monkeypatch.setattr(core_phases, "MAX_PHASE_WALK", 4096)
+    data = three_datasets()
+    source = PhasedMixtureWorkSource(data, [Phase({"web": 1}, until_chunk=4096), Phase({"web": 1, "math": 1})],
+                                     chunk_size=8, stop_after_passes=None, exhausted_policy="repeat")
+    assert source.phase_starts()[1] == 4096
+
+
+def test_token_mode_loads_reuse_the_resolved_phase_starts(monkeypatch):
+    from zephon.core import phases as core_phases
+
+    data = [Dataset.from_records(n, [[{"text": "x" * (k + 1) * size} for k in range(20)] for _ in range(3)])
+            for n, size in (("short", 2), ("long", 9))]
+    template = _primed(data, [Phase({"short": 1}, until_token=300), Phase({"short": 1, "long": 1})],
+                       TokenEstimation(primer=0.5))
+    lane = template.clone_for_lane(0, 1)
+    for _ in range(30):
+        lane.next_chunk()
+    state = lane.state_dict()
+    assert state["phase"] == 1
+    walks = []
+    real = core_phases._resolve_next
+    monkeypatch.setattr(core_phases, "_resolve_next", lambda *a: walks.append(1) or real(*a))
+    for _ in range(3):
+        template.clone_for_lane(0, 1).load_state_dict(state)
+    assert walks == []  # resolved once on the template, shared by its clones

@@ -120,6 +120,9 @@ def test_mixture_spec_normalized_is_a_property():
     with pytest.raises(TypeError):
         spec.normalized["a"] = 0.0  # read-only: the spec stays as it was
     assert spec.normalized["a"] == 0.75
+    import copy
+
+    assert pickle.loads(pickle.dumps(spec)) == spec == copy.deepcopy(spec)
 
 
 def test_mixture_spec_validates_against_components():

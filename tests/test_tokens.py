@@ -317,6 +317,7 @@ def test_a_cache_that_cannot_be_written_is_said_and_skipped(short_and_long, tmp_
 
 
 @pytest.mark.parametrize("entry", ['{"ratio": 1e300, "origin": "measured"}', '{"ratio": -2.0, "origin": "measured"}',
+                                   '{"ratio": 0.3, "origin": "guessed"}',
                                    "[" * 100_000 + "]" * 100_000])
 def test_a_damaged_ratio_cache_entry_is_measured_again(short_and_long, tmp_path, monkeypatch, entry):
     monkeypatch.setenv("ZEPHON_CACHE_DIR", str(tmp_path))
@@ -342,16 +343,17 @@ def _raising(record):
 
 
 @pytest.mark.parametrize("measure, cause", [
-    (_raising, r"the first skipped record raised KeyError: 'no such field: body'"),
+    (_raising, r"could be tokenized.*the first skipped record raised KeyError: 'no such field: body'"),
     (lambda record: 10**30, r"raised ValueError: a record's token count must be in 0 \.\. \d+"),
     (lambda record: -5, r"got -5"),
+    (lambda record: 0, r"measured 0 tokens per byte, outside 0"),
 ])
 def test_records_that_cannot_be_counted_fall_back_and_the_warning_names_why(short_and_long, tmp_path, monkeypatch,
                                                                            measure, cause):
     monkeypatch.setenv("ZEPHON_CACHE_DIR", str(tmp_path))
     data = [Dataset.from_path("short", short_and_long["short"])]
     source = StaticMixtureWorkSource(data, {"short": 1}, chunk_size=64, token_estimation=TokenEstimation(measure=measure))
-    with pytest.warns(RuntimeWarning, match=f"'short' falls back .*could be tokenized.*{cause}"):
+    with pytest.warns(RuntimeWarning, match=f"'short' falls back .*{cause}"):
         source.prime()
     assert source.config.datasets[0].ratio_origin == "fallback"
 

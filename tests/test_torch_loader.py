@@ -422,3 +422,8 @@ def test_pinning_walks_dicts_lists_tuples_and_namedtuples_and_leaves_the_rest(mo
     assert sorted(pinned) == [(2,), (3,), (4,), (5,)]
     assert type(out["pair"]) is Pair and out["pair"].mask[1] == "tag" and out["t"][1] == 7
     assert out["_component"] == ["a", "b"]
+    from collections import UserDict
+
+    encoding = UserDict({"input_ids": torch.ones(6)})  # a mapping of its own type, as tokenizers return
+    pinned_encoding = _pin(encoding)
+    assert type(pinned_encoding) is UserDict and pinned[-1] == (6,)

@@ -219,7 +219,7 @@ def _resolve_next(config: PhasedConfig, p: int, start: Start, first_chunk: int) 
         return _resolve_in_kernel(config.phases[p + 1], phase, kernel, bound, start, p, ends)
     g, samples, tokens, state = start.chunk_index, start.samples, start.tokens, start.state
     while not _reached(bound, g, samples, tokens):
-        if g - start.chunk_index >= MAX_TOKEN_PHASE_WALK:
+        if g - start.chunk_index > MAX_TOKEN_PHASE_WALK:
             raise _too_far(p, ends, MAX_TOKEN_PHASE_WALK, "MAX_TOKEN_PHASE_WALK")
         planned = plan(state, phase)
         if isinstance(planned, Ended):
@@ -268,7 +268,7 @@ def _resolve_in_kernel(following: SourceConfig, phase: SourceConfig, kernel: Sch
             return Start(row[0], row[1], 0, restart(following, state))
         if ended:
             return None
-        if g - start.chunk_index >= MAX_PHASE_WALK:
+        if g - start.chunk_index > MAX_PHASE_WALK:
             raise _too_far(p, ends, MAX_PHASE_WALK, "MAX_PHASE_WALK")
 
 

@@ -82,12 +82,16 @@ def _claim_temporary(directory: str, name: str) -> tuple[int, str]:
     abandoned and unlink it; then it is made again."""
     for _ in range(_CLAIMS):
         fd, temporary = tempfile.mkstemp(prefix=name + ".", suffix=SUFFIX, dir=directory)
-        fcntl.flock(fd, fcntl.LOCK_EX)  # waits while a cleaner holds it (an instant)
         try:
+            fcntl.flock(fd, fcntl.LOCK_EX)  # waits while a cleaner holds it (an instant)
             if os.stat(temporary).st_ino == os.fstat(fd).st_ino:
                 return fd, temporary
         except FileNotFoundError:
-            pass
+            pass  # a cleaner unlinked it: make another
+        except BaseException:
+            os.close(fd)
+            _remove(temporary)
+            raise
         os.close(fd)
     raise OSError(errno.EAGAIN, f"{_CLAIMS} temporary files in a row were removed by other writers")
 

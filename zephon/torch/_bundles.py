@@ -20,11 +20,12 @@ for batch-sized tensors is more than the batch.
 """
 from __future__ import annotations
 
+import copy
 import logging
 import os
 import pickle
 import threading
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, Mapping, MutableMapping
 
 import numpy as np
 import torch
@@ -44,14 +45,19 @@ log = logging.getLogger("zephon")
 
 
 def _pin(data: Any) -> Any:
-    """``data`` with its CPU tensors in pinned memory, through dicts, lists and tuples (as
+    """``data`` with its CPU tensors in pinned memory, through mappings, lists and tuples (as a
     collate makes batches); anything else with a ``pin_memory()`` method is asked to pin itself."""
     if isinstance(data, torch.Tensor):
         return data.pin_memory()
     if isinstance(data, (str, bytes)):
         return data
-    if isinstance(data, dict):
-        return {key: _pin(value) for key, value in data.items()}
+    if isinstance(data, Mapping):
+        pinned = {key: _pin(value) for key, value in data.items()}
+        if isinstance(data, MutableMapping):  # keep the mapping's own type (a UserDict, a BatchEncoding)
+            clone = copy.copy(data)
+            clone.update(pinned)
+            return clone
+        return pinned
     if isinstance(data, tuple) and hasattr(data, "_fields"):  # a namedtuple
         return type(data)(*(_pin(value) for value in data))
     if isinstance(data, (list, tuple)):

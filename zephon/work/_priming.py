@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from zephon.core.config import FALLBACK, MEASURED
+from zephon.core.config import FALLBACK, MEASURED, ORIGINS
 from zephon.core.keys import DOMAIN_CALIBRATION, derive, purpose_key
 from zephon.core.perm import perm_range
 from zephon.io import Dataset
@@ -123,9 +123,9 @@ def measure_ratio(dataset: Dataset, dataset_id: int, estimation: TokenEstimation
         return _fallback(dataset, estimation, f"only {measured} records could be tokenized ({skipped} skipped), "
                                               f"{needed} needed{cause}")
     ratio = float(np.mean(estimates))
-    if not ratio <= MAX_TOKEN_RATIO:
-        return _fallback(dataset, estimation, f"it measured {ratio:.3g} tokens per byte, more than the "
-                                              f"{MAX_TOKEN_RATIO} of zephon.limits.MAX_TOKEN_RATIO")
+    if not 0 < ratio <= MAX_TOKEN_RATIO:
+        return _fallback(dataset, estimation, f"it measured {ratio:.3g} tokens per byte, outside 0 .. "
+                                              f"{MAX_TOKEN_RATIO} (zephon.limits.MAX_TOKEN_RATIO)")
     spread = float(np.std(estimates, ddof=1) / math.sqrt(len(estimates))) if len(estimates) > 1 else math.inf
     logger.info("tokens/byte of dataset %r: %.6g, standard error %.3g (%d shard draws, %d records, %d skipped)",
                 dataset.name, ratio, spread, len(estimates), measured, skipped)
@@ -160,10 +160,10 @@ def cached_ratio(dataset: Dataset, dataset_id: int, estimation: TokenEstimation,
     if path is not None and path.exists():
         try:
             saved = json.loads(path.read_text())
-            ratio = float(saved["ratio"])
-            if 0 < ratio <= MAX_TOKEN_RATIO:
-                return ratio, str(saved["origin"])
-        except (ValueError, KeyError, TypeError, RecursionError):
+            ratio, origin = float(saved["ratio"]), saved["origin"]
+            if 0 < ratio <= MAX_TOKEN_RATIO and origin in ORIGINS:
+                return ratio, origin
+        except (ValueError, KeyError, TypeError, RecursionError, OSError):
             pass  # a damaged cache entry is measured again and rewritten
     ratio, origin = measure_ratio(dataset, dataset_id, estimation, seed, progress)
     if path is not None:

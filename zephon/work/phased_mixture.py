@@ -249,6 +249,9 @@ class PhasedMixtureWorkSource(MixtureShell):
         """The config (this source's by default) with these token ratios in every phase, each
         phase checked for liveness."""
         config = config or self._config
+        if all((d.token_ratio, d.ratio_origin) == ratios.get(d.name, (d.token_ratio, d.ratio_origin))
+               for d in config.phases[0].datasets):
+            return config  # the same ratios: keep the resolved phase starts (a walk in token mode)
         updated = tuple(with_ratios(phase, ratios) for phase in config.phases)
         for k, phase in enumerate(updated):
             _check_phase(phase, k)

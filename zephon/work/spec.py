@@ -49,6 +49,9 @@ class MixtureSpec:
         object.__setattr__(self, "weights", checked)
         object.__setattr__(self, "_normalized", MappingProxyType(_normalise(checked)))
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        return MixtureSpec, (dict(self.weights),)  # the read-only view is made again, not pickled
+
     @property
     def normalized(self) -> Mapping[str, float]:
         """Weights divided by their sum (taken in insertion order): computed once, the same
