@@ -20,7 +20,7 @@ def collate(items: Sequence[Any]) -> Any:
 
 def collate_rows(items: Sequence[Any], sample_ids: np.ndarray | None) -> Any:
     """:func:`collate`, with the items' ``_sample_id`` rows given as an ``(n, 3)`` int64 array
-    (the loader has them; the tensor is then made without a list of tuples)."""
+    of the batch's own (the batch's tensor shares it: no list of tuples, no copy)."""
     if not items:
         raise ValueError("collate: cannot make a batch of no items")
     first = items[0]
@@ -29,7 +29,7 @@ def collate_rows(items: Sequence[Any], sample_ids: np.ndarray | None) -> Any:
     out: dict[str, Any] = {}
     for key in first:
         if key == KEY_SAMPLE_ID and sample_ids is not None:
-            out[key] = torch.from_numpy(np.array(sample_ids, dtype=np.int64))
+            out[key] = torch.from_numpy(np.asarray(sample_ids, dtype=np.int64))
             continue
         try:
             values = [item[key] for item in items]
