@@ -1,42 +1,61 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True, initializedcheck=False
-"""The component names of a bundle's batches: one list per batch, made in one pass.
+"""The component names of a bundle's batches, one list per batch, made when the batch is.
 
 Defined by zephon/runtime/pipeline.py::split_names_reference: batch ``k`` gets the names of
 ``ids[bounds[k]:bounds[k + 1]]``. The trainer hands every batch its list of names; made
 through numpy (an object array, ``tolist``, a slice per batch) they cost it more than the
-batches' pointers do, so here each list is filled at once from the names' tuple.
+batches' pointers do. Made all at once, a bundle's lists wait in the garbage collector's
+youngest generation and every collection walks their names; so each list is filled when its
+batch is handed out, straight from the names' tuple.
 """
-from cpython.list cimport PyList_New, PyList_SET_ITEM
-from cpython.ref cimport PyObject, Py_INCREF
-from cpython.tuple cimport PyTuple_GET_ITEM
+from cpython.list cimport PyList_New
+from cpython.ref cimport PyObject
+from cpython.sequence cimport PySequence_Fast_ITEMS
 from libc.stdint cimport int32_t, int64_t
 
-ctypedef fused id_t:
-    int32_t
-    int64_t
+
+cdef extern from "Python.h":  # the macros on raw pointers: no reference juggling per name
+    void incref "Py_INCREF"(PyObject*)
+    void set_item "PyList_SET_ITEM"(object, Py_ssize_t, PyObject*)
+
+import numpy as np
 
 
-def split_names(tuple names, const id_t[::1] ids, const int64_t[::1] bounds):
-    """``[[names[i] for i in ids[a:b]] for a, b in zip(bounds, bounds[1:])]``: ``bounds`` must
-    not fall, lie in ``0 .. len(ids)``, and every id they span must index ``names``."""
-    cdef Py_ssize_t k, j, a, b, units = max(bounds.shape[0] - 1, 0), kinds = len(names)
-    cdef id_t i
-    cdef list out = PyList_New(units), batch
-    cdef object name
-    for k in range(bounds.shape[0]):
-        if bounds[k] < (bounds[k - 1] if k else 0) or bounds[k] > ids.shape[0]:
-            raise ValueError(f"split_names: bounds[{k}] = {bounds[k]} is outside {bounds[k - 1] if k else 0} .. "
-                             f"{ids.shape[0]}")
-    for k in range(units):
-        a, b = bounds[k], bounds[k + 1]
-        batch = PyList_New(b - a)
-        for j in range(a, b):
-            i = ids[j]
-            if i < 0 or i >= kinds:
-                raise ValueError(f"split_names: ids[{j}] = {i} names no component (there are {kinds})")
-            name = <object>PyTuple_GET_ITEM(names, i)
-            Py_INCREF(name)
-            PyList_SET_ITEM(batch, j - a, name)
-        Py_INCREF(batch)
-        PyList_SET_ITEM(out, k, batch)
-    return out
+cdef class BatchNames:
+    """``BatchNames(names, ids, bounds)[k] == [names[i] for i in ids[bounds[k]:bounds[k + 1]]]``:
+    ``bounds`` must not fall and lie in ``0 .. len(ids)`` (checked here), and every id of a
+    batch must index ``names`` (checked when the batch is made)."""
+
+    cdef tuple names
+    cdef const int32_t[::1] ids
+    cdef const int64_t[::1] bounds
+
+    def __init__(self, tuple names, ids, bounds):
+        self.names = names
+        self.ids = np.asarray(ids, dtype=np.int32)
+        self.bounds = np.asarray(bounds, dtype=np.int64)
+        cdef Py_ssize_t k
+        cdef int64_t low = 0
+        for k in range(self.bounds.shape[0]):
+            if self.bounds[k] < low or self.bounds[k] > self.ids.shape[0]:
+                raise ValueError(f"BatchNames: bounds[{k}] = {self.bounds[k]} is outside {low} .. {self.ids.shape[0]}")
+            low = self.bounds[k]
+
+    def __len__(self):
+        return max(self.bounds.shape[0] - 1, 0)
+
+    def __getitem__(self, Py_ssize_t k):
+        if k < 0 or k >= self.bounds.shape[0] - 1:
+            raise IndexError(f"BatchNames: batch {k} of {len(self)}")
+        cdef Py_ssize_t j, a = self.bounds[k], n = self.bounds[k + 1] - a, kinds = len(self.names)
+        cdef const int32_t* ids = &self.ids[a] if n else NULL
+        cdef PyObject** names = PySequence_Fast_ITEMS(self.names)
+        cdef list batch = PyList_New(n)
+        cdef PyObject* name
+        for j in range(n):
+            if ids[j] < 0 or ids[j] >= kinds:
+                raise ValueError(f"BatchNames: ids[{a + j}] = {ids[j]} names no component (there are {kinds})")
+            name = names[ids[j]]
+            incref(name)
+            set_item(batch, j, name)
+        return batch

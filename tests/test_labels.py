@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from zephon._ext.labels import split_names
+from zephon._ext.labels import BatchNames
 from zephon.runtime.pipeline import split_names_reference
 
 
@@ -22,17 +22,20 @@ def batches(draw: st.DrawFn) -> tuple[tuple, np.ndarray, np.ndarray]:
 @given(batches())
 def test_the_kernel_matches_its_twin(case):
     names, ids, bounds = case
-    got = split_names(names, ids, bounds)
+    batches = BatchNames(names, ids, bounds)
+    got = [batches[k] for k in range(len(batches))]
     assert got == split_names_reference(names, ids, bounds.tolist())
     assert all(type(batch) is list for batch in got) and len(got) == max(len(bounds) - 1, 0)
+    with pytest.raises(IndexError):
+        batches[len(batches)]
 
 
 def test_ids_without_a_name_and_falling_or_outside_bounds_are_refused():
     with pytest.raises(ValueError, match=r"ids\[2\] = 5 names no component \(there are 2\)"):
-        split_names(("a", "b"), np.array([0, 1, 5], dtype=np.int64), np.array([0, 3]))
+        BatchNames(("a", "b"), np.array([0, 1, 5], dtype=np.int64), np.array([0, 3]))[0]
     with pytest.raises(ValueError, match=r"ids\[0\] = -1"):
-        split_names(("a",), np.array([-1], dtype=np.int32), np.array([0, 1]))
+        BatchNames(("a",), np.array([-1], dtype=np.int32), np.array([0, 1]))[0]
     with pytest.raises(ValueError, match=r"bounds\[1\] = 1 is outside 2 \.\. 3"):
-        split_names(("a",), np.zeros(3, dtype=np.int64), np.array([2, 1]))
+        BatchNames(("a",), np.zeros(3, dtype=np.int64), np.array([2, 1]))
     with pytest.raises(ValueError, match=r"bounds\[1\] = 4 is outside 0 \.\. 3"):
-        split_names(("a",), np.zeros(3, dtype=np.int64), np.array([0, 4]))
+        BatchNames(("a",), np.zeros(3, dtype=np.int64), np.array([0, 4]))

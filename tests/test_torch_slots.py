@@ -1,9 +1,10 @@
 """The shared-memory slots that carry pointer bundles from DataLoader workers: what goes in comes
-out, a worker never overwrites a slot the trainer has not copied, and closing frees a waiting worker."""
+out, a slot stays leased while any view of it lives (a worker never overwrites one), and a
+worker that finds no free slot is told at once (it sends through the pipe instead)."""
 from __future__ import annotations
 
+import gc
 import multiprocessing
-import threading
 
 import numpy as np
 import pytest
@@ -13,50 +14,66 @@ from hypothesis.extra import numpy as hnp
 
 pytest.importorskip("torch")
 
-from zephon.torch import _slots  # noqa: E402
-from zephon.torch._slots import SLOTS, Slots, take  # noqa: E402
+from zephon.torch import _bundles  # noqa: E402
+from zephon.torch._slots import Slots, take  # noqa: E402
 
 CAPACITY = 64
+COUNT = 3
 
 
-@pytest.fixture(scope="module")
-def slots():
-    return Slots(2, CAPACITY, multiprocessing.get_context("fork"))
+def _put(slots: Slots, worker: int, pieces: list[tuple[np.ndarray, np.ndarray]]) -> tuple[int, int, int] | None:
+    """What a worker does with a bundle: claim a slot, write the pieces, carry the slot's number."""
+    slot = slots.claim(worker)
+    return None if slot is None else slots.carried(slot, slots.write(worker, slot, 0, pieces))
 
 
-@given(n=st.integers(0, CAPACITY), worker=st.integers(0, 1), data=st.data())
-def test_a_bundle_comes_out_of_its_slot_as_it_went_in(slots, n, worker, data):
+def _pieces(data: st.DataObject, n: int) -> list[tuple[np.ndarray, np.ndarray]]:
     pointers = data.draw(hnp.arrays(np.int64, (n, 3)))
-    components = data.draw(hnp.arrays(np.int32, n))
-    carried = slots.put(worker, pointers, components)
-    assert carried is not None and carried[2] == n
-    got_pointers, got_components = take(worker, carried)
-    assert got_pointers.numpy().tolist() == pointers.tolist()
-    assert got_components.tolist() == components.tolist()
-    got_pointers[...] = 0  # the trainer's copy: changing it leaves the slot alone
-    assert slots._views(worker, carried[1], n)[0].tolist() == pointers.tolist()
+    components = data.draw(hnp.arrays(np.int64, n, elements=st.integers(0, 2**31 - 1)))
+    cuts = sorted(data.draw(st.lists(st.integers(0, n), max_size=3)))
+    return [(pointers[a:b], components[a:b]) for a, b in zip([0, *cuts], [*cuts, n])]
 
 
-def test_a_worker_waits_for_a_free_slot_and_stops_waiting_once_closed(monkeypatch):
-    monkeypatch.setattr(_slots, "WAIT", 0.01)
-    slots = Slots(1, 4, multiprocessing.get_context("fork"))
-    full = [slots.put(0, np.full((4, 3), k), np.full(4, k, dtype=np.int32)) for k in range(SLOTS)]
-    assert [c[1] for c in full] == list(range(SLOTS))
-    written: list = []
-    writer = threading.Thread(target=lambda: written.append(slots.put(0, np.full((4, 3), 9), np.zeros(4, np.int32))))
-    writer.start()
-    writer.join(0.2)
-    assert writer.is_alive() and not written  # every slot holds a bundle the trainer has not copied
-    pointers, _ = take(0, full[0])
-    writer.join(5)
-    assert pointers.unique().tolist() == [0]  # copied before the waiting worker wrote into its slot
-    assert written and written[0][1] == full[0][1]
-    waiting: list = []
-    blocked = threading.Thread(target=lambda: waiting.append(slots.put(0, np.zeros((1, 3)), np.zeros(1, np.int32))))
-    blocked.start()
-    slots.close()
-    blocked.join(5)
-    assert waiting == [None]
+@given(ops=st.lists(st.one_of(st.integers(0, CAPACITY), st.tuples(st.just("drop"), st.integers(0, 9))), max_size=30),
+       worker=st.integers(0, 1), data=st.data())
+def test_leased_slots_keep_their_bundles_and_a_full_worker_is_told_at_once(ops, worker, data):
+    slots = Slots(2, CAPACITY, COUNT, multiprocessing.get_context("fork"))
+    live: list[tuple[object, np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
+    for op in ops:
+        if isinstance(op, tuple):
+            if live:
+                live.pop(op[1] % len(live))
+                gc.collect()
+        else:
+            pieces = _pieces(data, op)
+            carried = _put(slots, worker, pieces)
+            if len(live) == COUNT:
+                assert carried is None  # every slot is leased: no wait, no overwrite
+                continue
+            assert carried is not None and carried[2] == op
+            pointers, components = take(worker, carried)
+            expected_pointers = np.concatenate([p for p, _ in pieces]) if pieces else np.zeros((0, 3), np.int64)
+            expected_components = np.concatenate([c for _, c in pieces]) if pieces else np.zeros(0, np.int64)
+            live.append((carried, pointers, components, expected_pointers, expected_components))
+        for _, pointers, components, expected_pointers, expected_components in live:
+            assert pointers.numpy().tolist() == expected_pointers.tolist()
+            assert components.tolist() == expected_components.tolist()
+    assert len({carried[1] for carried, *_ in live}) == len(live)  # live leases hold distinct slots
+
+
+def test_a_slot_is_freed_when_its_last_view_is_gone():
+    import torch
+
+    slots = Slots(1, 8, 1, multiprocessing.get_context("fork"))
+    pieces = [(np.arange(24, dtype=np.int64).reshape(8, 3), np.arange(8, dtype=np.int64))]
+    pointers, components = take(0, _put(slots, 0, pieces))
+    batches = torch.split(pointers, [4, 4])
+    del pointers
+    assert _put(slots, 0, pieces) is None
+    del batches
+    assert _put(slots, 0, pieces) is None  # the component ids still view the slot
+    del components
+    assert _put(slots, 0, pieces) is not None
 
 
 def _pointer_batches(workers):
@@ -66,6 +83,35 @@ def _pointer_batches(workers):
     source = StaticMixtureWorkSource([Dataset.from_counts("a", [50] * 4)], {"a": 1.0}, chunk_size=16, seed=2)
     return [b["_sample_id"].tolist() for b in zt.DataLoader(Pipeline(source), batch_size=8, num_workers=workers,
                                                                    canonical_replicas=2)]
+
+
+def test_a_loop_that_keeps_every_batch_gets_the_same_batches(monkeypatch):
+    import zephon.torch as zt
+    from zephon import Dataset, Pipeline, StaticMixtureWorkSource
+
+    monkeypatch.setattr(_bundles, "SLOT_BUNDLE", 16)  # many bundles: the slots run out, the pipe takes over
+    source = StaticMixtureWorkSource([Dataset.from_counts("a", [50] * 4)], {"a": 1.0}, chunk_size=16, seed=2)
+    kept = [b["_sample_id"] for b in zt.DataLoader(Pipeline(source), batch_size=8, num_workers=2, canonical_replicas=2)]
+    assert [b.tolist() for b in kept] == _pointer_batches(0)
+
+
+@pytest.mark.parametrize("drop_last", [False, True])
+def test_slots_filled_a_part_at_a_time_give_the_batches_of_whole_bundles(monkeypatch, drop_last):
+    import zephon.torch as zt
+    from zephon import Dataset, Pipeline, StaticMixtureWorkSource
+
+    def run(workers):
+        source = StaticMixtureWorkSource([Dataset.from_counts("a", [53, 41]), Dataset.from_counts("b", [37])],
+                                         {"a": 0.7, "b": 0.3}, chunk_size=11, seed=5)  # short turns mid-stream
+        loader = zt.DataLoader(Pipeline(source), batch_size=6, num_workers=workers, canonical_replicas=4,
+                               drop_last=drop_last)
+        batches = [(b["_sample_id"].tolist(), b["_component"]) for b in loader]
+        return batches, loader.stats(), loader.state_dict()
+
+    whole = run(2)  # each reader's lanes fit in one part and one slot
+    monkeypatch.setattr(_bundles, "POINTER_BUNDLE", 8)  # parts of one batch, slots of six
+    monkeypatch.setattr(_bundles, "SLOT_BUNDLE", 40)
+    assert run(2) == whole
 
 
 def _forked_trainer(out):

@@ -25,13 +25,15 @@ from zephon.runtime._migrate import migrate_checkpoint
 from zephon.runtime._state import KIND as LOADER_STATE_KIND
 from zephon.runtime._state import DatasetRecord, LoaderState, LoaderStateDict, make_state, merge_states, parse_state
 from zephon.runtime._stats import DatasetStatsDict, LoaderStats, LoaderStatsDict
-from zephon.runtime._stream import DROPPED, SERVED, Entry, Event, Items, ItemStream, LaneMux, Segment, Tracker, initial_entries
+from zephon.runtime._stream import (
+    DROPPED, SERVED, Entry, Event, Items, ItemStream, LaneMux, Piece, Segment, Tracker, initial_entries, joined,
+)
 from zephon.runtime.pipeline import KEY_COMPONENT, KEY_SAMPLE_ID, Pipeline
 
 __all__ = [
     "CONTIGUOUS", "DROPPED", "DatasetStatsDict", "Even", "EvenBatchesDict", "LoaderStats", "LoaderStatsDict", "RankCount", "count_rank", "count_ranks", "countable", "even_target",
     "maybe_finite", "DatasetRecord", "Entry", "Event", "INTERLEAVED", "ItemStream", "Items", "KEY_COMPONENT", "KEY_SAMPLE_ID", "LOADER_STATE_KIND",
-    "LaneBook", "LaneMux", "LoaderState", "LoaderStateDict", "MAPPINGS", "Pipeline", "SERVED", "Segment", "Tracker", "initial_entries",
+    "LaneBook", "LaneMux", "LoaderState", "LoaderStateDict", "MAPPINGS", "Piece", "Pipeline", "SERVED", "Segment", "Tracker", "initial_entries",
     "load_checkpoint", "log_once", "make_state", "merge_states", "migrate_checkpoint", "parse_state", "rank_lanes",
-    "save_checkpoint", "worker_lanes",
+    "joined", "save_checkpoint", "worker_lanes",
 ]

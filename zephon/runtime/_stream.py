@@ -32,6 +32,7 @@ either way.
 from __future__ import annotations
 
 import weakref
+from collections import deque
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Mapping, Protocol, Sequence
 
@@ -126,6 +127,20 @@ class _Lane:
         self.fed = False  # the chunk in flight was fed to the readahead as the next chunk
 
 
+Piece = tuple[np.ndarray, np.ndarray]  # consecutive samples: pointers (k, 3) and component ids (k,)
+
+
+def joined(pieces: Sequence[Piece]) -> Piece:
+    """Consecutive pieces as one contiguous ``(pointers, component ids)`` pair."""
+    if len(pieces) == 1:
+        pointers, components = pieces[0]
+    elif not pieces:
+        pointers, components = np.zeros((0, 3), dtype=np.int64), np.zeros(0, dtype=np.int64)
+    else:
+        pointers, components = np.concatenate([p for p, _ in pieces]), np.concatenate([c for _, c in pieces])
+    return np.ascontiguousarray(pointers), np.ascontiguousarray(components)
+
+
 def component_table(vocabulary: Mapping[str, int]) -> dict[str, int]:
     """Check a source's ``component_ids()``: unique non-negative int ids."""
     table = dict(vocabulary)
@@ -157,7 +172,7 @@ class LaneMux:
         self._offsets: dict[int, int] = {}  # lane -> samples of its current chunk already generated
         self.position = 0  # samples handed out by take()
         self._frontier = 0  # samples generated
-        self._carry: list[tuple[np.ndarray, np.ndarray]] = []
+        self._carry: deque[Piece] = deque()
         self._pending = 0  # samples in the carry
         self._turns: list[int] = []  # lengths of the turns in the carry (unit > 1)
         self._segments: list[Segment] = []
@@ -184,6 +199,11 @@ class LaneMux:
         self._active = first + rest
         self._turn = len(first) % max(1, len(self._active))  # the index of the lane whose turn is next
         self._segments.append(Segment(0, tuple(slot.lane for slot in self._active), unit, self._turn))
+
+    @property
+    def unit(self) -> int:
+        """Samples per turn."""
+        return self._unit
 
     @property
     def exhausted(self) -> bool:
@@ -325,6 +345,12 @@ class LaneMux:
         """The next whole turns, at most ``n`` samples of them (one turn at least; fewer only at the
         end): ``(pointers (k, 3), component ids (k,), turn lengths)``. ``n`` should be a multiple
         of ``unit``."""
+        pieces, turns = self.take_pieces(n)
+        return (*joined(pieces), turns)
+
+    def take_pieces(self, n: int) -> tuple[list[Piece], np.ndarray]:
+        """:meth:`take` with the samples as consecutive ``(pointers, component ids)`` pieces,
+        for a caller that copies them anyway (joining them would copy them once more)."""
         if self._pending < n:
             self._generate(n - self._pending)
         if self._unit == 1:
@@ -337,25 +363,26 @@ class LaneMux:
                 count += 1
             turns = np.array(self._turns[:count], dtype=np.int64)
             del self._turns[:count]
-        pointers, components = self._cut(k)
+        pieces = self._cut(k)
         self.position += k
         if not k and self.exhausted and self.readahead is not None:  # the end (else closed when collected)
             self.readahead.close()
-        return pointers, components, turns
+        return pieces, turns
 
-    def _cut(self, k: int) -> tuple[np.ndarray, np.ndarray]:
+    def _cut(self, k: int) -> list[Piece]:
         """The first ``k`` samples of the carry, removed from it."""
         self._pending -= k
-        if len(self._carry) == 1 and len(self._carry[0][0]) == k:
-            pointers, components = self._carry.pop()
-        elif not k:
-            pointers, components = np.zeros((0, 3), dtype=np.int64), np.zeros(0, dtype=np.int64)
-        else:
-            pointers = np.concatenate([p for p, _ in self._carry])
-            components = np.concatenate([c for _, c in self._carry])
-            self._carry = [(pointers[k:], components[k:])] if len(pointers) > k else []
-            pointers, components = pointers[:k], components[:k]
-        return np.ascontiguousarray(pointers), np.ascontiguousarray(components)
+        out: list[Piece] = []
+        while k:
+            pointers, components = self._carry[0]
+            if len(pointers) <= k:
+                out.append(self._carry.popleft())
+                k -= len(pointers)
+            else:
+                out.append((pointers[:k], components[:k]))
+                self._carry[0] = (pointers[k:], components[k:])
+                k = 0
+        return out
 
     def drain(self) -> tuple[list[Segment], list[Event]]:
         """The segments and events recorded since the last drain (they cover every sample taken)."""

@@ -23,7 +23,7 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import numpy as np
 
-from zephon._ext.labels import split_names
+from zephon._ext.labels import BatchNames
 from zephon.io import Readahead, fetch
 from zephon.runtime._stream import DROPPED, ItemStream, component_table, initial_entries
 from zephon.work import WorkSource, by_value
@@ -126,6 +126,7 @@ class Pipeline:
         for name, i in self._vocabulary.items():
             names[i] = name
         self._names = names
+        self._name_tuple: tuple[str | None, ...] = tuple(names.tolist())  # unused ids have None
         datasets = dict(work_source.datasets_by_id)
         self._datasets = datasets
         readable = np.zeros(max(datasets, default=-1) + 1, dtype=bool)
@@ -218,10 +219,10 @@ class Pipeline:
         names: list[str] = self._names[ids].tolist()
         return names
 
-    def batch_names(self, ids: np.ndarray, bounds: Sequence[int]) -> list[list[str]]:
-        """Per batch, the names of its samples' component ids: batch ``k`` holds
-        ``ids[bounds[k]:bounds[k + 1]]`` (int32 or int64 ids)."""
-        return split_names(tuple(self._names.tolist()), ids, np.asarray(bounds, dtype=np.int64))
+    def batch_names(self, ids: np.ndarray, bounds: Sequence[int]) -> BatchNames:
+        """Per batch, the names of its samples' component ids, each list made when indexed:
+        batch ``k`` holds ``ids[bounds[k]:bounds[k + 1]]``."""
+        return BatchNames(self._name_tuple, ids, bounds)
 
     @property
     def is_indexable(self) -> bool:
@@ -338,5 +339,5 @@ class Pipeline:
 
 
 def split_names_reference(names: Sequence[Any], ids: np.ndarray, bounds: Sequence[int]) -> list[list[Any]]:
-    """What the labels kernel's ``split_names`` returns (pure): per batch the names of its ids."""
+    """What the labels kernel's ``BatchNames`` holds (pure): per batch the names of its ids."""
     return [[names[i] for i in ids[a:b].tolist()] for a, b in zip(bounds, bounds[1:])]

@@ -10,7 +10,8 @@ reassembles them (``zephon.torch._iterator``).
 Count-only pipelines without map steps take a fast path: a bundle is one pointer array that
 the main process splits into batches at the bundle's ``bounds`` (and counts a bundle's
 components once, not per batch). From a worker it travels in a shared-memory slot
-(``zephon.torch._slots``), the bundle carrying only the slot's number.
+(``zephon.torch._slots``), the bundle carrying only the slot's number, and its batches are
+views of that slot.
 
 A :class:`Readers` dataset and its :class:`Plan` travel to workers started by "spawn" or
 "forkserver" by pickle, and every :class:`Bundle` comes back by pickle. The tensors of the
@@ -31,13 +32,16 @@ import numpy as np
 import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
-from zephon.runtime import DROPPED, KEY_COMPONENT, KEY_SAMPLE_ID, Entry, Event, LaneMux, Pipeline, Segment
+from zephon.runtime import (
+    DROPPED, KEY_COMPONENT, KEY_SAMPLE_ID, Entry, Event, LaneMux, Piece, Pipeline, Segment, joined,
+)
 from zephon.torch._collate import collate_rows, columnar_batch
 from zephon.torch._slots import Slots, take
 from zephon.torch._topology import current_worker
 from zephon.torch._workers import freeze_inherited, guard_worker
 
-POINTER_BUNDLE = 16384  # samples per bundle on the pointer fast path
+POINTER_BUNDLE = 16384  # samples per bundle on the pointer fast path (they stay in cache as the trainer splits them)
+SLOT_BUNDLE = 65536  # samples per shared-memory slot: fewer bundles, each with its fixed cost to the trainer
 PIPE_BYTES = 1 << 20  # the workers' result pipe, widened to this (Linux's default ceiling for a user)
 SHIP_BYTES = 256 << 10  # tensors up to this size cross from workers as numpy arrays (``ship``)
 RECORD_BUNDLE = 2048  # samples per bundle when records are read
@@ -94,8 +98,8 @@ class Bundle:
             setattr(self, k, v.array if type(v) is _Wire else v)
 
     def land(self) -> Bundle:
-        """In the main process: the pointers out of their shared slot, and the units' tensors
-        back from their trip as numpy arrays."""
+        """In the main process: the pointers as a tensor over their shared slot, and the units'
+        tensors back from their trip as numpy arrays."""
         if self.slot is not None:
             self.pointers, self.components = take(self.worker, self.slot)
             self.slot = None
@@ -125,10 +129,18 @@ class Plan:
         self.pointer_path = pipeline.pointer_only and collate_fn is None
         self.columnar = pipeline.columnar and collate_fn is None and batch_size is not None
         self.trainer = os.getpid()  # the process the workers must not outlive
-        unit = batch_size or 1
-        self.bundle_size = max(1, (POINTER_BUNDLE if self.pointer_path else RECORD_BUNDLE) // unit) * unit  # samples
+        self.bundle_size = self._whole_units(POINTER_BUNDLE if self.pointer_path else RECORD_BUNDLE)  # samples
         self.slots: Slots | None = None  # set when workers send pointer bundles through shared memory
         self.main_thread = threading.current_thread() is threading.main_thread()  # where workers start
+
+    def _whole_units(self, samples: int) -> int:
+        """About ``samples``, in whole batches (at least one)."""
+        unit = self.batch_size or 1
+        return max(1, samples // unit) * unit
+
+    def share_pointers(self, readers: int, count: int, context: Any) -> None:
+        """Send pointer bundles from forked workers through ``count`` shared-memory slots per reader."""
+        self.slots = Slots(readers, self._whole_units(SLOT_BUNDLE), count, context)
 
 
 class Readers(IterableDataset[Bundle]):
@@ -172,31 +184,85 @@ def bundles(plan: Plan, worker: int) -> Iterator[Bundle]:
     slots = plan.slots if in_worker else None
     try:
         while True:
-            start = mux.position
-            pointers, components, turns = mux.take(plan.bundle_size)
-            last = mux.exhausted
-            bundle = Bundle(worker, start, *mux.drain(), last)
-            bundle.stop = start + len(pointers)
-            if size is not None:
-                spans = batch_spans(turns, size, plan.drop_last)
-                bundle.ends, bundle.skipped = _ends(spans, start, len(pointers))
-                pointers, components, spans = _kept(pointers, components, spans)
-                bundle.bounds = [0, *(b for _, b in spans)]
-            if plan.pointer_path:
-                if not _pointers(bundle, pointers, components, slots):
-                    return  # the trainer closed the iteration
-            elif size is None:
-                _items(bundle, plan, pointers, components)
-            else:
-                _batches(bundle, plan, pointers, components, spans)
+            bundle = _next_bundle(mux, plan, worker, slots)
             if in_worker and bundle.units is not None:
                 bundle.units, bundle.shipped = [ship(unit) for unit in bundle.units], True
             yield bundle
-            if last:
+            if bundle.last:
                 return
     finally:
         for release in releases:
             release()
+
+
+def _next_bundle(mux: LaneMux, plan: Plan, worker: int, slots: Slots | None) -> Bundle:
+    """The reader's next bundle: into a free shared slot when there is one (pointers from a
+    forked worker), else ``plan.bundle_size`` samples in the bundle itself."""
+    slot = None if slots is None else slots.claim(worker)
+    if slots is not None:
+        return _slot_bundle(mux, plan, worker, slots, slot) if slot is not None else _piped(mux, plan, worker, slots)
+    start = mux.position
+    pieces, turns = mux.take_pieces(plan.bundle_size)
+    bundle, keep, spans = _framed(mux, plan, worker, start, sum(len(c) for _, c in pieces), turns)
+    pointers, components = joined(pieces)
+    if keep is not None:
+        pointers, components = pointers[keep], components[keep]
+    if plan.pointer_path:
+        bundle.pointers, bundle.components = pointers, components
+    elif plan.batch_size is None:
+        _items(bundle, plan, pointers, components)
+    else:
+        _batches(bundle, plan, pointers, components, spans)
+    return bundle
+
+
+def _slot_bundle(mux: LaneMux, plan: Plan, worker: int, slots: Slots, slot: int) -> Bundle:
+    """A bundle of pointers written into the claimed ``slot``, which it carries in their place."""
+    start = mux.position
+    n, turns = _fill(mux, slots, worker, slot, plan.bundle_size)
+    bundle, keep, _ = _framed(mux, plan, worker, start, n, turns)
+    if keep is not None:
+        slots.compact(worker, slot, n, keep)
+    bundle.slot = slots.carried(slot, n if keep is None else len(keep))
+    return bundle
+
+
+def _piped(mux: LaneMux, plan: Plan, worker: int, slots: Slots) -> Bundle:
+    """Every slot is still leased: this bundle goes through the pipe (said once per reader)."""
+    if not slots.piped:
+        slots.piped = True
+        log.debug("zephon: reader %d sends pointers through the pipe: the training loop still holds batches of all %d "
+                  "of its shared slots (slower, nothing lost)", worker, slots.count)
+    return _next_bundle(mux, plan, worker, None)
+
+
+def _framed(mux: LaneMux, plan: Plan, worker: int, start: int, n: int, turns: np.ndarray
+            ) -> tuple[Bundle, np.ndarray | None, list[tuple[int, int]]]:
+    """The bundle of the ``n`` samples just taken from position ``start``, with its ledger
+    facts; batched, also its batches' ends and bounds, the rows they keep (None: all) and
+    their spans in those rows."""
+    bundle = Bundle(worker, start, *mux.drain(), mux.exhausted)
+    bundle.stop = start + n
+    if plan.batch_size is None:
+        return bundle, None, []
+    spans = batch_spans(turns, plan.batch_size, plan.drop_last)
+    bundle.ends, bundle.skipped = _ends(spans, start, n)
+    keep, spans = _kept_rows(spans, n)
+    bundle.bounds = [0, *(b for _, b in spans)]
+    return bundle, keep, spans
+
+
+def _fill(mux: LaneMux, slots: Slots, worker: int, slot: int, part: int) -> tuple[int, np.ndarray]:
+    """Fill a claimed slot from ``mux``, ``part`` samples at a time (the parts' arrays stay in
+    cache, a whole slot's would not): the samples written and the turns they hold."""
+    n, turns, unit = 0, [], mux.unit
+    while slots.capacity - n >= unit:
+        pieces, part_turns = mux.take_pieces(min(part, (slots.capacity - n) // unit * unit))
+        n = slots.write(worker, slot, n, pieces)
+        turns.append(part_turns)
+        if mux.exhausted:
+            break
+    return n, np.concatenate(turns)
 
 
 def batch_spans(turns: np.ndarray, size: int, drop_last: bool) -> list[tuple[int, int]]:
@@ -217,14 +283,14 @@ def _ends(spans: list[tuple[int, int]], start: int, n: int) -> tuple[list[int], 
     return ends, skipped
 
 
-def _kept(pointers: np.ndarray, components: np.ndarray, spans: list[tuple[int, int]]
-          ) -> tuple[np.ndarray, np.ndarray, list[tuple[int, int]]]:
-    """Only the samples of the kept batches, back to back, and their spans there."""
-    if sum(b - a for a, b in spans) == len(pointers):
-        return pointers, components, spans
+def _kept_rows(spans: list[tuple[int, int]], n: int) -> tuple[np.ndarray | None, list[tuple[int, int]]]:
+    """The rows of these ``n`` samples that the kept batches hold (None: all of them) and the
+    batches' spans once only those rows are left, back to back."""
+    if sum(b - a for a, b in spans) == n:
+        return None, spans
     keep = np.concatenate([np.arange(a, b) for a, b in spans]) if spans else np.zeros(0, dtype=np.int64)
     bounds = np.cumsum([0] + [b - a for a, b in spans]).tolist()
-    return pointers[keep], components[keep], list(zip(bounds[:-1], bounds[1:]))
+    return keep, list(zip(bounds[:-1], bounds[1:]))
 
 
 def _items(bundle: Bundle, plan: Plan, pointers: np.ndarray, components: np.ndarray) -> None:
@@ -234,16 +300,6 @@ def _items(bundle: Bundle, plan: Plan, pointers: np.ndarray, components: np.ndar
     if plan.collate_fn is not None:
         items = [plan.collate_fn(item) for item in items]
     bundle.units, bundle.ends, bundle.components = items, list(range(start + 1, start + n + 1)), components
-
-
-def _pointers(bundle: Bundle, pointers: np.ndarray, components: np.ndarray, slots: Slots | None) -> bool:
-    """The pointer fast path: the bundle's pointers back to back, in a shared slot from a worker
-    (False once the trainer closed the iteration)."""
-    if slots is None:
-        bundle.pointers, bundle.components = pointers, components
-        return True
-    bundle.slot = slots.put(bundle.worker, pointers, components)
-    return bundle.slot is not None
 
 
 def _batches(bundle: Bundle, plan: Plan, pointers: np.ndarray, components: np.ndarray,

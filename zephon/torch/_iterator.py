@@ -12,13 +12,13 @@ received (``zephon.runtime.LoaderStats``). A worker that dies is reported by nam
 """
 from __future__ import annotations
 
-import weakref
 from collections import deque
 from typing import Any, Callable, Mapping
 
 import numpy as np
 import torch
 
+from zephon._ext.labels import BatchNames
 from zephon.runtime import (
     KEY_COMPONENT, KEY_SAMPLE_ID, SERVED, Entry, Even, LoaderStats, Pipeline, RankCount, Tracker, log_once,
 )
@@ -29,13 +29,20 @@ from zephon.torch._workers import WorkerDiedError, dead_worker
 class _Cursor:
     """The main process's place in one bundle: its units, ready to hand out, and how many of
     them :meth:`settle` has counted into the stats (counting once per bundle, not per batch,
-    keeps the main process's work per batch to a few list lookups)."""
+    keeps the main process's work per batch to a few list lookups). A bundle of pointer
+    batches makes each batch's dict and names when it is taken (see ``zephon._ext.labels``)."""
 
-    __slots__ = ("bundle", "units", "ends", "next", "count", "counted")
+    __slots__ = ("bundle", "units", "names", "ends", "next", "count", "counted")
 
     def __init__(self, bundle: Bundle, pipeline: Pipeline, size: int | None):
         self.bundle, self.next, self.counted = bundle, 0, 0
-        self.units: list[Any] = bundle.units if bundle.units is not None else _pointer_units(bundle, pipeline, size)
+        self.names: BatchNames | None = None
+        if bundle.units is not None:
+            self.units: list[Any] = bundle.units
+        elif size is None:
+            self.units = _pointer_items(bundle, pipeline)
+        else:
+            self.units, self.names = _pointer_batches(bundle, pipeline)
         self.ends = bundle.ends if bundle.ends is not None else range(bundle.start + 1, bundle.stop + 1)
         self.count = len(self.units)
 
@@ -44,6 +51,8 @@ class _Cursor:
         k = self.next
         self.next = k + 1
         unit, self.units[k] = self.units[k], None
+        if self.names is not None:
+            unit = {KEY_SAMPLE_ID: unit, KEY_COMPONENT: self.names[k]}
         return unit, self.ends[k]
 
     def settle(self, stats: LoaderStats) -> None:
@@ -54,6 +63,7 @@ class _Cursor:
         self.counted, bundle = b, self.bundle
         assert bundle.components is not None  # every bundle carries its units' component ids
         lo, hi = (a, b) if bundle.bounds is None else (bundle.bounds[a], bundle.bounds[b])
+        stats.batches += b - a
         stats.count(bundle.components[lo:hi])
         if bundle.dropped is not None:
             stats.filtered += sum(bundle.dropped[a:b])
@@ -61,18 +71,20 @@ class _Cursor:
             stats.drop_last += sum(bundle.skipped[a:b])
 
 
-def _pointer_units(bundle: Bundle, pipeline: Pipeline, size: int | None) -> list[Any]:
-    """The items (``size`` None) or batches of a bundle of pointers, as the loop receives them."""
+def _pointer_items(bundle: Bundle, pipeline: Pipeline) -> list[Any]:
+    """The items of an unbatched bundle of pointers, as the loop receives them."""
     assert bundle.pointers is not None and bundle.components is not None  # the pointer fast path
-    pointers = pointer_tensor(bundle.pointers)
-    if size is None:
-        names = pipeline.component_names(bundle.components)
-        return [{KEY_SAMPLE_ID: tuple(ids), KEY_COMPONENT: name} for ids, name in zip(pointers.tolist(), names)]
-    assert bundle.bounds is not None  # batched bundles carry their bounds
+    names = pipeline.component_names(bundle.components)
+    return [{KEY_SAMPLE_ID: tuple(ids), KEY_COMPONENT: name}
+            for ids, name in zip(pointer_tensor(bundle.pointers).tolist(), names)]
+
+
+def _pointer_batches(bundle: Bundle, pipeline: Pipeline) -> tuple[list[Any], BatchNames]:
+    """The pointer views of a bundle's batches, and their names (made when taken)."""
+    assert bundle.pointers is not None and bundle.components is not None and bundle.bounds is not None
     bounds = bundle.bounds
-    views = torch.split(pointers, np.diff(bounds).tolist()) if len(bounds) > 1 else ()
-    return [{KEY_SAMPLE_ID: view, KEY_COMPONENT: names}
-            for view, names in zip(views, pipeline.batch_names(bundle.components, bounds))]
+    views = torch.split(pointer_tensor(bundle.pointers), np.diff(bounds).tolist()) if len(bounds) > 1 else ()
+    return list(views), pipeline.batch_names(bundle.components, bounds)
 
 
 class LoaderIterator:
@@ -93,25 +105,11 @@ class LoaderIterator:
         served = [w for w in readers if all(plan.entries[lane][2] & SERVED for lane in plan.lanes[w])]
         first = next((k for k, w in enumerate(readers) if w not in served), 0)
         self._rotation = deque(readers[first:] + readers[:first])
-        if plan.slots is not None:  # workers waiting for a slot stop once this iterator is gone
-            weakref.finalize(self, plan.slots.close)
 
     def __iter__(self) -> LoaderIterator:
         return self
 
     def __next__(self) -> Any:
-        try:
-            return self._next()
-        except RuntimeError as error:  # torch's "worker exited unexpectedly" and the like
-            if isinstance(error, WorkerDiedError) or (died := self.dead_worker()) is None:
-                raise
-            raise died from error
-
-    def dead_worker(self) -> WorkerDiedError | None:
-        """The error for a worker of this iteration that died, if one did."""
-        return dead_worker(self._base, self._plan.lanes)
-
-    def _next(self) -> Any:
         even, rotation = self._even, self._rotation
         if even is not None and even.left <= 0:
             self._hold_back()
@@ -126,12 +124,16 @@ class LoaderIterator:
                     continue
             unit, self._positions[worker] = cursor.take()
             rotation.rotate(-1)
-            self._stats.batches += 1
             if even is not None:
                 even.given += 1
             return unit
+        self.settle()
         self._stats.end(self._plan.replicas, self.entries(), "end")
         raise StopIteration
+
+    def dead_worker(self) -> WorkerDiedError | None:
+        """The error for a worker of this iteration that died, if one did."""
+        return dead_worker(self._base, self._plan.lanes)
 
     def _refill(self, worker: int) -> _Cursor | None:
         """The reader's cursor on its next bundle with something to yield; None after its last."""
@@ -159,11 +161,16 @@ class LoaderIterator:
                 bundle = next(self._base)
             except StopIteration:
                 raise RuntimeError(f"zephon: DataLoader worker {worker} stopped before its last batch") from None
+            except RuntimeError as error:  # torch's "worker exited unexpectedly" and the like
+                if isinstance(error, WorkerDiedError) or (died := self.dead_worker()) is None:
+                    raise
+                raise died from error
             self._pending[bundle.worker].append(bundle.land())  # at once: it frees the worker's slot
         return pending.popleft()
 
     def settle(self) -> None:
-        """Count every unit the loop received into the stats (they are counted a bundle at a time)."""
+        """Count every unit the loop received (and the batches) into the stats: they are counted
+        a bundle at a time."""
         for cursor in self._cursors.values():
             if cursor is not None:
                 cursor.settle(self._stats)
@@ -174,6 +181,7 @@ class LoaderIterator:
         assert even is not None  # only an equal-steps budget runs out
         if even.held_back_units or stats.ended:
             return
+        self.settle()
         entries = self.entries()
         left = self._count_left(entries)
         even.held_back_units, even.held_back_samples = left.units, left.samples

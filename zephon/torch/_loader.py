@@ -33,7 +33,7 @@ from zephon.runtime import (
 from zephon.torch._bundles import Bundle, Plan, Readers, widen_pipe
 from zephon.torch._dist import collective_device
 from zephon.torch._iterator import LoaderIterator
-from zephon.torch._slots import Slots
+from zephon.torch._slots import SPARE
 from zephon.torch._topology import Topology, detect_topology
 from zephon.torch._workers import watch_workers
 from zephon.work import WorkSource
@@ -266,15 +266,14 @@ class DataLoader(tud.DataLoader[Bundle]):
                     self._zephon_cache_bytes)
         context = self.multiprocessing_context or torch.multiprocessing.get_context()
         if self.num_workers > 0 and plan.pointer_path and context.get_start_method() == "fork":
-            plan.slots = Slots(readers, plan.bundle_size, context)
+            assert self.prefetch_factor is not None  # torch sets it whenever there are workers
+            plan.share_pointers(readers, self.prefetch_factor + SPARE, context)
         even = self._even()
         self._log_config(plan, even)
         readers_dataset = self.dataset
         assert isinstance(readers_dataset, Readers)
-        previous, readers_dataset.plan = readers_dataset.plan, plan
+        readers_dataset.plan = plan
         if self.persistent_workers and self._iterator is not None:
-            if previous is not None and previous.slots is not None:
-                previous.slots.close()  # its workers may wait for a slot
             self._iterator._shutdown_workers()  # type: ignore[attr-defined]  # workers must start anew
             self._iterator = None
         base = super().__iter__()
