@@ -26,7 +26,7 @@ CHILD = textwrap.dedent("""
     path = sys.argv[1]
     def state(lanes):
         source = StaticMixtureWorkSource([Dataset.from_counts("a", [9, 4, 12])], {"a": 1.0}, chunk_size=5)
-        entries = {lane: (source.clone_for_lane(lane, 64).state_dict(), 1, 0) for lane in lanes}
+        entries = {lane: (source.clone_for_lane(lane, 64).state_dict(), lane % 5, 0) for lane in lanes}
         return make_state(64, entries, [{"id": 0, "name": "a", "fingerprint": None}], {})
     first, second = state([0]), state(range(64))
     save_checkpoint(path, first)

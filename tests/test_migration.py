@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from zephon import Dataset, StaticMixtureWorkSource
 from zephon.core.cursor import take_at
 from zephon.core.schedule import lane_of
-from zephon.runtime import make_state
+from zephon.runtime import make_state, parse_state
 from zephon.runtime._state import dataset_fingerprints
 from zephon.testing import assert_replay_equivalent, collect, phased_source_configs, source_configs
 from zephon.torch import migrate_checkpoint
@@ -103,9 +103,9 @@ def migrations(draw):
 
 def _read_all(new, state: dict) -> list[tuple]:
     out = []
-    for row in state["lanes"]:
-        clone = new.clone_for_lane(row[0], state["canonical_replicas"])
-        clone.load_state_dict({**state["source"], **row[3]})
+    for lane, (source_state, _, _) in sorted(parse_state(state).entries.items()):
+        clone = new.clone_for_lane(lane, state["canonical_replicas"])
+        clone.load_state_dict(source_state)
         for chunk in collect(clone, 10**5):
             out += _named(chunk, *chunk.read_order())
     return out
@@ -265,10 +265,9 @@ def test_checkpoints_inside_the_requeue_region_replay_exactly():
                             dataset_fingerprints(template.datasets_by_id), {})
     migration = migrate_checkpoint(checkpoint, template, canonical_replicas=2, requeue=True)
     assert migration.report["unread_count"] > 0
-    for row in migration.state["lanes"]:
-        state = {**migration.state["source"], **row[3]}
+    for lane, (state, _, _) in parse_state(migration.state).entries.items():
         assert state["state"]["requeue"]
-        assert_replay_equivalent(lambda: _loaded(template, state, row[0], 2), [0, 1, 2, 3, 5], max_chunks=12)
+        assert_replay_equivalent(lambda: _loaded(template, state, lane, 2), [0, 1, 2, 3, 5], max_chunks=12)
 
 
 def test_migrating_a_phased_run_walks_its_phases():
@@ -324,18 +323,18 @@ def test_a_migrated_curriculum_starts_at_the_cut_partitions_and_replays():
     one = migrate_checkpoint(checkpoint, new, canonical_replicas=1, requeue=True)
     three = migrate_checkpoint(checkpoint, new, canonical_replicas=3, requeue=True).state
     region = -(-one.report["unread_count"] // 10)  # requeued chunks come first
-    single_lane = _loaded(new, {**one.state["source"], **one.state["lanes"][0][3]}, 0, 1)
+    single_lane = _loaded(new, parse_state(one.state).entries[0][0], 0, 1)
     assert single_lane.phase_starts() == [region, region + 4]
     single = collect(single_lane, 30)
     assert all(set(c.components) == {"web"} for c in single[region:region + 4])
-    streams = [collect(_loaded(new, {**three["source"], **three["lanes"][lane][3]}, lane, 3), 30)
+    streams = [collect(_loaded(new, parse_state(three).entries[lane][0], lane, 3), 30)
                for lane in range(3)]
     routing, taken = new.clone_for_lane(0, 3).config, [0, 0, 0]
     for g, chunk in enumerate(single[:20]):
         owner = lane_of(routing, g)
         assert streams[owner][taken[owner]] == chunk
         taken[owner] += 1
-    state = {**three["source"], **three["lanes"][1][3]}
+    state = parse_state(three).entries[1][0]
     assert_replay_equivalent(lambda: _loaded(new, state, 1, 3), [0, 1, 2, 5, 8], max_chunks=12)
 
 

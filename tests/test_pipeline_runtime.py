@@ -23,6 +23,7 @@ from zephon.runtime import (
     parse_state,
     save_checkpoint,
 )
+from zephon.core.checkpoint import sealed
 from zephon.runtime._stream import DELIVERED
 
 
@@ -185,7 +186,7 @@ def state_of(lanes, replicas=4, consumed=1):
 def test_state_is_factored_json_and_parses_back():
     state = state_of([0, 1, 2, 3])
     assert json.loads(json.dumps(state)) == state
-    assert "fingerprint" in state["source"] and all("fingerprint" not in row[3] for row in state["lanes"])
+    assert "fingerprint" in state["source"] and "fingerprint" not in json.dumps(state["lanes"])
     parsed = parse_state(state)
     source = make_source()
     assert parsed.entries[2] == (source.clone_for_lane(2, 4).state_dict(), 1, 0)
@@ -209,22 +210,56 @@ def test_merge_states_unions_lanes_and_refuses_conflicts():
         merge_states([])
 
 
+def _column(state, key, value):
+    state["lanes"][key] = value
+
+
 @pytest.mark.parametrize("mutate,match", [
     (lambda s: s.update(kind="x"), "kind"),
     (lambda s: s.update(version=99), "version"),
     (lambda s: s.pop("lanes"), "missing"),
     (lambda s: s.update(canonical_replicas=0), "canonical_replicas"),
-    (lambda s: s["lanes"][0].__setitem__(0, 7), "outside"),
-    (lambda s: s["lanes"][0].__setitem__(1, -1), "consumed"),
-    (lambda s: s["lanes"][0].__setitem__(2, 9), "turn"),
-    (lambda s: s["lanes"].append(list(s["lanes"][0])), "twice"),
-    (lambda s: s["lanes"].__setitem__(0, [0, 1]), r"\[lane, consumed, turn, state\]"),
+    (lambda s: s.update(run="xyz"), "run"),
+    (lambda s: _column(s, "lane", [7, 8]), "outside"),
+    (lambda s: _column(s, "lane", [1, 0]), "ascending"),
+    (lambda s: _column(s, "lane", [0, 0]), "twice"),
+    (lambda s: _column(s, "lane", {"bogus": 1}), "not a column"),
+    (lambda s: _column(s, "consumed", [-1, 1]), "consumed"),
+    (lambda s: _column(s, "turn", [9, 0]), "turn"),
+    (lambda s: _column(s, "count", -1), "count=-1"),
+    (lambda s: _column(s, "state", [{}, 5]), r"\[lane, consumed, turn, state\]"),
+    (lambda s: _column(s, "state", {"float64": "!!"}), "float64"),
+    (lambda s: s.update(operators={"pack": [1]}), "1 values for 2 lanes"),
 ])
 def test_parse_state_refuses_malformed_states(mutate, match):
     state = state_of([0, 1])
     mutate(state)
     with pytest.raises(ValueError, match=match):
+        parse_state(sealed(state))  # sealed again: the form is checked, not only the digest
+
+
+@pytest.mark.parametrize("mutate", [
+    lambda s: _column(s, "consumed", [2, 1]),  # what the loop received is covered as well
+    lambda s: s["source"].update(lane=3),
+    lambda s: s.update(topology={}),
+])
+def test_parse_state_refuses_any_edit_by_its_digest(mutate):
+    state = state_of([0, 1])
+    mutate(state)
+    with pytest.raises(ValueError, match="digest does not match"):
         parse_state(state)
+
+
+def test_a_version_1_state_still_loads():
+    state = state_of([0, 1, 2, 3], consumed=3)
+    entries = dict(parse_state(state).entries)
+    states = [entries[lane][0] for lane in sorted(entries)]
+    common = {k: v for k, v in states[0].items() if all(s[k] == v for s in states)}
+    old = {"kind": state["kind"], "version": 1, "canonical_replicas": 4, "datasets": state["datasets"],
+           "source": common, "topology": state["topology"],
+           "lanes": [[lane, consumed, turn, {k: v for k, v in source_state.items() if k not in common}]
+                     for lane, (source_state, consumed, turn) in sorted(entries.items())]}
+    assert dict(parse_state(old).entries) == entries
 
 
 # -- checkpoint files -----------------------------------------------------------------------

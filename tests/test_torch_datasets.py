@@ -11,6 +11,7 @@ from torchdata import stateful_dataloader as stateful  # the test extra pins tor
 
 import zephon.torch as zt
 from zephon import Dataset, Pipeline, StaticMixtureWorkSource
+from zephon.runtime import parse_state
 
 pytestmark = pytest.mark.filterwarnings("ignore:This DataLoader will create:UserWarning",
                                         "ignore:'set_vital' is deprecated:UserWarning")
@@ -76,7 +77,7 @@ def test_stateful_dataloader_state_resumes_elastically():
     it = iter(loader)
     seen = [p for _ in range(7) for p in ids(next(it))]
     state = zt.all_gather_state(zt.stateful_dataloader_state(loader.state_dict()))
-    assert sorted(row[0] for row in state["lanes"]) == [0, 1, 2, 3]
+    assert sorted(parse_state(state).entries) == [0, 1, 2, 3]
     reference = lane_streams(source, 4)
     owner = {p: lane for lane, pointers in reference.items() for p in pointers}
     for world, workers in ((2, 1), (1, 3)):

@@ -27,7 +27,7 @@ from helpers import lane_streams
 
 import zephon.torch as zt
 from zephon import Dataset, Pipeline, StaticMixtureWorkSource
-from zephon.runtime import worker_lanes
+from zephon.runtime import parse_state, worker_lanes
 
 CTX = torch_mp.get_context("fork")
 REPLICAS = 4
@@ -244,9 +244,9 @@ def test_first_leg_checkpoints_mid_chunk_on_two_ranks(first_run):
     assert [r["lanes"] for r in results] == [[0, 1], [2, 3]]
     state = zt.load_checkpoint(path)
     assert state == results[0]["state"] == results[1]["state"]  # all_gather_state gives everyone the same
-    assert sorted(row[0] for row in state["lanes"]) == [0, 1, 2, 3]
+    assert sorted(parse_state(state).entries) == [0, 1, 2, 3]
     assert state["topology"]["ranks"] == [0, 1]
-    assert any(0 < row[1] < 16 for row in state["lanes"]), "the checkpoint is mid-chunk"
+    assert any(0 < entry[1] < 16 for entry in parse_state(state).entries.values()), "the checkpoint is mid-chunk"
 
 
 @pytest.mark.parametrize("world,workers,mapping", [(1, 3, "contiguous"), (4, 1, "interleaved")])

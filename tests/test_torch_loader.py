@@ -14,7 +14,8 @@ from helpers import lane_streams
 
 import zephon.torch as zt
 from zephon import Dataset, Pipeline, StaticMixtureWorkSource
-from zephon.runtime import rank_lanes, worker_lanes
+from zephon.core.checkpoint import sealed
+from zephon.runtime import parse_state, rank_lanes, worker_lanes
 
 pytestmark = pytest.mark.filterwarnings("ignore:This DataLoader will create:UserWarning",
                                         "ignore:'set_vital' is deprecated:UserWarning")
@@ -134,7 +135,7 @@ def test_state_is_exact_whatever_was_prefetched_and_mid_chunk():
     it = iter(loader)
     for _ in range(3):
         next(it)
-    consumed = {row[0]: row[1] for row in loader.state_dict()["lanes"]}
+    consumed = {lane: entry[1] for lane, entry in parse_state(loader.state_dict()).entries.items()}
     # 3 batches of 5, one lane each: readers 0, 1, 0 -> reader 0 gave a batch of lane 0, then of lane 1;
     # reader 1 (lanes 2, 3) one of lane 2
     assert consumed == {0: 5, 1: 5, 2: 5, 3: 0}
@@ -185,7 +186,7 @@ def elastic_run(first, second, batches, replicas=4):
 @pytest.mark.parametrize("second", [(1, 3, "contiguous"), (4, 1, "interleaved"), (3, 0, "interleaved")])
 def test_elastic_resume_continues_every_lane_exactly(second):
     source, seen, merged = elastic_run((2, 2, "contiguous"), second, batches=5)
-    assert any(0 < row[1] < 16 for row in merged["lanes"]), "the checkpoint is mid-chunk"
+    assert any(0 < entry[1] < 16 for entry in parse_state(merged).entries.values()), "the checkpoint is mid-chunk"
     reference = lane_streams(source, 4)
     owner = {p: lane for lane, pointers in reference.items() for p in pointers}
     assert sorted(seen) == sorted(owner)  # nothing missing, nothing repeated
@@ -223,9 +224,11 @@ def test_load_state_dict_refuses_mismatches_before_changing_anything():
     with pytest.raises(ValueError, match=r"lacks lanes \[2, 3\]"):
         zt.DataLoader(Pipeline(make_source()), rank=1, world_size=2).load_state_dict(state)
     corrupted = json.loads(json.dumps(state))
-    corrupted["lanes"][0][1] = 17
-    with pytest.raises(ValueError, match="corrupted"):
+    corrupted["lanes"]["consumed"] = [17] * corrupted["lanes"]["count"]
+    with pytest.raises(ValueError, match="digest does not match"):
         loader.load_state_dict(corrupted)
+    with pytest.raises(ValueError, match="consumed=17 samples of a chunk of at most 16"):
+        loader.load_state_dict(sealed(corrupted))  # well formed, but no chunk holds 17
     with pytest.raises(ValueError, match="kind"):
         loader.load_state_dict({"kind": "torch"})
     assert loader.state_dict() == before

@@ -26,7 +26,7 @@ TRAINER = textwrap.dedent("""
     from zephon import Dataset, Pipeline, StaticMixtureWorkSource
 
     def make_source():
-        return StaticMixtureWorkSource([Dataset.from_counts("a", [4000] * 40), Dataset.from_counts("b", [3000] * 20)],
+        return StaticMixtureWorkSource([Dataset.from_counts("a", [4000] * 400), Dataset.from_counts("b", [3000] * 200)],
                                        {"a": 0.6, "b": 0.4}, chunk_size=64, seed=4, exhausted_policy="stop")
 
     def stall(item):  # a fetch that never returns (once the trainer has its first batches)
@@ -67,8 +67,9 @@ TRAINER = textwrap.dedent("""
 """)
 
 
-def make_source():  # big enough that no worker ends its stream (and exits) before the trainer is killed
-    return StaticMixtureWorkSource([Dataset.from_counts("a", [4000] * 40), Dataset.from_counts("b", [3000] * 20)],
+def make_source():  # big enough that no worker ends its stream (and exits) before the trainer is killed,
+    # even with a few bundles of 65,536 samples made ahead
+    return StaticMixtureWorkSource([Dataset.from_counts("a", [4000] * 400), Dataset.from_counts("b", [3000] * 200)],
                                    {"a": 0.6, "b": 0.4}, chunk_size=64, seed=4, exhausted_policy="stop")
 
 

@@ -88,19 +88,27 @@ def show(value: Any, limit: int = MAX_MESSAGE_VALUE) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
+_FLAT = {str, int, float, bool, type(None)}
+
+
 def check_json(value: Any, what: str, max_nodes: int, max_depth: int = MAX_STATE_DEPTH) -> None:
     """Refuse ``value`` unless it is plain JSON (dict with str keys, list, str, int, float,
     bool, None) of at most ``max_nodes`` values (a string counts one per 64 characters) nested
-    at most ``max_depth`` deep. Iterative: a hostile value nested 10⁵ deep costs no recursion.
+    at most ``max_depth`` deep. Iterative: a hostile value nested 10⁵ deep costs no recursion;
+    a list of scalars (a loader state's column) is counted at once, not walked.
     """
     stack, nodes = [(value, 1)], 0
     while stack:
         node, depth = stack.pop()
+        kinds = set(map(type, node)) if isinstance(node, list) else set()
+        flat = isinstance(node, list) and bool(node) and kinds <= _FLAT
         nodes += 1 + (len(node) // 64 if isinstance(node, str) else 0)
+        if flat:
+            nodes += len(node) + (sum(len(v) // 64 for v in node if type(v) is str) if str in kinds else 0)
         if nodes > max_nodes:
             raise ValueError(f"{what} is larger than a zephon state can be (over {max_nodes} JSON values); it is "
                              "corrupted or not a state of this source")
-        if depth > max_depth:
+        if depth + flat > max_depth:
             raise ValueError(f"{what} is nested deeper than {max_depth} levels; it is corrupted or not a state of "
                              "this source")
         if isinstance(node, dict):
@@ -108,7 +116,8 @@ def check_json(value: Any, what: str, max_nodes: int, max_depth: int = MAX_STATE
                 raise ValueError(f"{what} keys must be str, got {show(list(node))}; it is corrupted")
             stack.extend((v, depth + 1) for v in node.values())
         elif isinstance(node, list):
-            stack.extend((v, depth + 1) for v in node)
+            if not flat:
+                stack.extend((v, depth + 1) for v in node)
         elif node is not None and type(node) not in (str, int, float, bool):
             raise ValueError(f"{what} holds a {type(node).__name__}, not plain JSON: {show(node)}; pass a "
                              "state_dict() (or its json.loads)")

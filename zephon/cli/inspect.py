@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
-from typing import Any
+from typing import Any, Mapping
 
 from zephon.core import checkpoint as source_checkpoint
 from zephon.io import open_regular
@@ -196,7 +196,7 @@ def loader_summary(state: dict[str, Any]) -> str:
                                                  "lanes", "topology")))
 
 
-def _received_rows(entries: dict[int, Any], replicas: int) -> list[str]:
+def _received_rows(entries: Mapping[int, Any], replicas: int) -> list[str]:
     """What the readers of these lanes received, per dataset (``zephon.work.received``)."""
     held = "all lanes" if len(entries) == replicas else f"{len(entries)} of {replicas} lanes (the others' chunks " \
         "before the cut counted as read)"

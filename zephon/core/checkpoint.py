@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+from json.encoder import encode_basestring_ascii  # the key quoting of canonical()
 import math
 from typing import Any, Final, Mapping, TypedDict, TypeVar, cast
 
@@ -151,17 +152,32 @@ def _ratio_to_json(plan: DatasetPlan) -> TokenRatioDict:
     return {KEY_RATIO: plan.token_ratio, KEY_ORIGIN: plan.ratio_origin}
 
 
-def digest(checkpoint: Mapping[str, Any]) -> str:
+_CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"))  # json.dumps makes one per call
+
+
+def canonical(value: Any) -> str:
+    """The canonical JSON of ``value`` (sorted keys, compact): what a digest hashes. It tells
+    types apart (``1`` / ``1.0`` / ``true``) and ignores key order."""
+    return _CANONICAL.encode(value)
+
+
+def digest(checkpoint: Mapping[str, Any], shared: Mapping[str, str] | None = None) -> str:
     """sha256 of a checkpoint without its digest, as canonical JSON (sorted keys, compact); 32 hex
-    digits (128 bits) catch any edit and keep a loader state of many lanes small."""
+    digits (128 bits) catch any edit and keep a loader state of many lanes small. ``shared``
+    maps some of its keys to the canonical JSON of their values, made once for the many
+    checkpoints that share them (a loader state's lanes): the text hashed is the same."""
     body = {k: v for k, v in checkpoint.items() if k != KEY_DIGEST}
-    text = json.dumps(body, sort_keys=True, separators=(",", ":"))
+    if shared:
+        text = "{" + ",".join(f"{encode_basestring_ascii(k)}:{shared[k] if k in shared else canonical(v)}"
+                              for k, v in sorted(body.items())) + "}"
+    else:
+        text = canonical(body)
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:32]
 
 
-def sealed(checkpoint: Sealed) -> Sealed:
-    """``checkpoint`` with its digest (re)computed, as its last key."""
-    out = {**{k: v for k, v in checkpoint.items() if k != KEY_DIGEST}, KEY_DIGEST: digest(checkpoint)}
+def sealed(checkpoint: Sealed, shared: Mapping[str, str] | None = None) -> Sealed:
+    """``checkpoint`` with its digest (re)computed, as its last key (``shared``: see :func:`digest`)."""
+    out = {**{k: v for k, v in checkpoint.items() if k != KEY_DIGEST}, KEY_DIGEST: digest(checkpoint, shared)}
     return cast(Sealed, out)  # the same keys and value types: only the digest's value and place change
 
 
@@ -243,11 +259,6 @@ def check_header(checkpoint: Any, config: SourceConfig) -> None:
                          "an unedited state_dict()")
 
 
-def _canonical(value: Any) -> str:
-    """JSON text that tells types apart (``1`` / ``1.0`` / ``true``) and ignores key order."""
-    return json.dumps(value, sort_keys=True, separators=(",", ":"))
-
-
 def fingerprint_differences(saved: Any, config: SourceConfig) -> list[str]:
     """What differs between a checkpoint's fingerprint and ``config`` (empty if they match).
 
@@ -256,10 +267,12 @@ def fingerprint_differences(saved: Any, config: SourceConfig) -> list[str]:
     current = config.fingerprint()
     if not isinstance(saved, dict):
         return [f"fingerprint is {type(saved).__name__}, not a dict"]
+    if canonical(saved) == canonical(current):
+        return []
     differences = [
         f"{key}: checkpoint has {show(saved.get(key), 80)}, this source has {show(current[key], 80)}"
         for key in current
-        if key not in saved or _canonical(saved[key]) != _canonical(current[key])
+        if key not in saved or canonical(saved[key]) != canonical(current[key])
     ]
     unknown = sorted(set(saved) - set(current))
     return differences + ([f"unknown keys {show(unknown)}"] if unknown else [])

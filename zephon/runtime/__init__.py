@@ -23,7 +23,9 @@ from zephon.runtime._even import Even, EvenBatchesDict, RankCount, count_rank, c
 from zephon.runtime._lanes import CONTIGUOUS, INTERLEAVED, MAPPINGS, rank_lanes, worker_lanes
 from zephon.runtime._migrate import migrate_checkpoint
 from zephon.runtime._state import KIND as LOADER_STATE_KIND
-from zephon.runtime._state import DatasetRecord, LoaderState, LoaderStateDict, make_state, merge_states, parse_state
+from zephon.runtime._state import (
+    DatasetRecord, LanesDict, LoaderState, LoaderStateDict, make_state, merge_states, parse_state, run_fingerprint,
+)
 from zephon.runtime._stats import DatasetStatsDict, LoaderStats, LoaderStatsDict
 from zephon.runtime._stream import (
     DROPPED, SERVED, Entry, Event, Items, ItemStream, LaneMux, Piece, Segment, Tracker, initial_entries, joined,
@@ -33,7 +35,7 @@ from zephon.runtime.pipeline import KEY_COMPONENT, KEY_SAMPLE_ID, Pipeline
 __all__ = [
     "CONTIGUOUS", "DROPPED", "DatasetStatsDict", "Even", "EvenBatchesDict", "LoaderStats", "LoaderStatsDict", "RankCount", "count_rank", "count_ranks", "countable", "even_target",
     "maybe_finite", "DatasetRecord", "Entry", "Event", "INTERLEAVED", "ItemStream", "Items", "KEY_COMPONENT", "KEY_SAMPLE_ID", "LOADER_STATE_KIND",
-    "LaneBook", "LaneMux", "LoaderState", "LoaderStateDict", "MAPPINGS", "Piece", "Pipeline", "SERVED", "Segment", "Tracker", "initial_entries",
-    "load_checkpoint", "log_once", "make_state", "merge_states", "migrate_checkpoint", "parse_state", "rank_lanes",
+    "LaneBook", "LaneMux", "LanesDict", "LoaderState", "LoaderStateDict", "MAPPINGS", "Piece", "Pipeline", "SERVED", "Segment", "Tracker", "initial_entries",
+    "load_checkpoint", "log_once", "make_state", "merge_states", "migrate_checkpoint", "parse_state", "rank_lanes", "run_fingerprint",
     "joined", "save_checkpoint", "worker_lanes",
 ]

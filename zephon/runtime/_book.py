@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import logging
+from collections import ChainMap
 from typing import Any, Mapping, Sequence
 
 from zephon.runtime._lanes import check_mapping, rank_lanes, worker_lanes
@@ -13,6 +14,7 @@ from zephon.runtime._state import (
     make_state,
     missing_lanes,
     parse_state,
+    run_fingerprint,
 )
 from zephon.runtime._stream import Entry, initial_entries
 from zephon.runtime.pipeline import Pipeline
@@ -59,7 +61,7 @@ class LaneBook:
         self.rank, self.world_size, self.readers = rank, world_size, readers
         self._requested = canonical_replicas
         self._replicas: int | None = None
-        self._entries: dict[int, Entry] | None = None
+        self._entries: Mapping[int, Entry] | None = None  # None: every lane at its start
         self._datasets = dataset_fingerprints(pipeline.datasets_by_id)
 
     @property
@@ -94,14 +96,21 @@ class LaneBook:
 
     def update(self, entries: Mapping[int, Entry]) -> None:
         """Record the positions of some lanes (e.g. after an iteration)."""
-        current = dict(self._entries) if self._entries is not None else self.entries()
-        current.update(entries)
-        self._entries = current
+        base = self._entries if self._entries is not None else self.entries()
+        moved = dict(entries)
+        if isinstance(base, ChainMap):  # one layer of moved lanes over what was loaded
+            moved, base = {**base.maps[0], **moved}, base.maps[1]
+        self._entries = ChainMap(moved, base)  # type: ignore[arg-type]  # ChainMap writes to its first map only
 
     def state(self, entries: Mapping[int, Entry], num_workers: int | None) -> LoaderStateDict:
         topology = {"world_size": self.world_size, "ranks": [self.rank], "mapping": self.mapping,
                     "num_workers": num_workers}
-        return make_state(self.canonical_replicas, entries, self._datasets, topology)
+        return make_state(self.canonical_replicas, entries, self._datasets, topology, run=self.run)
+
+    @property
+    def run(self) -> str:
+        """The run's fingerprint (``run_fingerprint``): its source, lane count and datasets."""
+        return run_fingerprint(self.pipeline.source, self.canonical_replicas, self._datasets)
 
     def check(self, state: Any, worker: tuple[int, int] = (0, 1)) -> LoaderState:
         """Validate ``state`` against this pipeline and rank; raise ``ValueError`` before changing anything.
@@ -118,6 +127,9 @@ class LaneBook:
             raise ValueError(f"the checkpoint was taken with canonical_replicas={replicas}, but this loader was "
                              f"built with canonical_replicas={self._requested}; canonical_replicas is fixed for a "
                              f"run: pass canonical_replicas={replicas} (or leave it unset)")
+        if parsed.operators:
+            raise ValueError(f"the checkpoint holds the states of operators {sorted(parsed.operators)}, which this "
+                             "pipeline does not have; restore it into the pipeline that wrote it")
         differences = dataset_differences(parsed.datasets, self._datasets)
         if differences:
             raise ValueError("the checkpoint was taken over other data: " + "; ".join(differences)
@@ -146,5 +158,5 @@ class LaneBook:
     def load(self, state: Any, worker: tuple[int, int] = (0, 1)) -> LoaderState:
         parsed = self.check(state, worker)
         self._replicas = parsed.canonical_replicas
-        self._entries = dict(parsed.entries)
+        self._entries = parsed.entries
         return parsed

@@ -4,7 +4,7 @@ from __future__ import annotations
 from typing import Any
 
 from zephon.limits import MAX_REPLICAS, show
-from zephon.runtime._state import dataset_fingerprints, make_state, missing_lanes, parse_state
+from zephon.runtime._state import dataset_fingerprints, make_state, missing_lanes, parse_state, run_fingerprint
 from zephon.work.migration import Migration, lane_state, migrate_lanes
 
 
@@ -48,5 +48,6 @@ def migrate_checkpoint(checkpoint: Any, new_pipeline_or_source: Any, *, canonica
     entries = {lane: (lane_state(new_state, source.clone_for_lane(lane, replicas).config, history, orders), 0, 0)
                for lane in range(replicas)}
     report["canonical_replicas"] = {"before": parsed.canonical_replicas, "after": replicas}
-    state: dict[str, Any] = dict(make_state(replicas, entries, dataset_fingerprints(source.datasets_by_id), {}))
+    datasets = dataset_fingerprints(source.datasets_by_id)
+    state: dict[str, Any] = dict(make_state(replicas, entries, datasets, {}, run=run_fingerprint(source, replicas, datasets)))
     return Migration(state, report)

@@ -2,35 +2,50 @@
 
 A state covers some lanes (a worker's, a rank's, or all of them: the global checkpoint that
 :func:`merge_states` builds). Its size depends only on how many lanes it covers: the chunk in
-flight is regenerated on restore, never stored. Plain JSON, tagged and versioned::
+flight is regenerated on restore, never stored. Plain JSON, tagged, versioned and sealed::
 
-    {"kind": "zephon.LoaderState", "version": 1,
+    {"kind": "zephon.LoaderState", "version": 2,
      "canonical_replicas": 4,
      "datasets": [{"id": 0, "name": "web", "fingerprint": null}, ...],
-     "source": {...},                       # the keys every lane's source state shares
-     "lanes": [[lane, consumed, turn, {...}], ...],  # ascending lanes; {...}: the rest of its state
-     "topology": {"world_size": 2, "ranks": [0, 1], "mapping": "contiguous", "num_workers": 2}}
+     "run": "9f2c…",                          # the run: its source's settings, lanes and datasets
+     "source": {...},                         # the keys every lane's source state shares
+     "lanes": {"count": 2, "lane": <column>, "consumed": <column>, "turn": <column>,
+               "state": <column>,             # the rest of each lane's source state
+               "sealed": true},               # their digests were left out: restoring seals them again
+     "operators": {},                         # per-lane states of a pipeline's operators, by name: columns
+     "topology": {"world_size": 2, "ranks": [0, 1], "mapping": "contiguous", "num_workers": 2},
+     "digest": "…"}                           # sha256 of the rest: any edit is refused
 
-A lane's source state is ``{**source, **rest}``; ``consumed`` counts the samples of the chunk
+A *column* holds one value per lane (``zephon.runtime._columns``), in ascending lane order.
+A lane's source state is ``{**source, **state}``; ``consumed`` counts the samples of the chunk
 that state starts which the training loop received. ``turn`` (0–3) holds two flags that make a
 resume on the same topology exact batch for batch (bit 0: the lane gave its turn, a batch, of
 its reader's current round; bit 1: its reader gave its batch of the loader's current cycle; see
 ``zephon.runtime._stream``). ``topology`` says where the state was taken; it is
-informational: any topology restores the state.
+informational: any topology restores the state. Version 1 (one ``[lane, consumed, turn,
+state]`` row per lane, no digest of its own) is still read.
 """
 from __future__ import annotations
 
+import math
+import re
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping, TypedDict
+from typing import Any, Iterable, Iterator, Mapping, TypedDict
 
+from zephon.core.checkpoint import KEY_DIGEST, canonical, digest, sealed
 from zephon.limits import MAX_LOADER_STATE_NODES, MAX_REPLICAS, check_json, show
+from zephon.runtime._columns import decode, encode
 from zephon.runtime._stream import Entry
 
 KIND = "zephon.LoaderState"
-VERSION = 1
+VERSION = 2
 KEY_KIND, KEY_VERSION, KEY_REPLICAS, KEY_DATASETS = "kind", "version", "canonical_replicas", "datasets"
-KEY_SOURCE, KEY_LANES, KEY_TOPOLOGY = "source", "lanes", "topology"
-KEYS = (KEY_KIND, KEY_VERSION, KEY_REPLICAS, KEY_DATASETS, KEY_SOURCE, KEY_LANES, KEY_TOPOLOGY)
+KEY_RUN, KEY_SOURCE, KEY_LANES, KEY_OPERATORS, KEY_TOPOLOGY = "run", "source", "lanes", "operators", "topology"
+KEYS = (KEY_KIND, KEY_VERSION, KEY_REPLICAS, KEY_DATASETS, KEY_RUN, KEY_SOURCE, KEY_LANES, KEY_OPERATORS,
+        KEY_TOPOLOGY, KEY_DIGEST)
+KEYS_V1 = (KEY_KIND, KEY_VERSION, KEY_REPLICAS, KEY_DATASETS, KEY_SOURCE, KEY_LANES, KEY_TOPOLOGY)
+LANE_KEYS = ("count", "lane", "consumed", "turn", "state", "sealed")
+_HEX32 = re.compile(r"[0-9a-f]{32}")
 
 
 class DatasetRecord(TypedDict):
@@ -41,6 +56,17 @@ class DatasetRecord(TypedDict):
     fingerprint: str | None  # its content fingerprint; None for in-memory and count-only datasets
 
 
+class LanesDict(TypedDict):
+    """``LoaderStateDict["lanes"]``: the lanes' ledger as columns (one value per lane)."""
+
+    count: int
+    lane: Any  # column: the lanes, ascending
+    consumed: Any  # column: samples of each lane's chunk in flight the loop received
+    turn: Any  # column: the turn flags (0-3)
+    state: Any  # column: the rest of each lane's source state
+    sealed: bool  # the lanes' source states were sealed and their digests left out
+
+
 class LoaderStateDict(TypedDict):
     """The JSON a loader's ``state_dict()`` returns (see the module docstring for each field)."""
 
@@ -48,20 +74,34 @@ class LoaderStateDict(TypedDict):
     version: int  # VERSION
     canonical_replicas: int
     datasets: list[DatasetRecord]
+    run: str | None  # the run's fingerprint (32 hex digits), None where unknown
     source: dict[str, Any]  # the keys every lane's source state shares
-    lanes: list[list[Any]]  # [lane, consumed, turn, the rest of its source state], ascending lanes
+    lanes: LanesDict
+    operators: dict[str, Any]  # operator name -> column of per-lane states
     topology: dict[str, Any]  # where it was taken (informational)
+    digest: str  # sha256 of the rest (32 hex digits)
 
 
 @dataclass(frozen=True, slots=True)
 class LoaderState:
     """A parsed and validated loader state: ``canonical_replicas``, the ledger ``entries`` of
-    the lanes it covers, the ``datasets`` it was taken over and the ``topology`` it was taken on."""
+    the lanes it covers, the ``datasets`` it was taken over, the ``run`` it belongs to, the
+    ``operators``' per-lane states and the ``topology`` it was taken on."""
 
     canonical_replicas: int
-    entries: dict[int, tuple[dict[str, Any], int, int]]  # lane -> (source state, consumed, turn flags): an Entry
+    entries: Mapping[int, tuple[dict[str, Any], int, int]]  # lane -> (source state, consumed, turn flags): Entry
     datasets: list[DatasetRecord]  # ascending ids
     topology: dict[str, Any] = field(default_factory=dict)
+    run: str | None = None
+    operators: dict[str, dict[int, Any]] = field(default_factory=dict)  # operator -> lane -> its state
+
+
+def run_fingerprint(source: Any, canonical_replicas: int, datasets: list[DatasetRecord]) -> str:
+    """What identifies a run: its source's settings (the config fingerprint of a zephon
+    source, else its type), its lane count and its datasets; 32 hex digits."""
+    fingerprint = getattr(getattr(source, "config", None), "fingerprint", None)
+    settings = fingerprint() if callable(fingerprint) else {"type": type(source).__qualname__}
+    return digest({"source": settings, KEY_REPLICAS: canonical_replicas, KEY_DATASETS: list(datasets)})
 
 
 def dataset_fingerprints(datasets_by_id: Mapping[int, Any]) -> list[DatasetRecord]:
@@ -75,32 +115,66 @@ def dataset_fingerprints(datasets_by_id: Mapping[int, Any]) -> list[DatasetRecor
     return out
 
 
+def _identical(a: Any, b: Any) -> bool:
+    """Equal as JSON, types included (``1``, ``1.0`` and ``True`` differ; so do ``0.0`` and ``-0.0``)."""
+    if a is b:
+        return True
+    if type(a) is not type(b):
+        return False
+    if type(a) is dict:
+        return a.keys() == b.keys() and all(_identical(a[k], b[k]) for k in a)
+    if type(a) is list:
+        return len(a) == len(b) and all(map(_identical, a, b))
+    if type(a) is float:
+        return a == b and math.copysign(1.0, a) == math.copysign(1.0, b)
+    return bool(a == b)
+
+
 def _common(states: list[Mapping[str, Any]]) -> dict[str, Any]:
+    """The keys (but a digest) whose values every state shares."""
     if not states:
         return {}
     first = states[0]
-    return {k: v for k, v in first.items() if all(k in s and s[k] == v for s in states[1:])}
+    return {k: v for k, v in first.items()
+            if k != KEY_DIGEST and all(k in s and _identical(s[k], v) for s in states[1:])}
+
+
+def _all_sealed(states: list[Mapping[str, Any]], shared: Mapping[str, str]) -> bool:
+    """Whether every state carries the zephon seal of the rest (``digest``): then the file can
+    leave the digests out and restoring seals the states again."""
+    return bool(states) and all(type(s.get(KEY_DIGEST)) is str and s[KEY_DIGEST] == digest(s, shared) for s in states)
 
 
 def make_state(canonical_replicas: int, entries: Mapping[int, Entry], datasets: list[DatasetRecord],
-               topology: Mapping[str, Any]) -> LoaderStateDict:
-    """The JSON state of ``entries`` (lane -> (source state, consumed, turn flags))."""
+               topology: Mapping[str, Any], *, run: str | None = None,
+               operators: Mapping[str, Mapping[int, Any]] | None = None) -> LoaderStateDict:
+    """The JSON state of ``entries`` (lane -> (source state, consumed, turn flags)), of ``run``
+    (:func:`run_fingerprint`), with ``operators`` (name -> lane -> JSON state) for its lanes."""
     lanes = sorted(entries)
     states = [entries[lane][0] for lane in lanes]
     for lane, state in zip(lanes, states):
         if not isinstance(state, dict):
             raise TypeError(f"lane {lane}: the source's state_dict() must be a dict, got {type(state).__name__}")
     common = _common(states)
-    return LoaderStateDict(  # the keys are KEYS
-        kind=KIND,
-        version=VERSION,
-        canonical_replicas=canonical_replicas,
-        datasets=[DatasetRecord(id=d["id"], name=d["name"], fingerprint=d["fingerprint"]) for d in datasets],
-        source=common,
-        lanes=[[lane, entries[lane][1], entries[lane][2], {k: v for k, v in state.items() if k not in common}]
-               for lane, state in zip(lanes, states)],
-        topology=dict(topology),
-    )
+    is_sealed = _all_sealed(states, {k: canonical(v) for k, v in common.items()})
+    rests = [{k: v for k, v in state.items() if k not in common and not (is_sealed and k == KEY_DIGEST)}
+             for state in states]
+    for name, by_lane in (operators or {}).items():
+        if sorted(by_lane) != lanes:
+            raise ValueError(f"operator {name!r} has states for lanes {sorted(by_lane)}, the state covers {lanes}")
+    body = {
+        KEY_KIND: KIND,
+        KEY_VERSION: VERSION,
+        KEY_REPLICAS: canonical_replicas,
+        KEY_DATASETS: [DatasetRecord(id=d["id"], name=d["name"], fingerprint=d["fingerprint"]) for d in datasets],
+        KEY_RUN: run,
+        KEY_SOURCE: common,
+        KEY_LANES: LanesDict(count=len(lanes), lane=encode(lanes), consumed=encode([entries[k][1] for k in lanes]),
+                             turn=encode([entries[k][2] for k in lanes]), state=encode(rests), sealed=is_sealed),
+        KEY_OPERATORS: {name: encode([by_lane[k] for k in lanes]) for name, by_lane in sorted((operators or {}).items())},
+        KEY_TOPOLOGY: dict(topology),
+    }
+    return sealed(body)  # type: ignore[return-value]  # sealed adds the digest: the keys are KEYS
 
 
 def _bad(what: str) -> ValueError:
@@ -116,12 +190,16 @@ def parse_state(state: Any) -> LoaderState:
     if state.get(KEY_KIND) != KIND:
         raise ValueError(f"loader state kind is {show(state.get(KEY_KIND))}, expected {KIND!r}; pass the state_dict() "
                          "of a zephon DataLoader / torch dataset, or a checkpoint of one")
-    if type(state.get(KEY_VERSION)) is not int or state[KEY_VERSION] != VERSION:
-        raise ValueError(f"loader state version {show(state.get(KEY_VERSION))} is not supported (this zephon reads "
-                         f"version {VERSION}); restore it with the zephon version that wrote it")
-    missing, unknown = [k for k in KEYS if k not in state], sorted(set(state) - set(KEYS))
+    version = state.get(KEY_VERSION)
+    if type(version) is not int or version not in (1, VERSION):
+        raise ValueError(f"loader state version {show(version)} is not supported (this zephon reads versions 1 and "
+                         f"{VERSION}); restore it with the zephon version that wrote it")
+    keys = KEYS if version == VERSION else KEYS_V1
+    missing, unknown = [k for k in keys if k not in state], sorted(set(state) - set(keys))
     if missing or unknown:
         raise _bad(f"missing {missing}, unknown keys {show(unknown)}")
+    if version == VERSION and state[KEY_DIGEST] != digest(state):
+        raise _bad("its digest does not match its content (edited or damaged)")
     replicas = state[KEY_REPLICAS]
     if type(replicas) is not int or not 1 <= replicas <= MAX_REPLICAS:
         raise _bad(f"canonical_replicas={show(replicas)} must be an int in [1, {MAX_REPLICAS}]")
@@ -129,11 +207,69 @@ def parse_state(state: Any) -> LoaderState:
     if not isinstance(datasets, list) or not all(
             isinstance(d, dict) and set(d) == {"id", "name", "fingerprint"} for d in datasets):
         raise _bad(f"datasets must be a list of {{'id', 'name', 'fingerprint'}}, got {show(datasets)}")
-    common, lanes = state[KEY_SOURCE], state[KEY_LANES]
-    if not isinstance(common, dict) or not isinstance(lanes, list):
-        raise _bad("'source' must be a dict and 'lanes' a list")
-    entries: dict[int, tuple[dict[str, Any], int, int]] = {}
-    for row in lanes:
+    common, topology = state[KEY_SOURCE], state[KEY_TOPOLOGY]
+    if not isinstance(common, dict) or not isinstance(topology, dict):
+        raise _bad("'source' and 'topology' must be dicts")
+    if version == 1:
+        return LoaderState(replicas, _entries(_rows_v1(state[KEY_LANES]), common, replicas, False), datasets, topology)
+    run = state[KEY_RUN]
+    if run is not None and not (type(run) is str and _HEX32.fullmatch(run)):
+        raise _bad(f"run={show(run)} must be 32 hex digits or null")
+    rows, lanes, is_sealed = _rows(state[KEY_LANES], replicas)
+    return LoaderState(replicas, _entries(rows, common, replicas, is_sealed), datasets, topology, run,
+                       _operators(state[KEY_OPERATORS], lanes))
+
+
+def _rows(lanes: Any, replicas: int) -> tuple[list[list[Any]], list[Any], bool]:
+    """The ``[lane, consumed, turn, state]`` rows of version 2's lane columns, the lanes, and ``sealed``."""
+    if not isinstance(lanes, dict) or sorted(lanes) != sorted(LANE_KEYS):
+        raise _bad(f"'lanes' must be a dict of {list(LANE_KEYS)}, got {show(lanes)}")
+    count, is_sealed = lanes["count"], lanes["sealed"]
+    if type(count) is not int or not 0 <= count <= replicas or type(is_sealed) is not bool:
+        raise _bad(f"lanes: count={show(count)} must be an int in [0, {replicas}] and sealed a bool")
+    try:
+        columns = [decode(lanes[key], count, f"lanes.{key}") for key in ("lane", "consumed", "turn", "state")]
+    except ValueError as error:
+        raise _bad(str(error)) from None
+    if columns[0] != sorted(columns[0]):
+        raise _bad("lanes must be in ascending order")
+    return [list(row) for row in zip(*columns)], columns[0], is_sealed
+
+
+def _rows_v1(lanes: Any) -> list[list[Any]]:
+    if not isinstance(lanes, list):
+        raise _bad("'lanes' must be a list")
+    return lanes
+
+
+class _Ledger(Mapping[int, tuple[dict[str, Any], int, int]]):
+    """A parsed state's entries by lane, each lane's source state made (and sealed again) when
+    first asked for: a rank restores a few lanes of a global state, sealing costs a digest."""
+
+    def __init__(self, rows: dict[int, tuple[dict[str, Any], int, int]], common: dict[str, Any], is_sealed: bool):
+        self._rows, self._common = rows, common
+        self._shared = {k: canonical(v) for k, v in common.items()} if is_sealed else None
+        self._made: dict[int, tuple[dict[str, Any], int, int]] = {}
+
+    def __getitem__(self, lane: int) -> tuple[dict[str, Any], int, int]:
+        entry = self._made.get(lane)
+        if entry is None:
+            rest, consumed, turn = self._rows[lane]
+            state = {**self._common, **rest}
+            entry = self._made[lane] = (state if self._shared is None else sealed(state, self._shared), consumed, turn)
+        return entry
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self._rows)
+
+    def __len__(self) -> int:
+        return len(self._rows)
+
+
+def _entries(rows: list[Any], common: dict[str, Any], replicas: int, is_sealed: bool) -> _Ledger:
+    """The ledger of ``[lane, consumed, turn, rest of the source state]`` rows, validated."""
+    checked: dict[int, tuple[dict[str, Any], int, int]] = {}
+    for row in rows:
         if not (isinstance(row, list) and len(row) == 4 and all(type(v) is int for v in row[:3])
                 and isinstance(row[3], dict)):
             raise _bad(f"every lane must be [lane, consumed, turn, state], got {show(row)}")
@@ -144,20 +280,29 @@ def parse_state(state: Any) -> LoaderState:
             raise _bad(f"lane {lane} has consumed={consumed} < 0")
         if not 0 <= turn <= 3:
             raise _bad(f"lane {lane} has turn={turn}, outside 0..3")
-        if lane in entries:
+        if lane in checked:
             raise _bad(f"lane {lane} appears twice")
-        entries[lane] = ({**common, **rest}, consumed, turn)
-    topology = state[KEY_TOPOLOGY]
-    if not isinstance(topology, dict):
-        raise _bad("'topology' must be a dict")
-    return LoaderState(replicas, entries, datasets, topology)
+        checked[lane] = (rest, consumed, turn)
+    return _Ledger(checked, common, is_sealed)
+
+
+def _operators(operators: Any, lanes: list[Any]) -> dict[str, dict[int, Any]]:
+    if not isinstance(operators, dict):
+        raise _bad(f"'operators' must be a dict of columns, got {show(operators)}")
+    out = {}
+    for name, column in operators.items():
+        try:
+            out[name] = dict(zip(lanes, decode(column, len(lanes), f"operators.{name}")))
+        except ValueError as error:
+            raise _bad(str(error)) from None
+    return out
 
 
 def merge_states(states: Iterable[Any]) -> LoaderStateDict:
     """One state covering the lanes of all ``states`` (e.g. every rank's): pure.
 
-    The states must agree on ``canonical_replicas`` and the datasets; a lane may appear in
-    several only with identical entries. The result is global when the lanes cover
+    The states must agree on ``canonical_replicas``, the datasets and the run; a lane may
+    appear in several only with identical entries. The result is global when the lanes cover
     ``range(canonical_replicas)`` (see :func:`missing_lanes`).
     """
     parsed = [parse_state(s) for s in states]
@@ -165,6 +310,7 @@ def merge_states(states: Iterable[Any]) -> LoaderStateDict:
         raise ValueError("merge_states needs at least one state; pass every rank's state_dict()")
     first = parsed[0]
     entries: dict[int, Entry] = {}
+    operators: dict[str, dict[int, Any]] = {}
     ranks: set[int] = set()
     for k, p in enumerate(parsed):
         if p.canonical_replicas != first.canonical_replicas:
@@ -173,16 +319,22 @@ def merge_states(states: Iterable[Any]) -> LoaderStateDict:
         if p.datasets != first.datasets:
             raise ValueError(f"merge_states: state {k} was taken over other datasets ({p.datasets} vs "
                              f"{first.datasets}); merge states of one run only")
+        if p.run != first.run or sorted(p.operators) != sorted(first.operators):
+            raise ValueError(f"merge_states: state {k} is of another run (run {p.run}, operators {sorted(p.operators)}; "
+                             f"state 0: run {first.run}, operators {sorted(first.operators)}); merge states of one "
+                             "run only")
         for lane, entry in p.entries.items():
             if lane in entries and entries[lane] != entry:
                 raise ValueError(f"merge_states: lane {lane} appears in two states with different positions; "
                                  "each lane must come from the one rank that owns it")
             entries[lane] = entry
+        for name, by_lane in p.operators.items():
+            operators.setdefault(name, {}).update(by_lane)
         ranks.update(r for r in p.topology.get("ranks", ()) if type(r) is int)
     topology = dict(first.topology)
     if ranks:
         topology["ranks"] = sorted(ranks)
-    return make_state(first.canonical_replicas, entries, first.datasets, topology)
+    return make_state(first.canonical_replicas, entries, first.datasets, topology, run=first.run, operators=operators)
 
 
 def missing_lanes(state: LoaderState, lanes: Iterable[int]) -> list[int]:

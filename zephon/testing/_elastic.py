@@ -15,7 +15,7 @@ import json
 from typing import Any, Mapping, Sequence
 
 from zephon.runtime import (MAPPINGS, DatasetRecord, Entry, LaneMux, LoaderStateDict, Segment, Tracker, initial_entries,
-                            make_state, merge_states, parse_state, rank_lanes, worker_lanes)
+                            make_state, merge_states, parse_state, rank_lanes, run_fingerprint, worker_lanes)
 from zephon.testing._assertions import Pointer, SourceFactory
 from zephon.testing._streams import as_source, read_order
 from zephon.work import WorkSource
@@ -97,8 +97,9 @@ def _global_checkpoint(readers: list[tuple[int, _Reader]], replicas: int, templa
     ranks: dict[int, dict[int, Entry]] = {}
     for rank, reader in readers:
         ranks.setdefault(rank, {}).update(reader.entries())
+    run = run_fingerprint(template, replicas, datasets)
     states = [make_state(replicas, entries, datasets, {"world_size": world, "ranks": [rank], "mapping": mapping,
-                                                       "num_workers": workers})
+                                                       "num_workers": workers}, run=run)
               for rank, entries in sorted(ranks.items())]
     merged: LoaderStateDict = json.loads(json.dumps(merge_states(states)))
     return merged

@@ -1,0 +1,92 @@
+"""Per-lane values as columns: how a loader state stores its lanes in O(lanes) with a small constant.
+
+A *column* holds one JSON value per lane, for ``n`` lanes, in one of these forms:
+
+* ``[v0, v1, …]`` — the values, one per lane;
+* ``{"same": v}`` — every lane has ``v`` (an int, a string, a bool or null);
+* ``{"start": a, "step": s}`` — lane ``k`` has the int ``a + k * s``;
+* ``{"fields": {key: column, …}}`` — every lane has a dict with these keys, each a column;
+* ``{"float64": "<base64>"}`` — floats, exactly, as the little-endian bytes of a float64 array;
+  with ``"width": w`` every lane has a list of ``w`` floats.
+
+:func:`encode` picks the smallest form that fits and :func:`decode` restores the values, equal
+and of the same JSON types. Lanes' source states are alike in shape (a dict per dataset, a
+list of accumulators), so their keys are written once and their numbers back to back: about
+80 bytes a lane for a mixture of three datasets, where one JSON object per lane takes 370.
+"""
+from __future__ import annotations
+
+import base64
+import binascii
+import math
+from typing import Any, Sequence
+
+import numpy as np
+
+from zephon.limits import show
+
+_SAME = (int, str, bool, type(None))  # floats go to float64 columns: exact to the bit, -0.0 included
+
+
+def encode(values: Sequence[Any]) -> Any:
+    """The column of ``values`` (one JSON value per lane)."""
+    if not values:
+        return []
+    first = values[0]
+    if type(first) in _SAME and all(type(v) is type(first) and v == first for v in values):
+        return {"same": first}
+    if type(first) is dict and first and all(type(v) is dict and v.keys() == first.keys() for v in values):
+        return {"fields": {key: encode([v[key] for v in values]) for key in first}}
+    if type(first) is int and len(values) > 1 and all(type(v) is int for v in values):
+        step = values[1] - first
+        if all(v == first + k * step for k, v in enumerate(values)):
+            return {"start": first, "step": step}
+    if all(type(v) is float for v in values):
+        return {"float64": _floats(values)}
+    if type(first) is list and first and all(type(v) is list and len(v) == len(first) and
+                                             all(type(x) is float for x in v) for v in values):
+        return {"float64": _floats([x for v in values for x in v]), "width": len(first)}
+    return list(values)
+
+
+def _floats(values: Sequence[float]) -> str:
+    return base64.b64encode(np.asarray(values, dtype="<f8").tobytes()).decode("ascii")
+
+
+def decode(column: Any, n: int, where: str) -> list[Any]:
+    """The ``n`` values of ``column``; ``ValueError`` naming ``where`` when it is malformed."""
+    if type(column) is list:
+        if len(column) != n:
+            raise ValueError(f"{where}: {len(column)} values for {n} lanes")
+        return column
+    if type(column) is not dict:
+        raise ValueError(f"{where}: a column is a list or a dict, got {show(column)}")
+    keys = set(column)
+    if keys == {"same"} and type(column["same"]) in _SAME:
+        return [column["same"]] * n
+    if keys == {"start", "step"} and type(column["start"]) is int and type(column["step"]) is int:
+        start, step = column["start"], column["step"]
+        return [start + k * step for k in range(n)]
+    if keys == {"fields"} and type(column["fields"]) is dict and column["fields"]:
+        fields = {key: decode(value, n, f"{where}.{key}") for key, value in column["fields"].items()}
+        return [{key: values[k] for key, values in fields.items()} for k in range(n)]
+    if keys in ({"float64"}, {"float64", "width"}):
+        return _decode_floats(column, n, where)
+    raise ValueError(f"{where}: not a column: {show(column)}")
+
+
+def _decode_floats(column: dict[str, Any], n: int, where: str) -> list[Any]:
+    width = column.get("width")
+    if width is not None and not (type(width) is int and width >= 1):
+        raise ValueError(f"{where}: width={show(width)} must be an int >= 1")
+    try:
+        raw = base64.b64decode(column["float64"], validate=True) if type(column["float64"]) is str else None
+    except (binascii.Error, ValueError):
+        raw = None
+    count = n * (width or 1)
+    if raw is None or len(raw) != 8 * count:
+        raise ValueError(f"{where}: float64 must be the base64 of {count} float64 values")
+    floats: list[float] = np.frombuffer(raw, dtype="<f8").tolist()
+    if not all(math.isfinite(x) for x in floats):
+        raise ValueError(f"{where}: a float is not finite (JSON cannot hold it)")
+    return floats if width is None else [floats[k * width:(k + 1) * width] for k in range(n)]
