@@ -17,3 +17,6 @@ class Scheduler:
     def index(self, chunk_index: int, acc: np.ndarray, epochs: np.ndarray, positions: np.ndarray,
               tails: np.ndarray, own: int, samples: int, every: int, snap_ints: np.ndarray, snap_acc: np.ndarray,
               budget: int) -> tuple[int, int, int, int, bool]: ...
+    def count_lanes(self, chunk_index: int, acc: np.ndarray, epochs: np.ndarray, positions: np.ndarray,
+                    tails: np.ndarray, replicas: int, routing: int, lane_key: int, starts: np.ndarray,
+                    totals: np.ndarray, stop: int) -> tuple[int, bool]: ...

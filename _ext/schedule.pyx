@@ -13,7 +13,7 @@ from libc.stdlib cimport free, malloc
 
 import numpy as np
 from zephon._ext._keys cimport derive
-from zephon._ext.perm cimport Perm, perm_invert, perm_make
+from zephon._ext.perm cimport Perm, perm_apply, perm_invert, perm_make
 
 
 cdef void _rank(Schedule* s, Py_ssize_t count, Py_ssize_t want) noexcept nogil:
@@ -454,3 +454,48 @@ cdef class Scheduler:
                         samples += out[0, c]
         self._close(&s)
         return filled, g, own, samples, status != PLANNED
+
+    def count_lanes(self, int64_t chunk_index, double[::1] acc, int64_t[::1] epochs, int64_t[::1] positions,
+                    int64_t[::1] tails, int64_t replicas, int routing, uint64_t lane_key, const int64_t[::1] starts,
+                    int64_t[::1] totals, int64_t stop):
+        """Walk the global schedule from ``chunk_index`` to chunk ``stop`` (or the stream's end),
+        adding each chunk's samples to ``totals`` of the lane that owns it among ``replicas``
+        (``routing``, ``lane_key``: the forward rules of zephon/core/routing.py) when the chunk
+        is at or after that lane's ``starts`` entry. This Scheduler must own every chunk (lane
+        0 of 1). Returns ``(g, ended)``: the next chunk to plan, and whether the stream ended
+        there (the state arrays then hold no meaningful state). Defined by
+        zephon/core/counting.py::count_lanes_reference.
+        """
+        cdef Schedule s
+        cdef Py_ssize_t c, n = self.totals.shape[0], status = PLANNED
+        cdef int64_t g = chunk_index, owner, block = -1, size
+        cdef int64_t[:, ::1] out = np.empty((3, n), dtype=np.int64)
+        cdef double[::1] weights = np.empty(n, dtype=np.float64)
+        cdef Perm lanes
+        if self.replicas != 1:
+            raise ValueError("count_lanes walks the whole schedule: use the template's Scheduler (lane 0 of 1)")
+        if starts.shape[0] != replicas or totals.shape[0] != replicas:
+            raise ValueError(f"count_lanes: starts and totals need {replicas} entries")
+        self._open(&s, &weights[0])
+        with nogil:
+            while g < stop:
+                status = self._step(&s, &g, &acc[0], &epochs[0], &positions[0], &tails[0], &out[0, 0])
+                if status != PLANNED:
+                    break
+                if replicas == 1:
+                    owner = 0
+                elif routing == ROUTE_MODULO:
+                    owner = g % replicas
+                else:
+                    if g // replicas != block:
+                        block = g // replicas
+                        lanes = perm_make(derive(lane_key, <uint64_t>block), <uint64_t>replicas)
+                    owner = <int64_t>perm_apply(&lanes, <uint64_t>(g % replicas))
+                if g >= starts[owner]:
+                    size = 0
+                    for c in range(n):
+                        size += out[0, c]
+                    totals[owner] += size
+                g += 1
+        self._close(&s)
+        return g, status != PLANNED

@@ -67,24 +67,36 @@ class RankCount:
     samples: int
 
 
+def lanes_remaining(template: Any, replicas: int, entries: Mapping[int, Entry]) -> dict[int, int]:
+    """Samples each lane of ``entries`` still yields: one walk of the global schedule for all of
+    them where the source offers it (``remaining_by_lane``), else lane by lane."""
+    by_lane = getattr(template, "remaining_by_lane", None)
+    if by_lane is None:
+        return {lane: lane_remaining(template, lane, replicas, entry) for lane, entry in entries.items()}
+    counts = by_lane({lane: entry[0] for lane, entry in entries.items()}, replicas)
+    return {lane: counts[lane] - entry[1] for lane, entry in entries.items()}
+
+
 def count_rank(template: Any, replicas: int, entries: Mapping[int, Entry], rank: int, world_size: int,
                mapping: str, batch_size: int | None, drop_last: bool) -> RankCount:
     """The remaining batches and samples of ``rank`` (of ``world_size``): its lanes' batches,
     whatever the readers (each batch is one lane's)."""
-    total_units = total_samples = 0
     lanes = rank_lanes(replicas, rank, world_size, mapping)
-    for lane in lanes:
-        samples = lane_remaining(template, lane, replicas, entries[lane])
-        total_units += units(samples, batch_size, drop_last)
-        total_samples += samples
-    return RankCount(total_units, total_samples)
+    return _rank_count(lanes_remaining(template, replicas, {lane: entries[lane] for lane in lanes}), lanes,
+                       batch_size, drop_last)
 
 
 def count_ranks(template: Any, replicas: int, entries: Mapping[int, Entry], world_size: int,
                 mapping: str, batch_size: int | None, drop_last: bool) -> list[RankCount]:
-    """:func:`count_rank` of every rank (``entries`` must cover every lane)."""
-    return [count_rank(template, replicas, entries, rank, world_size, mapping, batch_size, drop_last)
+    """:func:`count_rank` of every rank (``entries`` must cover every lane), in one count of all lanes."""
+    remaining = lanes_remaining(template, replicas, {lane: entries[lane] for lane in range(replicas)})
+    return [_rank_count(remaining, rank_lanes(replicas, rank, world_size, mapping), batch_size, drop_last)
             for rank in range(world_size)]
+
+
+def _rank_count(remaining: Mapping[int, int], lanes: list[int], batch_size: int | None, drop_last: bool) -> RankCount:
+    return RankCount(sum(units(remaining[lane], batch_size, drop_last) for lane in lanes),
+                     sum(remaining[lane] for lane in lanes))
 
 
 @dataclass(slots=True)

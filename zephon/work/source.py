@@ -96,12 +96,7 @@ class WorkSource(abc.ABC):
 
     def _check_lane_header(self, state: Mapping[str, Any]) -> None:
         """Refuse a checkpoint taken on another lane or with another ``canonical_replicas``."""
-        saved = (state.get(KEY_LANE), state.get(KEY_REPLICAS))
-        if tuple(map(type, saved)) != (type(self._lane), type(self._replicas)) or saved != (self._lane, self._replicas):
-            raise ValueError(
-                f"checkpoint belongs to lane {show(saved[0])} of {show(saved[1])}, but this source is lane {self._lane} "
-                f"of {self._replicas}; load it into the clone of that lane"
-            )
+        check_lane_header(state, self._lane, self._replicas)
 
     def chunk_size_hint(self) -> int | None:
         """The fixed chunk size, if the source has one."""
@@ -131,3 +126,13 @@ class WorkSource(abc.ABC):
         the source has a batched lookup)."""
         flat = np.asarray(indices, dtype=np.int64).reshape(-1)
         return np.array([self.sample_id_at(int(i)) for i in flat], dtype=np.int64).reshape(-1, 3)
+
+
+def check_lane_header(state: Mapping[str, Any], lane: int | None, replicas: int | None) -> None:
+    """Refuse a checkpoint unless it was taken on lane ``lane`` of ``replicas``."""
+    saved = (state.get(KEY_LANE), state.get(KEY_REPLICAS))
+    if tuple(map(type, saved)) != (type(lane), type(replicas)) or saved != (lane, replicas):
+        raise ValueError(
+            f"checkpoint belongs to lane {show(saved[0])} of {show(saved[1])}, but this source is lane {lane} "
+            f"of {replicas}; load it into the clone of that lane"
+        )

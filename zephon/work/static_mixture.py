@@ -10,7 +10,7 @@ import dataclasses
 import os
 from typing import Any, Callable, Mapping, Sequence
 
-from zephon.core import checkpoint, coverage, index
+from zephon.core import checkpoint, counting, coverage, index
 from zephon.core.config import SourceConfig
 from zephon.core.schedule import initial_state
 from zephon.core.step import step, stream_end
@@ -19,6 +19,7 @@ from zephon.io import Dataset
 from zephon.work import mixture_config
 from zephon.work._mixture import MixtureShell, check_history
 from zephon.work._resolve import check_liveness, resolve
+from zephon.work.source import check_lane_header
 
 
 class StaticMixtureWorkSource(MixtureShell):
@@ -180,6 +181,27 @@ class StaticMixtureWorkSource(MixtureShell):
         config = self._core_with_ratios(ratios, config) if ratios else config
         self._state = checkpoint.state_from_json(state, config)
         self._config, self._index, self._history = config, None, history
+
+    def remaining_by_lane(self, states: Mapping[int, Mapping[str, Any]], replicas: int) -> dict[int, int]:
+        """Samples each lane (of ``replicas``) still yields from its checkpoint ``states[lane]``:
+        what ``clone_for_lane(lane, replicas)`` loaded with it returns from ``remaining_samples()``,
+        for many lanes in one walk of the global schedule (``zephon.core.counting``). The
+        states are checked as ``load_state_dict`` checks them; call it on the template."""
+        if self.lane_id is not None:
+            raise RuntimeError("remaining_by_lane counts lanes of the template source; call it on the source you built")
+        core, alone = {}, {}
+        for lane, state in states.items():
+            if self._config.token_mode or checkpoint.KEY_ORDERS in state:  # lanes of their own schedule
+                clone = self.clone_for_lane(lane, replicas)
+                clone.load_state_dict(state)
+                alone[lane] = clone.remaining_samples()
+                continue
+            checkpoint.check_header(state, self._config)
+            check_lane_header(state, lane, replicas)
+            core[lane] = checkpoint.state_from_json(state, self._config)
+        counts = counting.remaining_by_lane(self._config, core, lambda lane: self._core_bind(self._config, lane, replicas),
+                                            replicas)
+        return {**counts, **alone}
 
     def _core_with_ratios(self, ratios: dict[str, tuple[float, str]], config: SourceConfig | None = None
                           ) -> SourceConfig:

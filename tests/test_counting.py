@@ -1,0 +1,50 @@
+"""Counting every lane's remaining samples in one walk of the global schedule: the kernel agrees
+with its twin, and the counts equal a lane-by-lane walk, from any positions, on random configs."""
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from zephon import StaticMixtureWorkSource
+from zephon.core.cache import scheduler
+from zephon.core.counting import count_lanes_reference
+from zephon.core.schedule import initial_state, state_arrays
+from zephon.runtime._even import lane_remaining, lanes_remaining
+from zephon.testing import source_configs
+
+
+@given(source_configs(), st.integers(1, 9), st.integers(0, 60), st.data())
+def test_the_counting_kernel_matches_its_twin(kwargs, replicas, stop, data):
+    template = StaticMixtureWorkSource(**kwargs)
+    config = template.config
+    kernel = scheduler(config)
+    if kernel is None:
+        return
+    starts = data.draw(st.lists(st.integers(0, 40), min_size=replicas, max_size=replicas))
+    expected = [0] * replicas
+    state, ended = count_lanes_reference(config, initial_state(config), replicas, starts, expected, stop)
+    arrays = state_arrays(initial_state(config), len(config.datasets))
+    totals = np.zeros(replicas, dtype=np.int64)
+    g, kernel_ended = kernel.count_lanes(0, *arrays, replicas, config.routing.code, config.lane_key,
+                                         np.array(starts, dtype=np.int64), totals, stop)
+    assert totals.tolist() == expected and (g, kernel_ended) == (state.chunk_index, ended)
+    if not ended:  # after an end the kernel's arrays hold no meaningful state
+        assert all(np.array_equal(a, b) for a, b in zip(arrays, state_arrays(state, len(config.datasets))))
+
+
+@settings(max_examples=60, deadline=None)
+@given(source_configs(), st.integers(1, 9), st.data())
+def test_lane_counts_equal_a_lane_by_lane_walk(kwargs, replicas, data):
+    template = StaticMixtureWorkSource(**kwargs)
+    entries = {}
+    for lane in range(replicas):
+        source = template.clone_for_lane(lane, replicas)
+        for _ in range(data.draw(st.integers(0, 6))):  # lanes at different positions, some ended
+            source.next_chunk()
+        chunk_start = source.state_dict()
+        chunk = source.next_chunk()
+        consumed = data.draw(st.integers(0, len(chunk))) if chunk is not None else 0
+        entries[lane] = (chunk_start, consumed, 0)
+    assert lanes_remaining(template, replicas, entries) == {
+        lane: lane_remaining(template, lane, replicas, entry) for lane, entry in entries.items()}
