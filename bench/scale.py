@@ -1,0 +1,206 @@
+"""zephon scale benchmark: counting, lane skipping, checkpoints and construction as the job grows.
+
+``python bench/scale.py`` runs the full benchmark (a few minutes); ``--quick`` a smoke run;
+``--json PATH`` also writes the results. Each figure is the median of several repeats; the
+counting figures are fitted to ``a + b·R + c·G`` (``R`` lanes, ``G`` global chunks) and
+extrapolated to 2,048 GPUs x 8 workers with the default 8 lanes per reader (131,072 lanes) on
+10^12 samples at ``chunk_size=16384`` (6.1·10^7 chunks). Targets are informational: the script
+always exits 0. Needs the ``zephon-mixtures[torch]`` extra.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+import tracemalloc
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from _common import Row, table  # noqa: E402
+
+import zephon.torch as zt  # noqa: E402
+from zephon import Dataset, Pipeline, StaticMixtureWorkSource  # noqa: E402
+from zephon.runtime import make_state, parse_state  # noqa: E402
+from zephon.runtime._state import dataset_fingerprints  # noqa: E402
+
+WEIGHTS = {"web": 0.6, "code": 0.3, "books": 0.1}
+BIG_R, BIG_G = 2048 * 8 * 8, 10**12 // 16384  # the extrapolation's job
+
+
+@dataclass(frozen=True)
+class Settings:
+    repeats: int
+    counting: tuple[tuple[int, int], ...]  # (lanes, global chunks)
+    lanes: tuple[int, ...]  # lane counts for skipping and checkpoints
+    datasets: tuple[int, ...]
+
+
+FULL = Settings(3, ((1024, 10**5), (4096, 10**5), (16384, 10**5), (16384, 10**6)), (1024, 4096, 16384),
+                (100, 1000, 10_000, 100_000))
+QUICK = Settings(2, ((256, 10**4), (1024, 10**4), (1024, 10**5)), (256, 1024), (100, 1000))
+
+
+def mixture(total: int, chunk_size: int, **kwargs: Any) -> StaticMixtureWorkSource:
+    """Three datasets in WEIGHTS, ``total`` samples in all, one pass unless ``kwargs`` say otherwise."""
+    datasets = [Dataset.from_counts(name, np.full(shards, max(1, int(total * w) // shards), dtype=np.int64))
+                for (name, w), shards in zip(WEIGHTS.items(), (600, 300, 100))]
+    kwargs.setdefault("stop_after_passes", 1)
+    return StaticMixtureWorkSource(datasets, WEIGHTS, chunk_size=chunk_size, seed=7, **kwargs)
+
+
+def timed(fn: Callable[[], Any], repeats: int) -> list[float]:
+    out = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        out.append(time.perf_counter() - start)
+    return out
+
+
+# -- counting ---------------------------------------------------------------------------------
+
+
+def counting_rows(cfg: Settings) -> list[Row]:
+    """``len(loader)`` with ``even_batches`` on rank 0 of R / 8 ranks: every lane counted."""
+    rows, points = [], []
+    for lanes, chunks in cfg.counting:
+        source = mixture(chunks * 16, 16)
+
+        def count() -> None:
+            len(zt.DataLoader(Pipeline(source), batch_size=4, canonical_replicas=lanes, rank=0,
+                              world_size=max(1, lanes // 8), even_batches=True))
+        samples = timed(count, cfg.repeats)
+        points.append((lanes, chunks, statistics.median(samples)))
+        rows.append(Row(f"len(loader), {lanes} lanes x {chunks:.0e} chunks", statistics.median(samples), "s",
+                        "<= 10 s at 16384 x 1e6" if (lanes, chunks) == (16384, 10**6) else "", None,
+                        statistics.median(samples) <= 10 if (lanes, chunks) == (16384, 10**6) else None, samples))
+    a, b, c = np.linalg.lstsq(np.array([[1.0, r, g] for r, g, _ in points]), np.array([t for _, _, t in points]),
+                              rcond=None)[0]
+    rows.append(Row(f"  fit: {a * 1e3:.0f} ms + {b * 1e6:.1f} us/lane + {c * 1e9:.1f} ns/chunk", 0.0, "s"))
+    rows.append(Row(f"  extrapolated, {BIG_R} lanes x {BIG_G:.1e} chunks", a + b * BIG_R + c * BIG_G, "s"))
+    return rows
+
+
+# -- lane skipping ----------------------------------------------------------------------------
+
+
+def lane_rate(lanes: int, chunks: int = 200) -> float:
+    """Samples/s of lane 0 of ``lanes`` (default shuffles), each chunk's read order as arrays."""
+    lane = mixture(10**10, 4096, exhausted_policy="repeat", stop_after_passes=None).clone_for_lane(0, lanes)
+    lane.next_chunk()
+    start, n = time.perf_counter(), 0
+    for _ in range(chunks):
+        chunk = lane.next_chunk()
+        assert chunk is not None  # repeats forever
+        n += len(chunk.read_order()[0])
+    return n / (time.perf_counter() - start)
+
+
+def skipping_rows(cfg: Settings) -> list[Row]:
+    one = [lane_rate(1) for _ in range(cfg.repeats)]
+    rows = [Row("lane 0 of 1, chunk 4096", statistics.median(one), "samples/s", "(ratio base)", None, None, one)]
+    for lanes in cfg.lanes:
+        rates = [lane_rate(lanes) for _ in range(cfg.repeats)]
+        ratio = statistics.median(rates) / statistics.median(one)
+        target = lanes == 16384
+        rows.append(Row(f"lane 0 of {lanes}", statistics.median(rates), "samples/s", ">= 50% of 1 lane" if target
+                        else "", ratio, ratio >= 0.5 if target else None, rates))
+    return rows
+
+
+# -- checkpoints ------------------------------------------------------------------------------
+
+
+def global_state(lanes: int) -> dict[str, Any]:
+    """Every lane a chunk or two in, mid-chunk: what ``merge_states`` of all ranks gives."""
+    source = mixture(10**10, 4096, exhausted_policy="repeat", stop_after_passes=None)
+    entries = {}
+    for lane in range(lanes):
+        clone = source.clone_for_lane(lane, lanes)
+        for _ in range(lane % 2 + 1):
+            clone.next_chunk()
+        entries[lane] = (clone.state_dict(), (lane * 7919) % 4096, lane % 2)
+    state: dict[str, Any] = json.loads(json.dumps(make_state(lanes, entries, dataset_fingerprints(
+        source.datasets_by_id), {}, run=None)))
+    return state
+
+
+def checkpoint_rows(cfg: Settings) -> list[Row]:
+    rows = []
+    source = mixture(10**10, 4096, exhausted_policy="repeat", stop_after_passes=None)
+    for lanes in cfg.lanes:
+        state = global_state(lanes)
+        text = json.dumps(state)
+        parse = timed(lambda: parse_state(json.loads(text)), cfg.repeats)
+
+        def rank_load() -> None:
+            loader = zt.DataLoader(Pipeline(source), batch_size=4, canonical_replicas=lanes, rank=0,
+                                   world_size=max(1, lanes // 8))
+            loader.load_state_dict(json.loads(text))
+        load = timed(rank_load, cfg.repeats)
+        target = lanes == 16384
+        rows += [Row(f"checkpoint, {lanes} lanes, per lane", len(text) / lanes, "B", "<= 120 B" if target else "",
+                     None, len(text) / lanes <= 120 if target else None, [len(text) / lanes]),
+                 Row("  parse and verify (json.loads + parse_state)", statistics.median(parse), "s",
+                     "<= 0.5 s" if target else "", None, statistics.median(parse) <= 0.5 if target else None, parse),
+                 Row(f"  load_state_dict on rank 0 of {max(1, lanes // 8)}", statistics.median(load), "s", "", None,
+                     None, load)]
+    return rows
+
+
+# -- construction -----------------------------------------------------------------------------
+
+
+def construction_rows(cfg: Settings) -> list[Row]:
+    """Build and first-chunk times untraced; the memory in a second, traced build (tracing slows it)."""
+    rows = []
+    for count in cfg.datasets:
+        datasets = [Dataset.from_counts(f"d{k}", np.full(4, 1000, dtype=np.int64)) for k in range(count)]
+        weights = {d.name: 1.0 + k % 7 for k, d in enumerate(datasets)}
+
+        def build() -> StaticMixtureWorkSource:
+            return StaticMixtureWorkSource(datasets, weights, chunk_size=max(16384, 2 * count), seed=1)
+        start = time.perf_counter()
+        source = build()
+        built = time.perf_counter() - start
+        source.clone_for_lane(0, 1).next_chunk()
+        first = time.perf_counter() - start
+        tracemalloc.start()
+        build().clone_for_lane(0, 1).next_chunk()
+        peak = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+        rows += [Row(f"{count} datasets x 4 shards: build", built, "s"),
+                 Row("  to the first chunk", first, "s"),
+                 Row("  peak memory (traced) per dataset", peak / count, "B")]
+    return rows
+
+
+SECTIONS: dict[str, Callable[[Settings], list[Row]]] = {
+    "counting": counting_rows, "skipping": skipping_rows, "checkpoints": checkpoint_rows,
+    "construction": construction_rows}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="a short smoke run")
+    parser.add_argument("--only", choices=SECTIONS, action="append", help="run only this section (repeatable)")
+    parser.add_argument("--json", metavar="PATH", help="also write the results as JSON")
+    args = parser.parse_args()
+    cfg = QUICK if args.quick else FULL
+    print(f"zephon scale benchmark ({'quick' if args.quick else 'full'}): {cfg.repeats} repeats, medians; "
+          f"mixture {WEIGHTS}", flush=True)
+    rows = [row for section in (args.only or list(SECTIONS)) for row in SECTIONS[section](cfg)]
+    print(table(rows))
+    if args.json:
+        Path(args.json).write_text(json.dumps([row.__dict__ for row in rows], indent=1))
+
+
+if __name__ == "__main__":
+    main()
