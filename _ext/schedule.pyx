@@ -474,8 +474,13 @@ cdef class Scheduler:
         cdef Perm lanes
         if self.replicas != 1:
             raise ValueError("count_lanes walks the whole schedule: use the template's Scheduler (lane 0 of 1)")
+        if replicas < 1 or chunk_index < 0 or (routing != ROUTE_MODULO and routing != ROUTE_PERMUTE):
+            raise ValueError(f"count_lanes: replicas={replicas} must be >= 1, chunk_index={chunk_index} >= 0 and "
+                             f"routing={routing} a kernel routing code")
         if starts.shape[0] != replicas or totals.shape[0] != replicas:
             raise ValueError(f"count_lanes: starts and totals need {replicas} entries")
+        if acc.shape[0] != n or epochs.shape[0] != n or positions.shape[0] != n or tails.shape[0] != n:
+            raise ValueError(f"count_lanes: the state arrays need {n} entries, one per dataset")
         self._open(&s, &weights[0])
         with nogil:
             while g < stop:

@@ -3,15 +3,19 @@ with its twin, and the counts equal a lane-by-lane walk, from any positions, on 
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from zephon import StaticMixtureWorkSource
+from zephon import Dataset, StaticMixtureWorkSource
 from zephon.core.cache import scheduler
 from zephon.core.counting import count_lanes_reference
 from zephon.core.schedule import initial_state, state_arrays
 from zephon.runtime._even import lane_remaining, lanes_remaining
 from zephon.testing import source_configs
+
+
+_REPEATING = {"datasets": [Dataset.from_counts("a", [5, 7])], "mixture": {"a": 1.0}, "chunk_size": 4}
 
 
 @given(source_configs(), st.integers(1, 9), st.integers(0, 60), st.data())
@@ -48,3 +52,10 @@ def test_lane_counts_equal_a_lane_by_lane_walk(kwargs, replicas, data):
         entries[lane] = (chunk_start, consumed, 0)
     assert lanes_remaining(template, replicas, entries) == {
         lane: lane_remaining(template, lane, replicas, entry) for lane, entry in entries.items()}
+
+
+def test_a_stream_that_repeats_forever_has_no_count():
+    template = StaticMixtureWorkSource(**{**_REPEATING, "exhausted_policy": "repeat"})
+    entries = {lane: (template.clone_for_lane(lane, 2).state_dict(), 0, 0) for lane in range(2)}
+    with pytest.raises(TypeError, match="repeats forever"):
+        lanes_remaining(template, 2, entries)

@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from zephon._ext.labels import BatchNames
-from zephon.runtime.pipeline import split_names_reference
+from zephon.runtime.pipeline import batch_names_reference
 
 
 @st.composite
@@ -24,7 +24,7 @@ def test_the_kernel_matches_its_twin(case):
     names, ids, bounds = case
     batches = BatchNames(names, ids, bounds)
     got = [batches[k] for k in range(len(batches))]
-    assert got == split_names_reference(names, ids, bounds.tolist())
+    assert got == batch_names_reference(names, ids, bounds.tolist())
     assert all(type(batch) is list for batch in got) and len(got) == max(len(bounds) - 1, 0)
     with pytest.raises(IndexError):
         batches[len(batches)]

@@ -19,7 +19,7 @@ import numpy as np
 
 from zephon.core.cache import scheduler
 from zephon.core.config import SourceConfig
-from zephon.core.index import remaining_samples
+from zephon.core.index import check_indexable, remaining_samples
 from zephon.core.schedule import Ended, SourceState, plan_next_reference, state_arrays
 
 COUNT_STRETCH = 1 << 20  # global chunks one kernel call walks
@@ -52,6 +52,7 @@ def remaining_by_lane(template: SourceConfig, states: Mapping[int, SourceState],
     lanes = sorted(states, key=lambda lane: states[lane].chunk_index)
     if kernel is None or template.lane_binding != (0, 1) or not lanes or any(states[k].requeue for k in lanes):
         return {lane: remaining_samples(states[lane], lane_config(lane)) for lane in lanes}
+    check_indexable(template)  # a stream that repeats forever (or is too long) has no count
     n = len(template.datasets)
     starts, totals = np.full(replicas, _NEVER, dtype=np.int64), np.zeros(replicas, dtype=np.int64)
     arrays = state_arrays(states[lanes[0]], n)

@@ -141,7 +141,8 @@ def _check_finite(config: SourceConfig) -> None:
         )
 
 
-def _check_indexable(config: SourceConfig) -> None:
+def check_indexable(config: SourceConfig) -> None:
+    """Refuse a config whose stream cannot be counted or indexed: token mode, endless, too long."""
     if config.token_mode:
         raise TypeError("a token-aware source has a length but no random access (sample_id_at) yet")
     _check_finite(config)
@@ -178,7 +179,7 @@ def build_index(config: SourceConfig, every: int = SNAPSHOT_EVERY) -> StreamInde
     Raises ``TypeError`` if it is not indexable, and the first-chunk ``ValueError`` of
     ``step`` if the stream cannot start.
     """
-    _check_indexable(config)
+    check_indexable(config)
     states: list[tuple[int, SourceState]] = []
     if scheduler(config) is None:
         states, chunks, length = _python_walk(config, initial_state(config), every)
@@ -210,7 +211,7 @@ def remaining_samples(state: SourceState, config: SourceConfig) -> int:
         return region_samples(state, config) + remaining_samples(past_region(state, config), config)
     if config.token_mode:
         return _token_samples(state, config)
-    _check_indexable(config)
+    check_indexable(config)
     if scheduler(config) is None:
         return _python_walk(config, state, 2**62)[2]
     return _walk(config, state, 2**62, 1)[3]

@@ -34,7 +34,7 @@ from typing import Any, Iterable, Iterator, Mapping, TypedDict
 
 from zephon.core.checkpoint import KEY_DIGEST, canonical, digest, sealed
 from zephon.limits import MAX_LOADER_STATE_NODES, MAX_REPLICAS, check_json, show
-from zephon.runtime._columns import decode, encode
+from zephon.runtime._columns import decode, encode, leaves
 from zephon.runtime._stream import Entry
 
 KIND = "zephon.LoaderState"
@@ -227,13 +227,24 @@ def _rows(lanes: Any, replicas: int) -> tuple[list[list[Any]], list[Any], bool]:
     count, is_sealed = lanes["count"], lanes["sealed"]
     if type(count) is not int or not 0 <= count <= replicas or type(is_sealed) is not bool:
         raise _bad(f"lanes: count={show(count)} must be an int in [0, {replicas}] and sealed a bool")
+    _check_expansion(count, [lanes[key] for key in ("lane", "consumed", "turn", "state")])
     try:
         columns = [decode(lanes[key], count, f"lanes.{key}") for key in ("lane", "consumed", "turn", "state")]
     except ValueError as error:
         raise _bad(str(error)) from None
+    if not all(type(lane) is int for lane in columns[0]):
+        raise _bad(f"lanes must be ints, got {show(columns[0])}")
     if columns[0] != sorted(columns[0]):
         raise _bad("lanes must be in ascending order")
     return [list(row) for row in zip(*columns)], columns[0], is_sealed
+
+
+def _check_expansion(count: int, columns: list[Any]) -> None:
+    """Refuse columns that would decode to more values than a loader state may hold (a short
+    text can describe many lanes' values)."""
+    if count * sum(leaves(column) for column in columns) > MAX_LOADER_STATE_NODES:
+        raise _bad(f"{count} lanes of {sum(leaves(c) for c in columns)} values each are more than a loader state "
+                   f"holds ({MAX_LOADER_STATE_NODES} values)")
 
 
 def _rows_v1(lanes: Any) -> list[list[Any]]:
@@ -258,6 +269,9 @@ class _Ledger(Mapping[int, tuple[dict[str, Any], int, int]]):
             state = {**self._common, **rest}
             entry = self._made[lane] = (state if self._shared is None else sealed(state, self._shared), consumed, turn)
         return entry
+
+    def __contains__(self, lane: object) -> bool:
+        return lane in self._rows
 
     def __iter__(self) -> Iterator[int]:
         return iter(self._rows)
@@ -289,6 +303,7 @@ def _entries(rows: list[Any], common: dict[str, Any], replicas: int, is_sealed: 
 def _operators(operators: Any, lanes: list[Any]) -> dict[str, dict[int, Any]]:
     if not isinstance(operators, dict):
         raise _bad(f"'operators' must be a dict of columns, got {show(operators)}")
+    _check_expansion(len(lanes), list(operators.values()))
     out = {}
     for name, column in operators.items():
         try:
@@ -319,7 +334,7 @@ def merge_states(states: Iterable[Any]) -> LoaderStateDict:
         if p.datasets != first.datasets:
             raise ValueError(f"merge_states: state {k} was taken over other datasets ({p.datasets} vs "
                              f"{first.datasets}); merge states of one run only")
-        if p.run != first.run or sorted(p.operators) != sorted(first.operators):
+        if (None not in (p.run, first.run) and p.run != first.run) or sorted(p.operators) != sorted(first.operators):
             raise ValueError(f"merge_states: state {k} is of another run (run {p.run}, operators {sorted(p.operators)}; "
                              f"state 0: run {first.run}, operators {sorted(first.operators)}); merge states of one "
                              "run only")
@@ -334,7 +349,8 @@ def merge_states(states: Iterable[Any]) -> LoaderStateDict:
     topology = dict(first.topology)
     if ranks:
         topology["ranks"] = sorted(ranks)
-    return make_state(first.canonical_replicas, entries, first.datasets, topology, run=first.run, operators=operators)
+    run = next((p.run for p in parsed if p.run is not None), None)  # version 1 states name no run
+    return make_state(first.canonical_replicas, entries, first.datasets, topology, run=run, operators=operators)
 
 
 def missing_lanes(state: LoaderState, lanes: Iterable[int]) -> list[int]:

@@ -338,6 +338,6 @@ class Pipeline:
         return f"Pipeline({self._source!r}{', steps=[' + steps + ']' if steps else ''})"
 
 
-def split_names_reference(names: Sequence[Any], ids: np.ndarray, bounds: Sequence[int]) -> list[list[Any]]:
+def batch_names_reference(names: Sequence[Any], ids: np.ndarray, bounds: Sequence[int]) -> list[list[Any]]:
     """What the labels kernel's ``BatchNames`` holds (pure): per batch the names of its ids."""
     return [[names[i] for i in ids[a:b].tolist()] for a, b in zip(bounds, bounds[1:])]

@@ -33,7 +33,7 @@ import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
 from zephon.runtime import (
-    DROPPED, KEY_COMPONENT, KEY_SAMPLE_ID, Entry, Event, LaneMux, Piece, Pipeline, Segment, joined,
+    DROPPED, KEY_COMPONENT, KEY_SAMPLE_ID, Entry, Event, LaneMux, Pipeline, Segment, joined,
 )
 from zephon.torch._collate import collate_rows, columnar_batch
 from zephon.torch._slots import Slots, take
@@ -231,8 +231,8 @@ def _piped(mux: LaneMux, plan: Plan, worker: int, slots: Slots) -> Bundle:
     """Every slot is still leased: this bundle goes through the pipe (said once per reader)."""
     if not slots.piped:
         slots.piped = True
-        log.debug("zephon: reader %d sends pointers through the pipe: the training loop still holds batches of all %d "
-                  "of its shared slots (slower, nothing lost)", worker, slots.count)
+        log.debug("zephon: reader %d sends pointers through the pipe: all %d of its shared slots are still leased "
+                  "(batches the loop keeps, or bundles waiting in the trainer); slower, nothing lost", worker, slots.count)
     return _next_bundle(mux, plan, worker, None)
 
 

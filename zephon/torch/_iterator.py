@@ -118,7 +118,7 @@ class LoaderIterator:
             worker = rotation[0]
             cursor = self._cursors[worker]
             if cursor is None or cursor.next == cursor.count:
-                cursor = self._refill(worker)
+                cursor = self._refill_or_report(worker)
                 if cursor is None:
                     rotation.popleft()
                     continue
@@ -134,6 +134,16 @@ class LoaderIterator:
     def dead_worker(self) -> WorkerDiedError | None:
         """The error for a worker of this iteration that died, if one did."""
         return dead_worker(self._base, self._plan.lanes)
+
+    def _refill_or_report(self, worker: int) -> _Cursor | None:
+        """:meth:`_refill`, with torch's "worker exited unexpectedly" and the like said as the
+        :class:`WorkerDiedError` of the worker that died."""
+        try:
+            return self._refill(worker)
+        except RuntimeError as error:
+            if isinstance(error, WorkerDiedError) or (died := self.dead_worker()) is None:
+                raise
+            raise died from error
 
     def _refill(self, worker: int) -> _Cursor | None:
         """The reader's cursor on its next bundle with something to yield; None after its last."""
@@ -161,10 +171,6 @@ class LoaderIterator:
                 bundle = next(self._base)
             except StopIteration:
                 raise RuntimeError(f"zephon: DataLoader worker {worker} stopped before its last batch") from None
-            except RuntimeError as error:  # torch's "worker exited unexpectedly" and the like
-                if isinstance(error, WorkerDiedError) or (died := self.dead_worker()) is None:
-                    raise
-                raise died from error
             self._pending[bundle.worker].append(bundle.land())  # at once: it frees the worker's slot
         return pending.popleft()
 

@@ -57,7 +57,10 @@ class Slots:
         """In a worker: one of its free slots, now busy; None when every one is still leased."""
         if not self.free[worker].acquire(block=False):
             return None
-        slot = int(np.flatnonzero(self._busy[worker] == 0)[0])
+        free = np.flatnonzero(self._busy[worker] == 0)
+        if not len(free):  # the count ran ahead of the flags: keep the slot counted as taken
+            return None
+        slot = int(free[0])
         self._busy[worker, slot] = 1
         return slot
 
