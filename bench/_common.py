@@ -1,9 +1,10 @@
-"""What every benchmark script shares: a result row, paired measurement, and the table."""
+"""What every benchmark script shares: a result row, paired measurement, the table, the command line."""
 from __future__ import annotations
 
+import argparse
 import statistics
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, Iterable
 
 
 @dataclass
@@ -66,3 +67,12 @@ def table(rows: list[Row]) -> str:
         lines.append(f"{row.figure:<48} {show(row.median, row.unit):>18}  {row.target:<20} {ratio:>8}  "
                      f"{marks[row.ok]}")
     return "\n".join(lines)
+
+
+def arguments(doc: str, sections: Iterable[str]) -> argparse.Namespace:
+    """``--quick``, ``--only SECTION`` (repeatable) and ``--json PATH``, described by ``doc``'s first line."""
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="a short smoke run")
+    parser.add_argument("--only", choices=list(sections), action="append", help="run only this section (repeatable)")
+    parser.add_argument("--json", metavar="PATH", help="also write the results as JSON")
+    return parser.parse_args()

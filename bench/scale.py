@@ -9,7 +9,6 @@ always exits 0. Needs the ``zephon-mixtures[torch]`` extra.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 import sys
@@ -23,7 +22,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from _common import Row, table  # noqa: E402
+from _common import Row, arguments, table  # noqa: E402
 
 import zephon.torch as zt  # noqa: E402
 from zephon import Dataset, Pipeline, StaticMixtureWorkSource  # noqa: E402
@@ -188,11 +187,7 @@ SECTIONS: dict[str, Callable[[Settings], list[Row]]] = {
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="a short smoke run")
-    parser.add_argument("--only", choices=SECTIONS, action="append", help="run only this section (repeatable)")
-    parser.add_argument("--json", metavar="PATH", help="also write the results as JSON")
-    args = parser.parse_args()
+    args = arguments(__doc__, SECTIONS)
     cfg = QUICK if args.quick else FULL
     print(f"zephon scale benchmark ({'quick' if args.quick else 'full'}): {cfg.repeats} repeats, medians; "
           f"mixture {WEIGHTS}", flush=True)

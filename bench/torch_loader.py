@@ -9,7 +9,6 @@ script always exits 0. Needs the ``zephon-mixtures[torch]`` extra.
 """
 from __future__ import annotations
 
-import argparse
 import functools
 import importlib
 import json
@@ -30,7 +29,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from _common import Row, median_ratio, paired, table  # noqa: E402
+from _common import Row, arguments, median_ratio, paired, table  # noqa: E402
 
 import zephon.torch as zt  # noqa: E402
 from zephon import Dataset, Pipeline, StaticMixtureWorkSource  # noqa: E402
@@ -538,11 +537,7 @@ def notes(cfg: Settings) -> dict[str, str]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="a short smoke run")
-    parser.add_argument("--only", choices=SECTIONS, action="append", help="run only this section (repeatable)")
-    parser.add_argument("--json", metavar="PATH", help="also write the results as JSON")
-    args = parser.parse_args()
+    args = arguments(__doc__, SECTIONS)
     cfg = QUICK if args.quick else FULL
     sections = args.only or list(SECTIONS)
     print(f"zephon torch benchmark ({'quick' if args.quick else 'full'}): {cfg.repeats} repeats, medians; "
