@@ -23,6 +23,7 @@ LAYERS = (
     ("_ext", "limits"),  # limits: the documented bounds, imported by every layer, importing none
     ("core", "io"),
     ("work",),
+    ("ops",),  # operators after the source: tokenize, pack, ensure_mixture
     ("runtime",),
     ("torch",),
     ("__init__",),  # the facade: zephon.Dataset, zephon.Pipeline, ...

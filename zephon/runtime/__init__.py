@@ -12,6 +12,7 @@
 | :func:`save_checkpoint`, :func:`load_checkpoint` | atomic, checksummed checkpoint files |
 | ``Entry``, ``SERVED``, ``LOADER_STATE_KIND`` | a lane's ledger entry, its served flag, the ``kind`` of a loader state |
 | ``DROPPED`` | the marker of an item a ``filter`` step rejected |
+| :class:`PackedReader`, :class:`Snapshots` | a reader's packed sequences, and their ledger (with operator states) |
 | :func:`count_ranks`, :func:`even_target`, :class:`Even` | equal steps: each rank's remaining batches and the common budget |
 | :class:`LoaderStats`, :class:`LoaderStatsDict` | what a rank delivered, and its JSON (``DataLoader.stats()``) |
 
@@ -22,20 +23,24 @@ from zephon.runtime._checkpoint import load_checkpoint, save_checkpoint
 from zephon.runtime._even import Even, EvenBatchesDict, RankCount, count_rank, count_ranks, countable, even_target, maybe_finite
 from zephon.runtime._lanes import CONTIGUOUS, INTERLEAVED, MAPPINGS, rank_lanes, worker_lanes
 from zephon.runtime._migrate import migrate_checkpoint
+from zephon.runtime._packed import (
+    PackedReader, Snapshot, Snapshots, count_packed, count_sequences, initial_operator, sequence_items,
+)
 from zephon.runtime._state import KIND as LOADER_STATE_KIND
 from zephon.runtime._state import (
     DatasetRecord, LanesDict, LoaderState, LoaderStateDict, make_state, merge_states, parse_state, run_fingerprint,
 )
-from zephon.runtime._stats import DatasetStatsDict, LoaderStats, LoaderStatsDict
+from zephon.runtime._stats import DatasetStatsDict, LoaderStats, LoaderStatsDict, TokensDict
 from zephon.runtime._stream import (
     DROPPED, SERVED, Entry, Event, Items, ItemStream, LaneMux, Piece, Segment, Tracker, initial_entries, joined,
 )
 from zephon.runtime.pipeline import KEY_COMPONENT, KEY_SAMPLE_ID, Pipeline
 
 __all__ = [
-    "CONTIGUOUS", "DROPPED", "DatasetStatsDict", "Even", "EvenBatchesDict", "LoaderStats", "LoaderStatsDict", "RankCount", "count_rank", "count_ranks", "countable", "even_target",
+    "CONTIGUOUS", "DROPPED", "DatasetStatsDict", "Even", "EvenBatchesDict", "LoaderStats", "LoaderStatsDict", "RankCount", "TokensDict", "count_rank", "count_ranks", "countable", "even_target",
     "maybe_finite", "DatasetRecord", "Entry", "Event", "INTERLEAVED", "ItemStream", "Items", "KEY_COMPONENT", "KEY_SAMPLE_ID", "LOADER_STATE_KIND",
-    "LaneBook", "LaneMux", "LanesDict", "LoaderState", "LoaderStateDict", "MAPPINGS", "Piece", "Pipeline", "SERVED", "Segment", "Tracker", "initial_entries",
+    "LaneBook", "LaneMux", "LanesDict", "PackedReader", "Snapshot", "Snapshots", "count_packed", "count_sequences", "initial_operator",
+    "sequence_items", "LoaderState", "LoaderStateDict", "MAPPINGS", "Piece", "Pipeline", "SERVED", "Segment", "Tracker", "initial_entries",
     "load_checkpoint", "log_once", "make_state", "merge_states", "migrate_checkpoint", "parse_state", "rank_lanes", "run_fingerprint",
     "joined", "save_checkpoint", "worker_lanes",
 ]

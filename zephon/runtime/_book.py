@@ -16,6 +16,7 @@ from zephon.runtime._state import (
     parse_state,
     run_fingerprint,
 )
+from zephon.runtime._packed import check_operator, initial_operator
 from zephon.runtime._stream import Entry, initial_entries
 from zephon.runtime.pipeline import Pipeline
 from zephon.work import check_replicas
@@ -62,6 +63,7 @@ class LaneBook:
         self._requested = canonical_replicas
         self._replicas: int | None = None
         self._entries: Mapping[int, Entry] | None = None  # None: every lane at its start
+        self._operators: dict[int, Any] = {}  # a packed pipeline's lane -> operator state (absent: at its start)
         self._datasets = dataset_fingerprints(pipeline.datasets_by_id)
 
     @property
@@ -94,18 +96,34 @@ class LaneBook:
             raise RuntimeError(f"zephon: no position for lanes {missing}; load a state that covers them")
         return {lane: self._entries[lane] for lane in lanes}
 
-    def update(self, entries: Mapping[int, Entry]) -> None:
-        """Record the positions of some lanes (e.g. after an iteration)."""
+    def operators(self, lanes: Sequence[int] | None = None) -> dict[int, Any]:
+        """A packed pipeline's operator states of ``lanes`` (default: the rank's); {} unpacked."""
+        packing = self.pipeline.packing
+        if packing is None:
+            return {}
+        lanes = self.rank_lanes() if lanes is None else lanes
+        return {lane: self._operators.get(lane) or initial_operator(packing) for lane in lanes}
+
+    def update(self, entries: Mapping[int, Entry], operators: Mapping[int, Any] | None = None) -> None:
+        """Record the positions (and operator states) of some lanes (e.g. after an iteration)."""
+        self._operators.update(operators or {})
         base = self._entries if self._entries is not None else self.entries()
         moved = dict(entries)
         if isinstance(base, ChainMap):  # one layer of moved lanes over what was loaded
             moved, base = {**base.maps[0], **moved}, base.maps[1]
         self._entries = ChainMap(moved, base)  # type: ignore[arg-type]  # ChainMap writes to its first map only
 
-    def state(self, entries: Mapping[int, Entry], num_workers: int | None) -> LoaderStateDict:
+    def state(self, entries: Mapping[int, Entry], num_workers: int | None,
+              operators: Mapping[int, Any] | None = None) -> LoaderStateDict:
+        """The JSON state of ``entries`` and, packed, the lanes' ``operators`` (default: the book's)."""
         topology = {"world_size": self.world_size, "ranks": [self.rank], "mapping": self.mapping,
                     "num_workers": num_workers}
-        return make_state(self.canonical_replicas, entries, self._datasets, topology, run=self.run)
+        packing = self.pipeline.packing
+        named = None
+        if packing is not None:
+            states = {**self.operators(sorted(entries)), **(operators or {})}
+            named = {packing.name: states}
+        return make_state(self.canonical_replicas, entries, self._datasets, topology, run=self.run, operators=named)
 
     @property
     def run(self) -> str:
@@ -127,9 +145,11 @@ class LaneBook:
             raise ValueError(f"the checkpoint was taken with canonical_replicas={replicas}, but this loader was "
                              f"built with canonical_replicas={self._requested}; canonical_replicas is fixed for a "
                              f"run: pass canonical_replicas={replicas} (or leave it unset)")
-        if parsed.operators:
-            raise ValueError(f"the checkpoint holds the states of operators {sorted(parsed.operators)}, which this "
-                             "pipeline does not have; restore it into the pipeline that wrote it")
+        packing = self.pipeline.packing
+        expected = [] if packing is None else [packing.name]
+        if sorted(parsed.operators) != expected:
+            raise ValueError(f"the checkpoint holds the states of operators {sorted(parsed.operators)}, this pipeline "
+                             f"has {expected}; restore it into a pipeline with the same pack / ensure_mixture steps")
         differences = dataset_differences(parsed.datasets, self._datasets)
         if differences:
             raise ValueError("the checkpoint was taken over other data: " + "; ".join(differences)
@@ -153,10 +173,14 @@ class LaneBook:
             if hint is not None and consumed > hint:
                 raise ValueError(f"lane {lane} of the checkpoint has consumed={consumed} samples of a chunk of "
                                  f"at most {hint}; the checkpoint is corrupted")
+            if packing is not None:
+                check_operator(packing, parsed.operators[packing.name][lane], lane)
         return parsed
 
     def load(self, state: Any, worker: tuple[int, int] = (0, 1)) -> LoaderState:
         parsed = self.check(state, worker)
         self._replicas = parsed.canonical_replicas
         self._entries = parsed.entries
+        packing = self.pipeline.packing
+        self._operators = dict(parsed.operators[packing.name]) if packing is not None else {}
         return parsed

@@ -41,6 +41,17 @@ class LoaderStatsDict(TypedDict):
     exhausted: list[str]  # what ended the stream (empty while it runs)
     ended: bool
     even_batches: EvenBatchesDict | None  # None without even_batches
+    tokens: TokensDict | None  # packed pipelines: what the loop received, in tokens (None otherwise)
+
+
+class TokensDict(TypedDict):
+    """``stats()["tokens"]`` of a packed pipeline."""
+
+    received: dict[str, int]  # real (not padding) tokens per component
+    padding: int  # padding tokens in the sequences received
+    dropped: int  # tokens of lanes' last partial sequences that pack(final="drop") dropped
+    target: dict[str, float] | None  # ensure_mixture's target shares (None without it)
+    late: int | None  # strict ensure_mixture: times a component was behind with nothing queued
 
 
 def _plans(template: Any) -> list[Any]:
@@ -92,6 +103,35 @@ class LoaderStats:
         self._latest: Mapping[str, Any] | None = None  # the lane state with the highest chunk index seen
         self._passes: dict[str, int] = {}
         self.redistributed: list[str] = []
+        self.tokens: np.ndarray | None = None  # packed: real tokens received per component
+        self.padding = self.tokens_dropped = 0
+        self.target: np.ndarray | None = None  # ensure_mixture's shares per component id
+        self.tolerance = 0.0
+        self._off: set[str] = set()  # components whose share was said to be off its target
+
+    def pack(self, target: Any, tolerance: float) -> None:
+        """The stream is packed: count tokens, and hold them to ``target`` shares (None: no target)."""
+        self.tokens = np.zeros(len(self._names), dtype=np.int64)
+        self.target = None if target is None else np.asarray(target, dtype=np.float64)
+        self.tolerance = tolerance
+
+    def count_tokens(self, tokens: np.ndarray, padding: int) -> None:
+        """The loop received sequences with these real tokens per component (summed) and padding;
+        a share more than ``tolerance`` off its target is said once per component (after a
+        thousand tokens per component of the target)."""
+        assert self.tokens is not None  # set by pack()
+        self.tokens += tokens
+        self.padding += padding
+        total = int(self.tokens.sum())
+        if self.target is None or total * self.target[self.target > 0].min() < 1000:
+            return
+        for c, name in enumerate(self._names):
+            share, target = self.tokens[c] / total, self.target[c]
+            if name is not None and target > 0 and abs(share / target - 1) > self.tolerance and name not in self._off:
+                self._off.add(name)
+                log.warning("zephon: rank %d: component %r has %.4f of the tokens received, its target is %.4f "
+                            "(off by more than the tolerance %.3g) after %d tokens", self.rank, name, share, target,
+                            self.tolerance, total)
 
     def count(self, components: np.ndarray) -> None:
         """The loop received samples of these component ids."""
@@ -140,7 +180,18 @@ class LoaderStats:
         covered = received({lane: (state, consumed) for lane, (state, consumed, _) in entries.items()}, datasets)
         return {plan.name: {**covered[plan.name], "policy": plan.policy} for plan in self._plans}
 
-    def as_json(self, replicas: int, entries: Mapping[int, Entry], even: EvenBatchesDict | None) -> LoaderStatsDict:
+    def tokens_json(self, late: int | None) -> TokensDict | None:
+        if self.tokens is None:
+            return None
+        names = self._names
+        return {"received": {n: int(t) for n, t in zip(names, self.tokens.tolist()) if n is not None},
+                "padding": self.padding, "dropped": self.tokens_dropped,
+                "target": None if self.target is None else
+                {n: float(t) for n, t in zip(names, self.target.tolist()) if n is not None},
+                "late": late}
+
+    def as_json(self, replicas: int, entries: Mapping[int, Entry], even: EvenBatchesDict | None,
+                late: int | None = None) -> LoaderStatsDict:
         return {
             "rank": self.rank,
             "batches": self.batches,
@@ -152,4 +203,5 @@ class LoaderStats:
             "exhausted": list(self.exhausted),
             "ended": self.ended,
             "even_batches": even,
+            "tokens": self.tokens_json(late),
         }

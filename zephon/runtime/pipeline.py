@@ -5,6 +5,9 @@
 | ``Pipeline(source)`` | items of the source's stream: record fields + ``_sample_id`` + ``_component`` |
 | ``.map(fn)`` | a stateless per-record step (returns a new pipeline) |
 | ``.filter(predicate)`` | drop the items ``predicate`` rejects (they count as consumed) |
+| ``.tokenize(tokenizer)`` | ``input_ids`` and ``num_tokens`` from a text field (a stateless step) |
+| ``.pack(seq_len)`` | each lane's documents as fixed-length token sequences (the last step) |
+| ``.ensure_mixture(mode)`` | the token mixture of the packed sequences, reported or enforced |
 | ``iter(pipeline)`` | the whole stream in one process (lane 0 of 1: global chunk order) |
 | ``.to_torch_dataset()`` | a torch ``IterableDataset`` (lanes on ranks and workers, checkpointable) |
 | ``.to_indexable_torch_dataset()`` | a map-style torch ``Dataset`` via random access |
@@ -25,13 +28,15 @@ import numpy as np
 
 from zephon._ext.labels import BatchNames
 from zephon.io import Readahead, fetch
+from zephon.ops import Packing, mixture, pack, tokenize
+from zephon.runtime._packed import initial_operator, packed_items
 from zephon.runtime._stream import DROPPED, ItemStream, component_table, initial_entries
 from zephon.work import WorkSource, by_value
 
 KEY_SAMPLE_ID, KEY_COMPONENT, KEY_RECORD = "_sample_id", "_component", "record"
 PREFETCH_BYTES = 256 << 20  # readahead bound per reader when data is not on a local disk
 PREFETCH_THREADS = 8
-MAP, FILTER = "map", "filter"
+MAP, FILTER, TOKENIZE = "map", "filter", "tokenize"
 
 
 def _map_all(fn: Callable[[Any], Any], items: list[Any]) -> list[Any]:
@@ -50,6 +55,24 @@ def _map_all(fn: Callable[[Any], Any], items: list[Any]) -> list[Any]:
             new = _kept_keys(fn, item, new)
         out.append(new)
     return out
+
+
+def _tokenize_all(config: tokenize.TokenizeConfig, items: list[Any]) -> list[Any]:
+    """The items tokenized in one batch (dropped ones stay dropped)."""
+    kept = [k for k, item in enumerate(items) if item is not DROPPED]
+    out = list(items)
+    for k, item in zip(kept, tokenize.tokenize_items(config, [items[k] for k in kept])):
+        out[k] = item
+    return out
+
+
+def _source_weights(source: WorkSource) -> dict[str, float]:
+    """A mixture source's weights by component (its datasets' names)."""
+    datasets = getattr(getattr(source, "config", None), "datasets", None)
+    if datasets is None:
+        raise ValueError(f"ensure_mixture: {type(source).__name__} has no mixture weights to target; pass "
+                         "weights={component: share, ...}")
+    return {d.name: float(d.weight) for d in datasets}
 
 
 def _kept_keys(fn: Callable[[Any], Any], item: Any, out: Any) -> Any:
@@ -119,7 +142,7 @@ class Pipeline:
                 raise ValueError(f"{parameter}={value!r} must be an int >= {low}"
                                  + (" or None (automatic)" if parameter == "prefetch_bytes" else ""))
         self._source = work_source
-        self._steps: tuple[tuple[str, Callable[[Any], Any]], ...] = ()
+        self._steps: tuple[tuple[str, Any], ...] = ()
         self._columns = None if columns is None else tuple(columns)
         self._vocabulary = component_table(work_source.component_ids())
         names = np.empty(max(self._vocabulary.values(), default=-1) + 1, dtype=object)
@@ -140,11 +163,12 @@ class Pipeline:
                          for d in datasets.values())
             prefetch_bytes = PREFETCH_BYTES if remote else 0
         self._prefetch = (int(prefetch_bytes), int(prefetch_threads))
+        self._packing: Packing | None = None
 
     def __getstate__(self) -> dict[str, Any]:
         """Map and filter steps are pickled by value (cloudpickle): lambdas reach spawned DataLoader workers."""
         state = dict(self.__dict__)
-        state["_steps"] = tuple((kind, by_value(fn)) for kind, fn in self._steps)
+        state["_steps"] = tuple((kind, fn if kind == TOKENIZE else by_value(fn)) for kind, fn in self._steps)
         return state
 
     # -- composition ------------------------------------------------------------------------
@@ -170,14 +194,87 @@ class Pipeline:
         """
         return self._with_step(FILTER, predicate)
 
-    def _with_step(self, kind: str, fn: Callable[[Any], Any]) -> Pipeline:
-        if not callable(fn):
+    def tokenize(self, tokenizer: Any, field: str = "text", add_eos: bool = True, *,
+                 eos_id: int | None = None) -> Pipeline:
+        """A new pipeline whose items also hold ``input_ids`` (an int64 array) and ``num_tokens``.
+
+        ``tokenizer``: a callable ``str -> ids`` or an object with ``encode`` (a Hugging Face
+        ``tokenizers.Tokenizer``, whose ``encode_batch`` then tokenizes a block of items at
+        once, or a ``transformers`` tokenizer). ``field`` (default ``"text"``): the item's text.
+        ``add_eos`` (default True): append ``eos_id`` to every document; ``eos_id`` (default
+        None): the tokenizer's ``eos_token_id`` (a tokenizer without one needs it given).
+        Deterministic: the same text always gives the same ids.
+        """
+        return self._with_step(TOKENIZE, tokenize.config(tokenizer, field, add_eos, eos_id))
+
+    def pack(self, seq_len: int, strategy: str = pack.CONCAT, pad_id: int | None = None, bos_id: int | None = None,
+             eos_id: int | None = None, *, final: str | None = None, pool: int = pack.POOL) -> Pipeline:
+        """A new pipeline of packed sequences: each lane's documents (items with ``input_ids``,
+        e.g. from :meth:`tokenize`) become sequences of ``seq_len`` tokens.
+
+        ``strategy``: ``"concat"`` (default) concatenates documents and cuts every ``seq_len``
+        tokens (a document may span sequences); ``"best_fit"`` keeps documents shorter than
+        ``seq_len`` whole (longer ones are cut into ``seq_len`` pieces), placing each into the
+        fullest of at most ``pool`` (default 8) open sequences it fits, padded with ``pad_id``.
+        ``bos_id`` / ``eos_id`` (default None): put before / after every document.
+        ``final``: the lane's last partial sequence is ``"pad"``-ded or ``"drop"``-ped (counted
+        in ``stats()["tokens_dropped"]``); default ``"pad"`` when there is a ``pad_id``.
+
+        An item is a sequence: ``input_ids``, ``segment_ids`` (1, 2, … per document piece, 0
+        on padding) and ``position_ids`` (from 0 in each piece), each ``(seq_len,)`` int64, for
+        document-masked attention; ``_documents``, per piece ``(dataset, shard, offset,
+        component, start, end)`` (its pointer and token span); ``_tokens``, real tokens per
+        component. Packing runs per lane, so checkpoints stay exact and elastic: they hold the
+        packer's documents as pointers and token offsets, re-read and re-tokenized on restore.
+        ``pack`` is the last step (but ``ensure_mixture``).
+        """
+        if self._packing is not None:
+            raise ValueError("pack() was already called on this pipeline; a pipeline packs once")
+        new = self._copy(self._steps)
+        new._packing = Packing(pack.config(seq_len, strategy, pad_id, bos_id, eos_id, final, pool))
+        return new
+
+    def ensure_mixture(self, mode: str = mixture.REPORT, tolerance: float = 0.01, *,
+                       weights: Mapping[str, float] | None = None, queue: int = mixture.QUEUE) -> Pipeline:
+        """A new pipeline that measures (``mode="report"``, default) or enforces
+        (``mode="strict"``) the token mixture of the packed sequences, after :meth:`pack`.
+
+        ``weights``: the target token shares by component (default: the source's mixture
+        weights). ``"report"`` counts the real tokens per component of what the loader delivers
+        (``stats()["tokens"]``) and logs when a share is off its target by more than
+        ``tolerance`` (relative, default 0.01). ``"strict"`` (with ``pack(strategy="concat")``)
+        fills each sequence from the component furthest behind its target share of the lane's
+        tokens so far, so every prefix of a lane holds each component within about one sequence
+        of its target. It waits for a component while fewer than ``queue`` (default 256)
+        documents are queued; past that it takes the queued component furthest behind
+        (counted in ``stats()["mixture_late"]``). The queued documents are part of the
+        checkpoint, as pointers.
+        """
+        if self._packing is None:
+            raise ValueError("ensure_mixture() measures packed sequences: call .pack(seq_len) first")
+        shares = weights if weights is not None else _source_weights(self._source)
+        checked = mixture.config(mode, shares, self._vocabulary, tolerance, queue)
+        packing = Packing(self._packing.pack, checked)
+        if packing.strict:
+            mixture.init(checked, packing.pack)  # refuses a packer it cannot drive
+        new = self._copy(self._steps)
+        new._packing = packing
+        return new
+
+    def _with_step(self, kind: str, fn: Any) -> Pipeline:
+        if kind != TOKENIZE and not callable(fn):
             raise TypeError(f"{kind}(fn): fn must be callable, got {fn!r}")
+        if self._packing is not None:
+            raise ValueError(f"{kind}() after pack(): steps on documents come before pack; to change packed "
+                             "sequences, pass a collate_fn to the DataLoader")
+        return self._copy(self._steps + ((kind, fn),))
+
+    def _copy(self, steps: tuple[tuple[str, Any], ...]) -> Pipeline:
         new = object.__new__(Pipeline)
         for slot in ("_source", "_columns", "_vocabulary", "_names", "_datasets", "_readable", "_any_records",
-                     "_all_paths", "_prefetch"):
+                     "_all_paths", "_prefetch", "_packing", "_name_tuple"):
             setattr(new, slot, getattr(self, slot))
-        new._steps = self._steps + ((kind, fn),)
+        new._steps = steps
         return new
 
     # -- what it is -------------------------------------------------------------------------
@@ -192,9 +289,14 @@ class Pipeline:
         return tuple(fn for kind, fn in self._steps if kind == MAP)
 
     @property
-    def steps(self) -> tuple[tuple[str, Callable[[Any], Any]], ...]:
-        """The ``("map" | "filter", fn)`` steps, in order."""
+    def steps(self) -> tuple[tuple[str, Any], ...]:
+        """The ``("map" | "filter", fn)`` and ``("tokenize", TokenizeConfig)`` steps, in order."""
         return self._steps
+
+    @property
+    def packing(self) -> Packing | None:
+        """The packing stage (``pack``, and ``ensure_mixture``), or None."""
+        return self._packing
 
     @property
     def columns(self) -> tuple[str, ...] | None:
@@ -228,17 +330,17 @@ class Pipeline:
     def is_indexable(self) -> bool:
         """Whether items can be read by position (``to_indexable_torch_dataset``): a finite
         source with random access (map steps are per record, so they never prevent it)."""
-        return bool(self._source.supports_indexing())
+        return self._packing is None and bool(self._source.supports_indexing())
 
     @property
     def pointer_only(self) -> bool:
-        """No records and no map steps: an item is just its pointer and component."""
-        return not self._any_records and not self._steps
+        """No records and no steps: an item is just its pointer and component."""
+        return not self._any_records and not self._steps and self._packing is None
 
     @property
     def columnar(self) -> bool:
         """Every dataset is a path dataset and there are no map steps: batches can be read as columns."""
-        return self._all_paths and not self._steps
+        return self._all_paths and not self._steps and self._packing is None
 
     @property
     def prefetch_bytes(self) -> int:
@@ -287,6 +389,8 @@ class Pipeline:
         for kind, fn in self._steps:
             if kind == MAP:
                 items = _map_all(fn, items)
+            elif kind == TOKENIZE:
+                items = _tokenize_all(fn, items)
             else:
                 items = [item if item is DROPPED or fn(item) else DROPPED for item in items]
         return items
@@ -308,8 +412,13 @@ class Pipeline:
         return table
 
     def __iter__(self) -> Iterator[Any]:
-        """Every item of the stream in one process: lane 0 of 1, i.e. global chunk order."""
-        return ItemStream(self, [0], 1, initial_entries(self._source, [0], 1))
+        """Every item of the stream in one process: lane 0 of 1, i.e. global chunk order (packed:
+        the sequences of that one lane)."""
+        entries = initial_entries(self._source, [0], 1)
+        if self._packing is not None:
+            operators = {0: initial_operator(self._packing)}
+            return packed_items(self, self._packing, [0], 1, entries, operators, self._name_tuple)
+        return ItemStream(self, [0], 1, entries)
 
     # -- torch front ends (import torch) ------------------------------------------------------
     # The one upward reference of the runtime: the seed names these methods on Pipeline, while
@@ -318,7 +427,11 @@ class Pipeline:
 
     def to_torch_dataset(self, *, canonical_replicas: int | None = None, mapping: str = "contiguous",
                          rank: int | None = None, world_size: int | None = None) -> Any:
-        """A torch ``IterableDataset`` of the items: see :class:`zephon.torch.StreamDataset`."""
+        """A torch ``IterableDataset`` of the items: see :class:`zephon.torch.StreamDataset`.
+        A packed pipeline is read with :class:`zephon.torch.DataLoader` (``TypeError`` here)."""
+        if self._packing is not None:
+            raise TypeError("to_torch_dataset() does not read packed pipelines: use zephon.torch.DataLoader(pipeline, "
+                            "batch_size=...), which checkpoints the packer")
         from zephon.torch import StreamDataset
 
         return StreamDataset(self, canonical_replicas=canonical_replicas, mapping=mapping, rank=rank,

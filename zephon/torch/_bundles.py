@@ -33,9 +33,10 @@ import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
 from zephon.runtime import (
-    DROPPED, KEY_COMPONENT, KEY_SAMPLE_ID, Entry, Event, LaneMux, Pipeline, Segment, joined,
+    DROPPED, KEY_COMPONENT, KEY_SAMPLE_ID, Entry, Event, LaneMux, Pipeline, Segment, Snapshot, joined,
 )
 from zephon.torch._collate import collate_rows, columnar_batch
+from zephon.torch._packed import packed_bundles
 from zephon.torch._slots import Slots, take
 from zephon.torch._topology import current_worker
 from zephon.torch._workers import freeze_inherited, guard_worker
@@ -75,9 +76,10 @@ class Bundle:
     """Several consecutive batches (or items) of one reader, with their ledger facts."""
 
     __slots__ = ("worker", "start", "stop", "ends", "units", "pointers", "components", "bounds",
-                 "segments", "events", "last", "dropped", "skipped", "shipped", "slot")
+                 "segments", "events", "last", "dropped", "skipped", "shipped", "slot", "tokens", "tokens_dropped")
 
-    def __init__(self, worker: int, start: int, segments: list[Segment], events: list[Event], last: bool):
+    def __init__(self, worker: int, start: int, segments: list[Segment], events: list[Event] | list[Snapshot],
+                 last: bool):
         self.worker, self.start, self.segments, self.events, self.last = worker, start, segments, events, last
         self.ends: list[int] | None = None  # absolute position after each unit (batches)
         self.units: list[Any] | None = None
@@ -89,6 +91,8 @@ class Bundle:
         self.shipped = False  # the units' tensors travel as numpy arrays (``ship``); ``land`` restores them
         self.dropped: list[int] | None = None  # batches of records: items a filter dropped from each
         self.slot: tuple[int, int, int] | None = None  # from a worker: where its pointers wait (``_slots.take``)
+        self.tokens: np.ndarray | None = None  # packed: per unit, real tokens per component id, then padding
+        self.tokens_dropped = 0  # packed: tokens of lanes' last partial sequences that pack(final="drop") dropped
 
     def __getstate__(self) -> tuple[Any, ...]:
         return tuple(_Wire(v) if type(v) is np.ndarray else v for v in (getattr(self, k) for k in self.__slots__))
@@ -122,8 +126,9 @@ class Plan:
 
     def __init__(self, pipeline: Pipeline, replicas: int, lanes: dict[int, list[int]], entries: dict[int, Entry],
                  batch_size: int | None, drop_last: bool, collate_fn: Callable[[Any], Any] | None,
-                 cache_bytes: int | None):
+                 cache_bytes: int | None, operators: dict[int, Any] | None = None):
         self.pipeline, self.replicas, self.lanes, self.entries = pipeline, replicas, lanes, entries
+        self.operators = operators or {}  # a packed pipeline's lane -> operator state
         self.cache_bytes = cache_bytes  # each reader's fetch cache bound per dataset (DataLoader's cache_bytes)
         self.batch_size, self.drop_last, self.collate_fn = batch_size, drop_last, collate_fn
         self.pointer_path = pipeline.pointer_only and collate_fn is None
@@ -178,13 +183,16 @@ def bundles(plan: Plan, worker: int) -> Iterator[Bundle]:
     pipeline, size = plan.pipeline, plan.batch_size
     releases = [follow(len(lanes), plan.cache_bytes) for follow in  # zephon.io datasets: the cache follows the lanes
                 (getattr(d, "cache_for_lanes", None) for d in pipeline.datasets_by_id.values()) if follow is not None]
-    mux = LaneMux(pipeline.source, lanes, plan.replicas, plan.entries, pipeline.vocabulary, pipeline.readahead(),
-                  unit=size or 1)
     in_worker = get_worker_info() is not None
     slots = plan.slots if in_worker else None
+    if pipeline.packing is not None:
+        made: Iterator[Bundle] = packed_bundles(plan, worker, lanes, Bundle)
+    else:
+        mux = LaneMux(pipeline.source, lanes, plan.replicas, plan.entries, pipeline.vocabulary, pipeline.readahead(),
+                      unit=size or 1)
+        made = iter(lambda: _next_bundle(mux, plan, worker, slots), None)
     try:
-        while True:
-            bundle = _next_bundle(mux, plan, worker, slots)
+        for bundle in made:
             if in_worker and bundle.units is not None:
                 bundle.units, bundle.shipped = [ship(unit) for unit in bundle.units], True
             yield bundle

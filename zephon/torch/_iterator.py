@@ -13,14 +13,15 @@ received (``zephon.runtime.LoaderStats``). A worker that dies is reported by nam
 from __future__ import annotations
 
 from collections import deque
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, cast
 
 import numpy as np
 import torch
 
 from zephon._ext.labels import BatchNames
 from zephon.runtime import (
-    KEY_COMPONENT, KEY_SAMPLE_ID, SERVED, Entry, Even, LoaderStats, Pipeline, RankCount, Tracker, log_once,
+    KEY_COMPONENT, KEY_SAMPLE_ID, SERVED, Entry, Even, Event, LoaderStats, Pipeline, RankCount, Snapshot, Snapshots,
+    Tracker, log_once,
 )
 from zephon.torch._bundles import Bundle, Plan, pointer_tensor
 from zephon.torch._workers import WorkerDiedError, dead_worker
@@ -65,10 +66,19 @@ class _Cursor:
         lo, hi = (a, b) if bundle.bounds is None else (bundle.bounds[a], bundle.bounds[b])
         stats.batches += b - a
         stats.count(bundle.components[lo:hi])
+        if bundle.tokens is not None:
+            tokens = bundle.tokens[a:b].sum(axis=0)
+            stats.count_tokens(tokens[:-1], int(tokens[-1]))
         if bundle.dropped is not None:
             stats.filtered += sum(bundle.dropped[a:b])
         if bundle.skipped is not None:
             stats.drop_last += sum(bundle.skipped[a:b])
+
+
+def _tracker(plan: Plan, lanes: list[int]) -> Tracker | Snapshots:
+    """The ledger of one reader's lanes: from snapshots when packed, else from positioned facts."""
+    entries = {lane: plan.entries[lane] for lane in lanes}
+    return Tracker(entries) if plan.pipeline.packing is None else Snapshots(entries, plan.operators)
 
 
 def _pointer_items(bundle: Bundle, pipeline: Pipeline) -> list[Any]:
@@ -92,12 +102,12 @@ class LoaderIterator:
     tracks, per reader, how far the training loop has consumed."""
 
     def __init__(self, base: Any, plan: Plan, stats: LoaderStats, even: Even | None,
-                 count_left: Callable[[Mapping[int, Entry]], RankCount]):
+                 count_left: Callable[[Mapping[int, Entry], Mapping[int, Any]], RankCount]):
         self._base = base
         self._plan = plan
         self._stats, self._even, self._count_left = stats, even, count_left
         readers = [w for w, lanes in sorted(plan.lanes.items()) if lanes]
-        self._trackers = {w: Tracker({lane: plan.entries[lane] for lane in plan.lanes[w]}) for w in readers}
+        self._trackers: dict[int, Tracker | Snapshots] = {w: _tracker(plan, plan.lanes[w]) for w in readers}
         self._positions = dict.fromkeys(readers, 0)
         self._pending: dict[int, deque[Bundle]] = {w: deque() for w in readers}
         self._cursors: dict[int, _Cursor | None] = dict.fromkeys(readers)
@@ -156,7 +166,11 @@ class LoaderIterator:
             bundle = self._pull(worker)
             tracker = self._trackers[worker]
             tracker.fold(self._positions[worker])
-            tracker.extend(bundle.segments, bundle.events)
+            if isinstance(tracker, Snapshots):
+                tracker.extend(cast(list[Snapshot], bundle.events))
+                self._stats.tokens_dropped += bundle.tokens_dropped
+            else:
+                tracker.extend(bundle.segments, cast(list[Event], bundle.events))
             self._stats.observe(event.state for event in bundle.events)
             cursor = self._cursors[worker] = _Cursor(bundle, self._plan.pipeline, self._plan.batch_size)
             if not cursor.count:  # nothing to yield (drop_last dropped every batch): the loop passes over it
@@ -189,13 +203,21 @@ class LoaderIterator:
             return
         self.settle()
         entries = self.entries()
-        left = self._count_left(entries)
+        left = self._count_left(entries, self.operators())
         even.held_back_units, even.held_back_samples = left.units, left.samples
         if left.units:
             log_once(f"zephon: rank {stats.rank}: even_batches holds back {left.units} batches ({left.samples} "
                      f"samples) so that every rank takes {even.target} steps; they stay unread in the checkpoint")
         stats.end(self._plan.replicas, entries, f"even_batches: {even.target} steps on every rank" if left.units
                   else "end")
+
+    def operators(self) -> dict[int, Any]:
+        """A packed pipeline's operator states of the rank's lanes after the last unit yielded ({} unpacked)."""
+        out: dict[int, Any] = {}
+        for worker, tracker in self._trackers.items():
+            if isinstance(tracker, Snapshots):
+                out.update(tracker.operators_at(self._positions[worker]))
+        return out
 
     def entries(self) -> dict[int, Entry]:
         """The ledger of the rank's lanes after the last unit yielded, with both turn flags."""

@@ -27,8 +27,8 @@ import torch
 import torch.utils.data as tud
 
 from zephon.runtime import (
-    Entry, Even, LaneBook, LoaderStateDict, LoaderStats, LoaderStatsDict, Pipeline, RankCount, count_rank, count_ranks, countable,
-    even_target, log_once, maybe_finite,
+    Entry, Even, LaneBook, LoaderStateDict, LoaderStats, LoaderStatsDict, Pipeline, RankCount, count_packed, count_rank,
+    count_ranks, countable, even_target, log_once, maybe_finite, rank_lanes,
 )
 from zephon.torch._bundles import Bundle, Plan, Readers, widen_pipe
 from zephon.torch._dist import collective_device
@@ -156,6 +156,11 @@ class DataLoader(tud.DataLoader[Bundle]):
         self._zephon_even: Even | None = None
         self._zephon_stats = LoaderStats(pipeline.source, list(pipeline.component_names(np.arange(pipeline.kinds))),
                                          topology.rank)
+        packing = pipeline.packing
+        if packing is not None:
+            mixture = packing.mixture
+            self._zephon_stats.pack(None if mixture is None else mixture.shares,
+                                    0.0 if mixture is None else mixture.tolerance)
         super().__init__(Readers(), batch_size=None, num_workers=num_workers, collate_fn=_identity,
                          **dataloader_kwargs)
 
@@ -202,17 +207,25 @@ class DataLoader(tud.DataLoader[Bundle]):
     def _settle(self) -> None:
         if self._zephon_live is not None:
             self._zephon_live.settle()
-            self._zephon_book.update(self._zephon_live.entries())
+            self._zephon_book.update(self._zephon_live.entries(), self._zephon_live.operators())
             self._zephon_live = None
 
     def _entries(self) -> dict[int, Entry]:
         return self._zephon_live.entries() if self._zephon_live is not None else self._zephon_book.entries()
 
-    def _counter(self) -> Callable[[Mapping[int, Entry]], RankCount]:
-        """Counts this rank's remaining batches from ledger entries (holds no reference to the loader)."""
+    def _operators(self) -> dict[int, Any]:
+        return self._zephon_live.operators() if self._zephon_live is not None else self._zephon_book.operators()
+
+    def _counter(self) -> Callable[[Mapping[int, Entry], Mapping[int, Any]], RankCount]:
+        """Counts this rank's remaining batches from ledger entries and operator states (holds
+        no reference to the loader)."""
         book = self._zephon_book
         batch_size, drop_last, _ = self._zephon_batch
-        return functools.partial(count_rank, book.pipeline.source, book.canonical_replicas, rank=book.rank,
+        packing = book.pipeline.packing
+        if packing is not None:
+            return functools.partial(_count_packed, book.pipeline, packing, book.canonical_replicas,
+                                     batch_size=batch_size, drop_last=drop_last)
+        return functools.partial(_count_samples, book.pipeline.source, book.canonical_replicas, rank=book.rank,
                                  world_size=book.world_size, mapping=book.mapping,
                                  batch_size=batch_size, drop_last=drop_last)
 
@@ -223,22 +236,48 @@ class DataLoader(tud.DataLoader[Bundle]):
             return self._zephon_even
         book = self._zephon_book
         template = book.pipeline.source
-        if not countable(template):  # an unbounded stream needs nothing: every rank is endless
+        if not self._countable():  # an unbounded stream needs nothing: every rank is endless
             if maybe_finite(template):
                 log_once(f"zephon: even_batches: {type(template).__name__} cannot count its remaining samples (no "
                          "random access), so ranks may end at different steps; wrap the loop in "
                          "torch.distributed.algorithms.Join or make the source indexable")
             return None
         every = range(book.canonical_replicas)
-        if book.known(every):
+        if book.pipeline.packing is not None:
+            target = self._packed_target()
+        elif book.known(every):
             batch_size, drop_last, _ = self._zephon_batch
             counts = count_ranks(template, book.canonical_replicas, book.entries(every), book.world_size,
                                  book.mapping, batch_size, drop_last)
             target = even_target(counts)
         else:
-            target = _all_reduce_min(self._counter()(self._entries()).units, book)
+            target = _all_reduce_min(self._counter()(self._entries(), {}).units, book)
         self._zephon_even = Even(target)
         return self._zephon_even
+
+    def _countable(self) -> bool:
+        """Whether the remaining batches can be counted: by random access, or (packed) by packing
+        the rest of a stream known to end."""
+        template = self._zephon_book.pipeline.source
+        if self._zephon_book.pipeline.packing is not None:
+            return getattr(template, "config", None) is not None and maybe_finite(template)
+        return countable(template)
+
+    def _packed_target(self) -> int:
+        """The equal-steps budget of a packed pipeline: this rank's count, the smallest over the
+        ranks by an all-reduce, or (without torch.distributed, every lane's position known)
+        every rank's count made here."""
+        import torch.distributed as dist
+
+        book, count = self._zephon_book, self._counter()
+        every = range(book.canonical_replicas)
+        if book.world_size == 1 or (dist.is_available() and dist.is_initialized()) or not book.known(every):
+            own = count(self._entries(), self._operators()).units
+            return own if book.world_size == 1 else _all_reduce_min(own, book)
+        operators = book.operators(list(every))
+        ranks = [rank_lanes(book.canonical_replicas, rank, book.world_size, book.mapping)
+                 for rank in range(book.world_size)]
+        return min(count(book.entries(lanes), {lane: operators[lane] for lane in lanes}).units for lanes in ranks)
 
     def _log_config(self, plan: Plan, even: Even | None) -> None:
         if not log.isEnabledFor(logging.DEBUG):
@@ -263,7 +302,7 @@ class DataLoader(tud.DataLoader[Bundle]):
                      f"workers; workers {idle} have no lane and stay idle")
         batch_size, drop_last, collate_fn = self._zephon_batch
         plan = Plan(book.pipeline, book.canonical_replicas, lanes, book.entries(), batch_size, drop_last, collate_fn,
-                    self._zephon_cache_bytes)
+                    self._zephon_cache_bytes, book.operators())
         context = self.multiprocessing_context or torch.multiprocessing.get_context()
         if self.num_workers > 0 and plan.pointer_path and context.get_start_method() == "fork":
             assert self.prefetch_factor is not None  # torch sets it whenever there are workers
@@ -289,13 +328,13 @@ class DataLoader(tud.DataLoader[Bundle]):
         the same number on every rank; it needs a finite source that can count its remaining
         samples (``remaining_samples()``), else ``TypeError``."""
         template = self._zephon_book.pipeline.source
-        if not hasattr(template, "remaining_samples") or not template.supports_indexing():
+        if not self._countable():
             raise TypeError(f"{type(template).__name__} cannot count its remaining samples (an unbounded stream or "
                             "no random access), so this DataLoader has no length")
         even = self._even()
         if even is not None:
             return even.left
-        return self._counter()(self._entries()).units
+        return self._counter()(self._entries(), self._operators()).units
 
     def stats(self) -> LoaderStatsDict:
         """What this rank delivered and where its datasets stand (plain JSON; see
@@ -314,12 +353,16 @@ class DataLoader(tud.DataLoader[Bundle]):
         even = self._zephon_even
         if self._zephon_live is not None:
             self._zephon_live.settle()
+        packing = self.pipeline.packing
+        late = None
+        if packing is not None and packing.strict:
+            late = sum(state["state"]["late"] for state in self._operators().values())
         return self._zephon_stats.as_json(self.canonical_replicas, self._entries(),
-                                          None if even is None else even.as_json())
+                                          None if even is None else even.as_json(), late)
 
     def state_dict(self) -> LoaderStateDict:
         """Where this rank's lanes stand after the last batch received (JSON; size ∝ lanes)."""
-        return self._zephon_book.state(self._entries(), num_workers=self.num_workers)
+        return self._zephon_book.state(self._entries(), num_workers=self.num_workers, operators=self._operators())
 
     def check_state_dict(self, state: Any) -> None:
         """Raise ``ValueError`` unless ``state`` restores into this loader (nothing changes)."""
@@ -336,6 +379,18 @@ class DataLoader(tud.DataLoader[Bundle]):
         self._zephon_live = None
         self._zephon_even = None
         self._zephon_stats.ended = False
+
+
+def _count_samples(template: Any, replicas: int, entries: Mapping[int, Entry], operators: Mapping[int, Any], *,
+                   rank: int, world_size: int, mapping: str, batch_size: int | None, drop_last: bool) -> RankCount:
+    return count_rank(template, replicas, entries, rank, world_size, mapping, batch_size, drop_last)
+
+
+def _count_packed(pipeline: Pipeline, packing: Any, replicas: int, entries: Mapping[int, Entry],
+                  operators: Mapping[int, Any], *, batch_size: int | None, drop_last: bool) -> RankCount:
+    log.info("zephon: even_batches on a packed pipeline: counting the sequences of %d lanes by reading and "
+             "tokenizing their remaining documents", len(entries))
+    return count_packed(pipeline, packing, replicas, entries, operators, batch_size, drop_last)
 
 
 def _all_reduce_min(value: int, book: LaneBook) -> int:

@@ -1,0 +1,73 @@
+"""The packing stage of a pipeline as one operator: ``pack``, or ``ensure_mixture(mode="strict")``
+over it. The runtime drives a lane's stage through this one interface (``init``, ``step`` per
+document, ``take`` finished sequences, ``finish`` at the lane's end) and checkpoints its state
+with ``to_json`` / ``from_json``."""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any, Sequence
+
+from zephon.ops import mixture, pack
+from zephon.ops.mixture import MixtureConfig, StrictState
+from zephon.ops.pack import Doc, PackConfig, PackState, Row
+
+State = PackState | StrictState
+
+
+@dataclass(frozen=True)
+class Packing:
+    """A pipeline's packer and its optional mixture rule (``mixture.mode == "strict"`` drives the packer)."""
+
+    pack: PackConfig
+    mixture: MixtureConfig | None = None
+
+    @property
+    def strict(self) -> bool:
+        return self.mixture is not None and self.mixture.mode == mixture.STRICT
+
+    @property
+    def name(self) -> str:
+        """The operator's name in a loader checkpoint."""
+        return "ensure_mixture" if self.strict else "pack"
+
+    def init(self) -> State:
+        return mixture.init(self.mixture, self.pack) if self.strict else pack.init(self.pack)  # type: ignore[arg-type]
+
+    def step(self, state: State, doc: Doc) -> State:
+        if isinstance(state, StrictState):
+            return mixture.step(self.mixture, self.pack, state, doc)  # type: ignore[arg-type]
+        return pack.step(self.pack, state, doc)
+
+    def take(self, state: State, n: int) -> tuple[list[Row], State]:
+        if isinstance(state, StrictState):
+            rows, packed = pack.take(state.pack, n)
+            return rows, replace(state, pack=packed)
+        return pack.take(state, n)
+
+    def finish(self, state: State) -> tuple[State, int]:
+        """The lane ended: the state and the tokens a final ``"drop"`` dropped."""
+        if isinstance(state, StrictState):
+            return mixture.finish(self.mixture, self.pack, state)  # type: ignore[arg-type]
+        return pack.finish(self.pack, state)
+
+    def oldest(self, state: State) -> int | None:
+        """The lane index of the oldest document the state holds."""
+        return mixture.oldest(state) if isinstance(state, StrictState) else pack.oldest(state)
+
+    def late(self, state: State) -> int:
+        """Strict mode: how often a component was behind with nothing of it queued."""
+        return state.late if isinstance(state, StrictState) else 0
+
+    def to_json(self, state: State, base: int, window: int) -> dict[str, Any]:
+        if isinstance(state, StrictState):
+            return mixture.state_to_json(state, base, window)
+        return pack.state_to_json(state, base)
+
+    def documents_needed(self, data: Any) -> int:
+        """Documents from the base that a JSON state names (checks its form)."""
+        return mixture.documents_needed(data) if self.strict else pack.documents_needed(data)
+
+    def from_json(self, data: Any, docs: Sequence[Doc | None]) -> State:
+        if self.strict:
+            return mixture.state_from_json(self.mixture, self.pack, data, docs)  # type: ignore[arg-type]
+        return pack.state_from_json(self.pack, data, docs)

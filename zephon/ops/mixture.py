@@ -1,0 +1,201 @@
+"""ensure_mixture: the token mixture of a lane's packed stream, measured or enforced.
+
+``"report"`` changes nothing: the loader counts the real tokens per component of what it
+delivers and says when a share leaves ``tolerance`` of its target. ``"strict"`` (over a
+``"concat"`` packer) queues the lane's documents per component and fills each sequence from
+the component furthest behind its target share of the tokens placed so far, a piece at a time
+(at most what the open sequence still takes), so every prefix of the lane's packed stream holds
+each component within about one sequence of its target. It waits for a component only while
+fewer than ``queue`` documents are queued and the lane may still deliver it; past that it
+takes the queued component furthest behind (counted as ``late``), and once the lane has ended
+it finishes what is queued.
+
+The state: the packer's (``zephon.ops.pack``), the queued documents (the lane's documents
+from the oldest one held, those not yet fully placed, with the offset of any partly placed),
+and the real tokens placed per component.
+"""
+from __future__ import annotations
+
+import base64
+import math
+import numbers
+from dataclasses import dataclass, replace
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from zephon.limits import show
+from zephon.ops import pack
+from zephon.ops.pack import Doc, PackConfig, PackState, Piece
+
+REPORT, STRICT = "report", "strict"
+QUEUE = 256  # documents strict mode may queue per lane
+MAX_QUEUE = 1 << 16
+
+
+@dataclass(frozen=True)
+class MixtureConfig:
+    """The settings of ``Pipeline.ensure_mixture``, resolved: target token ``shares`` per
+    component id (summing to 1)."""
+
+    mode: str
+    shares: tuple[float, ...]
+    tolerance: float
+    queue: int
+
+
+@dataclass(frozen=True)
+class StrictState:
+    """Strict mode: the packer's state, the queued pieces per component id (the rest of each
+    queued document), the real tokens placed per component, and whether the lane has ended."""
+
+    pack: PackState
+    queues: tuple[tuple[Piece, ...], ...]
+    placed: tuple[int, ...]
+    ended: bool = False
+    late: int = 0
+
+
+def config(mode: str, shares: Mapping[str, float], vocabulary: Mapping[str, int], tolerance: float,
+           queue: int) -> MixtureConfig:
+    """Check ``ensure_mixture``'s settings against the pipeline's components (``vocabulary``)."""
+    if mode not in (REPORT, STRICT):
+        raise ValueError(f"ensure_mixture(mode={mode!r}) must be {REPORT!r} or {STRICT!r}")
+    unknown = sorted(set(shares) - set(vocabulary))
+    bad = {k: v for k, v in shares.items() if isinstance(v, bool) or not isinstance(v, numbers.Real)
+           or not math.isfinite(v) or v < 0}
+    if unknown or bad or not sum(shares.values()) > 0:
+        raise ValueError(f"ensure_mixture(weights={show(dict(shares))}): weights must be finite numbers >= 0, "
+                         f"not all 0, for components of the pipeline ({sorted(vocabulary)})")
+    if isinstance(tolerance, bool) or not isinstance(tolerance, numbers.Real) or not 0 < tolerance < 1:
+        raise ValueError(f"ensure_mixture(tolerance={tolerance!r}) must be a number in (0, 1): the relative error "
+                         "of a share that is reported")
+    if type(queue) is not int or not 1 <= queue <= MAX_QUEUE:
+        raise ValueError(f"ensure_mixture(queue={queue!r}) must be an int in 1 .. {MAX_QUEUE} (documents)")
+    total = float(sum(shares.values()))
+    out = [0.0] * (max(vocabulary.values(), default=-1) + 1)
+    for name, weight in shares.items():
+        out[vocabulary[name]] = float(weight) / total
+    return MixtureConfig(mode, tuple(out), float(tolerance), queue)
+
+
+def init(config: MixtureConfig, packing: PackConfig) -> StrictState:
+    if packing.strategy != pack.CONCAT:
+        raise ValueError(f"ensure_mixture(mode='strict') fills sequences piece by piece: it needs "
+                         f"pack(strategy='concat'), not {packing.strategy!r}")
+    kinds = len(config.shares)
+    return StrictState(pack.init(packing), ((),) * kinds, (0,) * kinds)
+
+
+def step(config: MixtureConfig, packing: PackConfig, state: StrictState, doc: Doc) -> StrictState:
+    """Queue ``doc`` and fill sequences as far as the rule allows without waiting."""
+    queues = list(state.queues)
+    if doc.component >= len(queues) or config.shares[doc.component] == 0:
+        raise ValueError(f"ensure_mixture(mode='strict'): the lane delivered component id {doc.component}, which "
+                         "has no target share; give every component of the source a weight")
+    if len(doc.tokens):
+        queues[doc.component] += (Piece(doc, 0, len(doc.tokens)),)
+    return _fill(config, packing, replace(state, queues=tuple(queues)))
+
+
+def finish(config: MixtureConfig, packing: PackConfig, state: StrictState) -> tuple[StrictState, int]:
+    """The lane ended: place everything queued, then finish the packer."""
+    state = _fill(config, packing, replace(state, ended=True))
+    packed, dropped = pack.finish(packing, state.pack)
+    return replace(state, pack=packed), dropped
+
+
+def _behind(config: MixtureConfig, placed: Sequence[int], candidates: Sequence[int]) -> int:
+    """The candidate furthest below its share of the tokens placed (shares renormalised over
+    the candidates; ties: the lowest id)."""
+    total = sum(placed[c] for c in candidates) + 1
+    weight = sum(config.shares[c] for c in candidates)
+    return max(candidates, key=lambda c: (config.shares[c] / weight * total - placed[c], -c))
+
+
+def _fill(config: MixtureConfig, packing: PackConfig, state: StrictState) -> StrictState:
+    queues, placed, packed, late = list(state.queues), list(state.placed), state.pack, state.late
+    alive = [c for c, share in enumerate(config.shares) if share > 0]
+    while True:
+        queued = [c for c in alive if queues[c]]
+        waiting = sum(len(q) for q in queues)
+        if not queued:
+            break
+        if state.ended:
+            c = _behind(config, placed, queued)
+        else:
+            c = _behind(config, placed, alive)
+            if not queues[c]:
+                if waiting < config.queue:
+                    break  # wait: the lane may still deliver it
+                c, late = _behind(config, placed, queued), late + 1
+        head = queues[c][0]
+        k = min(pack.free(packing, packed), head.size)
+        packed = pack.place(packing, packed, Piece(head.doc, head.start, head.start + k))
+        placed[c] += k
+        rest = Piece(head.doc, head.start + k, head.end)
+        queues[c] = ((rest,) if rest.size else ()) + queues[c][1:]
+    return StrictState(packed, tuple(queues), tuple(placed), state.ended, late)
+
+
+def oldest(state: StrictState) -> int | None:
+    queued = (q[0].doc.index for q in state.queues if q)
+    return min([*queued, *([] if (o := pack.oldest(state.pack)) is None else [o])], default=None)
+
+
+def _bits(flags: Sequence[bool]) -> str:
+    return base64.b64encode(np.packbits(np.array(flags, dtype=bool)).tobytes()).decode()
+
+
+def state_to_json(state: StrictState, base: int, window: int) -> dict[str, Any]:
+    """The state as JSON over the ``window`` documents from lane index ``base``: which are
+    queued (a bitmap), where each partly placed one resumes, the tokens placed per component."""
+    queued = [False] * window
+    heads = []
+    for q in state.queues:
+        for piece in q:
+            queued[piece.doc.index - base] = True
+        if q and q[0].start:
+            heads.append([q[0].doc.index - base, q[0].start])
+    return {"pack": pack.state_to_json(state.pack, base), "queued": _bits(queued), "heads": heads,
+            "placed": list(state.placed), "late": state.late, "ended": state.ended}
+
+
+def documents_needed(data: Any) -> int:
+    """How many documents from the base a JSON state refers to (checks its form)."""
+    keys = ["ended", "heads", "late", "pack", "placed", "queued"]
+    if not (isinstance(data, dict) and sorted(data) == keys and type(data["queued"]) is str
+            and isinstance(data["heads"], list) and isinstance(data["placed"], list)
+            and all(type(v) is int and v >= 0 for v in data["placed"]) and type(data["late"]) is int
+            and type(data["ended"]) is bool):
+        raise ValueError(f"ensure_mixture state must be a dict of {keys}, got {show(data)}")
+    try:
+        queued = np.unpackbits(np.frombuffer(base64.b64decode(data["queued"], validate=True), dtype=np.uint8))
+    except ValueError:
+        raise ValueError(f"ensure_mixture state: 'queued' is not a base64 bitmap: {show(data['queued'])}") from None
+    last = int(np.flatnonzero(queued)[-1]) + 1 if queued.any() else 0
+    return max(last, pack.documents_needed(data["pack"]))
+
+
+def state_from_json(config: MixtureConfig, packing: PackConfig, data: Any, docs: Sequence[Doc | None]) -> StrictState:
+    """The state of :func:`state_to_json`, with ``docs[i]`` the document ``i`` it names."""
+    documents_needed(data)
+    queued = np.unpackbits(np.frombuffer(base64.b64decode(data["queued"]), dtype=np.uint8))[:len(docs)]
+    heads = {}
+    for head in data["heads"]:
+        if not (isinstance(head, list) and len(head) == 2 and all(type(v) is int for v in head)):
+            raise ValueError(f"ensure_mixture state: a head must be [document, offset], got {show(head)}")
+        heads[head[0]] = head[1]
+    queues: list[tuple[Piece, ...]] = [()] * len(config.shares)
+    for i in np.flatnonzero(queued).tolist():
+        doc = docs[i]
+        start = heads.pop(i, 0)
+        if doc is None or doc.component >= len(queues) or not 0 <= start < len(doc.tokens):
+            raise ValueError(f"ensure_mixture state: queued document {i} does not fit (the data or the tokenizer "
+                             "changed since the checkpoint)")
+        queues[doc.component] += (Piece(doc, start, len(doc.tokens)),)
+    if heads or len(data["placed"]) != len(config.shares):
+        raise ValueError(f"ensure_mixture state: heads {show(heads)} name documents that are not queued, or "
+                         f"'placed' does not have {len(config.shares)} components")
+    return StrictState(pack.state_from_json(packing, data["pack"], docs), tuple(queues), tuple(data["placed"]),
+                       data["ended"], data["late"])

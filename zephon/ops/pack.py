@@ -1,0 +1,269 @@
+"""pack: a lane's tokenized documents as fixed-length sequences, an operator with a small state.
+
+``"concat"`` concatenates documents and cuts every ``seq_len`` tokens (a document may span
+sequences); ``"best_fit"`` never splits a document shorter than ``seq_len`` (longer ones are
+cut into ``seq_len`` pieces), places each into the fullest of at most ``pool`` open sequences
+it fits, and closes the fullest one when none fits and the pool is full. A finished sequence
+waits in ``ready`` until the reader takes it.
+
+The state names *where*, never *what*: each sequence is a tuple of :class:`Piece` (a span of
+one :class:`Doc`), and :func:`state_to_json` writes a piece as ``[document, start, end]``, the
+document counted from the oldest one the state still holds (:func:`oldest`). Restoring
+(:func:`state_from_json`) takes those documents again, re-read and re-tokenized by the caller.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any, Sequence
+
+import numpy as np
+
+from zephon.limits import show
+
+CONCAT, BEST_FIT = "concat", "best_fit"
+PAD, DROP = "pad", "drop"
+POOL = 8  # best_fit's open sequences
+MAX_POOL = 1024
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Doc:
+    """A document as the packer sees it: the ``index``-th sample of its lane, its pointer and
+    component id, and its tokens (with the packer's BOS / EOS; never part of a state's JSON)."""
+
+    index: int
+    pointer: tuple[int, int, int]
+    component: int
+    tokens: np.ndarray
+
+
+@dataclass(frozen=True, slots=True)
+class Piece:
+    """Tokens ``[start, end)`` of ``doc``."""
+
+    doc: Doc
+    start: int
+    end: int
+
+    @property
+    def size(self) -> int:
+        return self.end - self.start
+
+
+Row = tuple[Piece, ...]  # one sequence's pieces, in order
+
+
+@dataclass(frozen=True)
+class PackConfig:
+    """The settings of ``Pipeline.pack`` (see there), checked."""
+
+    seq_len: int
+    strategy: str = CONCAT
+    pad_id: int | None = None
+    bos_id: int | None = None
+    eos_id: int | None = None
+    final: str = DROP
+    pool: int = POOL
+
+
+@dataclass(frozen=True)
+class PackState:
+    """Open sequences (concat: at most one) and finished ones not yet taken."""
+
+    open: tuple[Row, ...] = ()
+    ready: tuple[Row, ...] = ()
+
+
+def _token_id(name: str, value: Any) -> int | None:
+    if value is not None and (type(value) is not int or value < 0):
+        raise ValueError(f"pack({name}={value!r}) must be None or an int >= 0 (a token id)")
+    return value  # type: ignore[no-any-return]
+
+
+def config(seq_len: int, strategy: str = CONCAT, pad_id: int | None = None, bos_id: int | None = None,
+           eos_id: int | None = None, final: str | None = None, pool: int = POOL) -> PackConfig:
+    """Check the settings of ``Pipeline.pack``; ``final=None`` pads when there is a ``pad_id``, else drops."""
+    if type(seq_len) is not int or seq_len < 1:
+        raise ValueError(f"pack(seq_len={seq_len!r}) must be an int >= 1 (tokens per sequence)")
+    if strategy not in (CONCAT, BEST_FIT):
+        raise ValueError(f"pack(strategy={strategy!r}) must be {CONCAT!r} or {BEST_FIT!r}")
+    ids = [_token_id(name, value) for name, value in (("pad_id", pad_id), ("bos_id", bos_id), ("eos_id", eos_id))]
+    if final is None:
+        final = PAD if pad_id is not None else DROP
+    if final not in (PAD, DROP):
+        raise ValueError(f"pack(final={final!r}) must be {PAD!r} (pad the last partial sequence) or {DROP!r} "
+                         "(drop it, counted)")
+    if pad_id is None and (strategy == BEST_FIT or final == PAD):
+        raise ValueError(f"pack(strategy={strategy!r}, final={final!r}) pads sequences: pass pad_id=<a token id>")
+    if type(pool) is not int or not 1 <= pool <= MAX_POOL:
+        raise ValueError(f"pack(pool={pool!r}) must be an int in 1 .. {MAX_POOL} (best_fit's open sequences)")
+    return PackConfig(seq_len, strategy, ids[0], ids[1], ids[2], final, pool)
+
+
+def document(config: PackConfig, index: int, pointer: tuple[int, int, int], component: int, ids: np.ndarray) -> Doc:
+    """The packer's document of a tokenized sample: ``ids`` with the packer's BOS and EOS."""
+    parts = [np.asarray(ids, dtype=np.int64).reshape(-1)]
+    if config.bos_id is not None:
+        parts.insert(0, np.array([config.bos_id], dtype=np.int64))
+    if config.eos_id is not None:
+        parts.append(np.array([config.eos_id], dtype=np.int64))
+    tokens = parts[0] if len(parts) == 1 else np.concatenate(parts)
+    return Doc(index, pointer, component, tokens)
+
+
+def init(config: PackConfig) -> PackState:
+    return PackState()
+
+
+def used(row: Row) -> int:
+    return sum(piece.size for piece in row)
+
+
+def step(config: PackConfig, state: PackState, doc: Doc) -> PackState:
+    """The state once ``doc`` is placed: its finished sequences join ``ready``."""
+    size = len(doc.tokens)
+    if config.strategy == CONCAT:
+        return place(config, state, Piece(doc, 0, size))
+    length = config.seq_len
+    full = size // length
+    ready = state.ready + tuple((Piece(doc, k * length, (k + 1) * length),) for k in range(full))
+    state = replace(state, ready=ready)
+    return _best_fit(config, state, Piece(doc, full * length, size)) if size > full * length else state
+
+
+def place(config: PackConfig, state: PackState, piece: Piece) -> PackState:
+    """Concat: ``piece`` appended to the open sequence, cut wherever a sequence fills up."""
+    length = config.seq_len
+    row = state.open[0] if state.open else ()
+    ready = list(state.ready)
+    free, at = length - used(row), piece.start
+    while at < piece.end:
+        k = min(free, piece.end - at)
+        row += (Piece(piece.doc, at, at + k),)
+        at, free = at + k, free - k
+        if not free:
+            ready.append(row)
+            row, free = (), length
+    return PackState((row,) if row else (), tuple(ready))
+
+
+def free(config: PackConfig, state: PackState) -> int:
+    """Concat: tokens the open sequence still takes."""
+    return config.seq_len - (used(state.open[0]) if state.open else 0)
+
+
+def _best_fit(config: PackConfig, state: PackState, piece: Piece) -> PackState:
+    """Best fit of a piece shorter than ``seq_len`` into the open sequences."""
+    rows = list(state.open)
+    frees = [config.seq_len - used(row) for row in rows]
+    fits = [k for k, f in enumerate(frees) if f >= piece.size]
+    ready = state.ready
+    if fits:
+        k = min(fits, key=lambda k: (frees[k], k))
+        row = rows[k] + (piece,)
+        if frees[k] == piece.size:
+            del rows[k]
+            ready += (row,)
+        else:
+            rows[k] = row
+        return PackState(tuple(rows), ready)
+    if len(rows) == config.pool:
+        k = min(range(len(rows)), key=lambda k: (frees[k], k))
+        ready += (rows.pop(k),)
+    return PackState(tuple(rows) + ((piece,),), ready)
+
+
+def take(state: PackState, n: int) -> tuple[list[Row], PackState]:
+    """Up to ``n`` finished sequences, oldest first."""
+    return list(state.ready[:n]), replace(state, ready=state.ready[n:])
+
+
+def finish(config: PackConfig, state: PackState) -> tuple[PackState, int]:
+    """The lane ended: its open sequences are finished (``final="pad"``) or dropped; the
+    state and the tokens dropped."""
+    if config.final == PAD:
+        return PackState((), state.ready + state.open), 0
+    return PackState((), state.ready), sum(used(row) for row in state.open)
+
+
+def oldest(state: PackState) -> int | None:
+    """The lane index of the oldest document the state holds (None: none)."""
+    return min((piece.doc.index for row in state.open + state.ready for piece in row), default=None)
+
+
+def arrays(config: PackConfig, rows: Sequence[Row]) -> dict[str, np.ndarray]:
+    """``rows`` as ``(n, seq_len)`` int64 ``input_ids`` (padded with ``pad_id``), ``segment_ids``
+    (1, 2, … per piece, 0 on padding) and ``position_ids`` (from 0 in each piece)."""
+    n, length = len(rows), config.seq_len
+    ids = np.full((n, length), config.pad_id if config.pad_id is not None else 0, dtype=np.int64)
+    segments = np.zeros((n, length), dtype=np.int64)
+    positions = np.zeros((n, length), dtype=np.int64)
+    for r, row in enumerate(rows):
+        at = 0
+        for s, piece in enumerate(row, 1):
+            k = piece.size
+            ids[r, at:at + k] = piece.doc.tokens[piece.start:piece.end]
+            segments[r, at:at + k] = s
+            positions[r, at:at + k] = np.arange(k)
+            at += k
+    return {"input_ids": ids, "segment_ids": segments, "position_ids": positions}
+
+
+def token_counts(rows: Sequence[Row], kinds: int) -> np.ndarray:
+    """The real tokens of each row per component id, ``(n, kinds)`` int64."""
+    tokens = np.zeros((len(rows), kinds), dtype=np.int64)
+    for r, row in enumerate(rows):
+        for piece in row:
+            tokens[r, piece.doc.component] += piece.size
+    return tokens
+
+
+def pieces(rows: Sequence[Row]) -> list[list[tuple[int, int, int, int, int, int]]]:
+    """Per row, each piece as ``(dataset, shard, offset, component id, start, end)``."""
+    return [[(*piece.doc.pointer, piece.doc.component, piece.start, piece.end) for piece in row] for row in rows]
+
+
+def _row_json(row: Row, base: int) -> list[list[int]]:
+    return [[piece.doc.index - base, piece.start, piece.end] for piece in row]
+
+
+def state_to_json(state: PackState, base: int) -> dict[str, Any]:
+    """The state as JSON, documents counted from lane index ``base`` (at most :func:`oldest`)."""
+    return {"open": [_row_json(row, base) for row in state.open],
+            "ready": [_row_json(row, base) for row in state.ready]}
+
+
+def documents_needed(data: Any) -> int:
+    """How many documents from the base a JSON state refers to (checks its form)."""
+    if not (isinstance(data, dict) and sorted(data) == ["open", "ready"]
+            and all(isinstance(data[k], list) and all(isinstance(row, list) for row in data[k]) for k in data)):
+        raise ValueError(f"pack state must be {{'open': [rows], 'ready': [rows]}}, got {show(data)}")
+    refs = [p for k in ("open", "ready") for row in data[k] for p in row]
+    if not all(isinstance(p, list) and len(p) == 3 and all(type(v) is int and v >= 0 for v in p) for p in refs):
+        raise ValueError(f"pack state: every piece must be [document, start, end] of ints >= 0, got {show(refs)}")
+    return max((p[0] + 1 for p in refs), default=0)
+
+
+def state_from_json(config: PackConfig, data: Any, docs: Sequence[Doc | None]) -> PackState:
+    """The state of :func:`state_to_json`, with ``docs[i]`` the document ``i`` it names
+    (None: a sample a filter dropped). Refuses what this packer could not have made."""
+    documents_needed(data)
+
+    def row(spans: list[list[int]], limit: int) -> Row:
+        out = []
+        for i, start, end in spans:
+            doc = docs[i] if i < len(docs) else None
+            if doc is None or not start < end <= len(doc.tokens):
+                raise ValueError(f"pack state: piece [{i}, {start}, {end}] does not fit its document "
+                                 f"({'none' if doc is None else f'{len(doc.tokens)} tokens'}): the data or the "
+                                 "tokenizer changed since the checkpoint")
+            out.append(Piece(doc, start, end))
+        if not 0 < used(tuple(out)) <= limit:
+            raise ValueError(f"pack state: a sequence of {used(tuple(out))} tokens, outside 1 .. {limit}")
+        return tuple(out)
+
+    length = config.seq_len
+    state = PackState(tuple(row(r, length - 1) for r in data["open"]), tuple(row(r, length) for r in data["ready"]))
+    if len(state.open) > (1 if config.strategy == CONCAT else config.pool):
+        raise ValueError(f"pack state: {len(state.open)} open sequences, more than {config.strategy} keeps")
+    return state

@@ -1,0 +1,87 @@
+"""tokenize: text to token ids, a stateless operator (its state is empty).
+
+``step`` turns one item into the item with ``input_ids`` (an int64 array) and ``num_tokens``;
+:func:`encode_all` does a block of items at once (a Hugging Face ``tokenizers.Tokenizer`` then
+encodes them in one ``encode_batch`` call). The result is a pure function of the text and the
+tokenizer: replaying an item gives the same ids.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping, Sequence
+
+import numpy as np
+
+KEY_IDS, KEY_COUNT = "input_ids", "num_tokens"
+
+
+@dataclass(frozen=True)
+class TokenizeConfig:
+    """What :func:`step` does: read ``field``, encode it with ``tokenizer``, append ``eos_id``
+    (None: nothing appended)."""
+
+    tokenizer: Any
+    field: str = "text"
+    eos_id: int | None = None
+
+
+def config(tokenizer: Any, field: str = "text", add_eos: bool = True, eos_id: int | None = None) -> TokenizeConfig:
+    """Check the settings of ``Pipeline.tokenize`` (see there) and resolve the EOS id."""
+    if not (callable(tokenizer) or callable(getattr(tokenizer, "encode", None))):
+        raise TypeError(f"tokenize(tokenizer): pass a callable str -> ids or an object with .encode (a Hugging Face "
+                        f"tokenizer), got {type(tokenizer).__name__}")
+    if not isinstance(field, str):
+        raise TypeError(f"tokenize(field={field!r}): the field must be a str, e.g. 'text'")
+    if type(add_eos) is not bool:
+        raise ValueError(f"tokenize(add_eos={add_eos!r}) must be True or False")
+    if eos_id is None and add_eos:
+        eos_id = getattr(tokenizer, "eos_token_id", None)
+        if eos_id is None:
+            raise ValueError(f"tokenize(add_eos=True): {type(tokenizer).__name__} has no eos_token_id; pass "
+                             "eos_id=<the id of your end-of-document token>, or add_eos=False")
+    if eos_id is not None and (type(eos_id) is not int or eos_id < 0):
+        raise ValueError(f"tokenize(eos_id={eos_id!r}) must be an int >= 0")
+    return TokenizeConfig(tokenizer, field, eos_id if add_eos else None)
+
+
+def init(config: TokenizeConfig) -> dict[str, Any]:
+    """The empty state: tokenizing remembers nothing between items."""
+    return {}
+
+
+def _text(config: TokenizeConfig, item: Any) -> str:
+    text = item.get(config.field) if isinstance(item, Mapping) else None
+    if not isinstance(text, str):
+        raise TypeError(f"tokenize: item {item.get('_sample_id') if isinstance(item, Mapping) else item!r} has "
+                        f"{type(text).__name__} under {config.field!r}, not a str; pass field=<the text field>")
+    return text
+
+
+def _ids(encoded: Any) -> list[int]:
+    """Ids of what a tokenizer returned: a list, an array, or an object with ``.ids``."""
+    return getattr(encoded, "ids", encoded)  # type: ignore[no-any-return]
+
+
+def encode_all(config: TokenizeConfig, texts: Sequence[str]) -> list[np.ndarray]:
+    """The ids of ``texts`` (each an int64 array, EOS appended when set), in one batch call
+    when the tokenizer has ``encode_batch``."""
+    tokenizer = config.tokenizer
+    batch: Callable[[Sequence[str]], Any] | None = getattr(tokenizer, "encode_batch", None)
+    if batch is not None and len(texts) > 1:
+        encoded = batch(list(texts))
+    else:
+        encode = tokenizer.encode if callable(getattr(tokenizer, "encode", None)) else tokenizer
+        encoded = [encode(text) for text in texts]
+    tail = [] if config.eos_id is None else [config.eos_id]
+    return [np.array(list(_ids(e)) + tail, dtype=np.int64) for e in encoded]
+
+
+def step(config: TokenizeConfig, state: dict[str, Any], item: Any) -> tuple[list[Any], dict[str, Any]]:
+    """One item, tokenized: ``(outputs, state)``."""
+    return tokenize_items(config, [item]), state
+
+
+def tokenize_items(config: TokenizeConfig, items: Sequence[Any]) -> list[Any]:
+    """``items`` with ``input_ids`` and ``num_tokens`` added (new dicts)."""
+    ids = encode_all(config, [_text(config, item) for item in items])
+    return [{**item, KEY_IDS: i, KEY_COUNT: len(i)} for item, i in zip(items, ids)]
