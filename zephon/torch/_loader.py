@@ -348,7 +348,12 @@ class DataLoader(tud.DataLoader[Bundle]):
         rank's lanes, and its ``policy``; ``redistributed`` (datasets that ran dry
         and whose share went to the others) and ``exhausted`` (what ended the stream);
         ``ended``; ``even_batches``: ``steps`` (this run's equal step count from where it was
-        set), ``given``, ``held_back_batches`` and ``held_back_samples`` (None without it).
+        set), ``given``, ``held_back_batches`` and ``held_back_samples`` (None without it);
+        ``tokens`` (packed pipelines, else None): ``received`` (real tokens per component),
+        ``padding``, ``dropped`` (a final partial sequence ``pack(final="drop")`` dropped),
+        ``target`` (``ensure_mixture``'s shares) and ``late`` (strict mode's forced picks).
+        For a packed pipeline ``samples`` counts the documents whose first token the loop
+        received, and ``drop_last`` counts sequences.
         """
         even = self._zephon_even
         if self._zephon_live is not None:
