@@ -13,7 +13,7 @@ class Row:
 
     figure: str
     median: float
-    unit: str  # "ptr/s", "samples/s", "rows/s", "1/s", "s", "B", "MB", "n", "samples" or "x"
+    unit: str  # "ptr/s", "samples/s", "rows/s", "tok/s", "1/s", "s", "B", "MB", "n", "samples" or "x"
     target: str = ""
     ratio: float | None = None
     ok: bool | None = None
@@ -41,7 +41,7 @@ def median_ratio(numerators: list[float], denominators: list[float]) -> float:
 
 def show(value: float, unit: str) -> str:
     """A value with a readable unit."""
-    if unit in ("ptr/s", "samples/s", "rows/s"):
+    if unit in ("ptr/s", "samples/s", "rows/s", "tok/s"):
         return f"{value / 1e6:.2f} M {unit}"
     if unit == "1/s":
         return f"{value / 1e3:,.0f} k/s"

@@ -38,6 +38,10 @@ class Packing:
             return mixture.step(self.mixture, self.pack, state, doc)  # type: ignore[arg-type]
         return pack.step(self.pack, state, doc)
 
+    def ready(self, state: State) -> int:
+        """Finished sequences waiting to be taken."""
+        return len(state.pack.ready if isinstance(state, StrictState) else state.ready)
+
     def take(self, state: State, n: int) -> tuple[list[Row], State]:
         if isinstance(state, StrictState):
             rows, packed = pack.take(state.pack, n)

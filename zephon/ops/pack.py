@@ -68,10 +68,12 @@ class PackConfig:
 
 @dataclass(frozen=True)
 class PackState:
-    """Open sequences (concat: at most one) and finished ones not yet taken."""
+    """Open sequences (concat: at most one) with the tokens each holds (``fill``), and finished
+    ones not yet taken."""
 
     open: tuple[Row, ...] = ()
     ready: tuple[Row, ...] = ()
+    fill: tuple[int, ...] = ()
 
 
 def _token_id(name: str, value: Any) -> int | None:
@@ -102,6 +104,8 @@ def config(seq_len: int, strategy: str = CONCAT, pad_id: int | None = None, bos_
 
 def document(config: PackConfig, index: int, pointer: tuple[int, int, int], component: int, ids: np.ndarray) -> Doc:
     """The packer's document of a tokenized sample: ``ids`` with the packer's BOS and EOS."""
+    if config.bos_id is None and config.eos_id is None and type(ids) is np.ndarray and ids.dtype == np.int64:
+        return Doc(index, pointer, component, ids.reshape(-1))
     parts = [np.asarray(ids, dtype=np.int64).reshape(-1)]
     if config.bos_id is not None:
         parts.insert(0, np.array([config.bos_id], dtype=np.int64))
@@ -116,7 +120,7 @@ def init(config: PackConfig) -> PackState:
 
 
 def used(row: Row) -> int:
-    return sum(piece.size for piece in row)
+    return sum(piece.end - piece.start for piece in row)
 
 
 def step(config: PackConfig, state: PackState, doc: Doc) -> PackState:
@@ -135,46 +139,53 @@ def place(config: PackConfig, state: PackState, piece: Piece) -> PackState:
     """Concat: ``piece`` appended to the open sequence, cut wherever a sequence fills up."""
     length = config.seq_len
     row = state.open[0] if state.open else ()
-    ready = list(state.ready)
-    free, at = length - used(row), piece.start
-    while at < piece.end:
-        k = min(free, piece.end - at)
+    ready = state.ready
+    free, at, end = length - (state.fill[0] if state.open else 0), piece.start, piece.end
+    if at == end:
+        return state
+    if end - at < free:  # the usual case: it fits
+        return PackState((row + (piece,),), ready, (length - free + end - at,))
+    while at < end:
+        k = min(free, end - at)
         row += (Piece(piece.doc, at, at + k),)
         at, free = at + k, free - k
         if not free:
-            ready.append(row)
+            ready += (row,)
             row, free = (), length
-    return PackState((row,) if row else (), tuple(ready))
+    return PackState((row,), ready, (length - free,)) if row else PackState((), ready)
 
 
 def free(config: PackConfig, state: PackState) -> int:
     """Concat: tokens the open sequence still takes."""
-    return config.seq_len - (used(state.open[0]) if state.open else 0)
+    return config.seq_len - (state.fill[0] if state.open else 0)
 
 
 def _best_fit(config: PackConfig, state: PackState, piece: Piece) -> PackState:
     """Best fit of a piece shorter than ``seq_len`` into the open sequences."""
-    rows = list(state.open)
-    frees = [config.seq_len - used(row) for row in rows]
-    fits = [k for k, f in enumerate(frees) if f >= piece.size]
+    rows, fill = list(state.open), list(state.fill)
+    size = piece.end - piece.start
+    fits = [k for k, f in enumerate(fill) if config.seq_len - f >= size]
     ready = state.ready
     if fits:
-        k = min(fits, key=lambda k: (frees[k], k))
+        k = max(fits, key=lambda k: (fill[k], -k))
         row = rows[k] + (piece,)
-        if frees[k] == piece.size:
-            del rows[k]
+        if fill[k] + size == config.seq_len:
+            del rows[k], fill[k]
             ready += (row,)
         else:
-            rows[k] = row
-        return PackState(tuple(rows), ready)
+            rows[k], fill[k] = row, fill[k] + size
+        return PackState(tuple(rows), ready, tuple(fill))
     if len(rows) == config.pool:
-        k = min(range(len(rows)), key=lambda k: (frees[k], k))
+        k = max(range(len(rows)), key=lambda k: (fill[k], -k))
         ready += (rows.pop(k),)
-    return PackState(tuple(rows) + ((piece,),), ready)
+        del fill[k]
+    return PackState(tuple(rows) + ((piece,),), ready, tuple(fill) + (size,))
 
 
 def take(state: PackState, n: int) -> tuple[list[Row], PackState]:
     """Up to ``n`` finished sequences, oldest first."""
+    if not state.ready:
+        return [], state
     return list(state.ready[:n]), replace(state, ready=state.ready[n:])
 
 
@@ -183,7 +194,7 @@ def finish(config: PackConfig, state: PackState) -> tuple[PackState, int]:
     state and the tokens dropped."""
     if config.final == PAD:
         return PackState((), state.ready + state.open), 0
-    return PackState((), state.ready), sum(used(row) for row in state.open)
+    return PackState((), state.ready), sum(state.fill)
 
 
 def oldest(state: PackState) -> int | None:
@@ -201,7 +212,7 @@ def arrays(config: PackConfig, rows: Sequence[Row]) -> dict[str, np.ndarray]:
     for r, row in enumerate(rows):
         at = 0
         for s, piece in enumerate(row, 1):
-            k = piece.size
+            k = piece.end - piece.start
             ids[r, at:at + k] = piece.doc.tokens[piece.start:piece.end]
             segments[r, at:at + k] = s
             positions[r, at:at + k] = np.arange(k)
@@ -214,7 +225,7 @@ def token_counts(rows: Sequence[Row], kinds: int) -> np.ndarray:
     tokens = np.zeros((len(rows), kinds), dtype=np.int64)
     for r, row in enumerate(rows):
         for piece in row:
-            tokens[r, piece.doc.component] += piece.size
+            tokens[r, piece.doc.component] += piece.end - piece.start
     return tokens
 
 
@@ -263,7 +274,8 @@ def state_from_json(config: PackConfig, data: Any, docs: Sequence[Doc | None]) -
         return tuple(out)
 
     length = config.seq_len
-    state = PackState(tuple(row(r, length - 1) for r in data["open"]), tuple(row(r, length) for r in data["ready"]))
+    rows = tuple(row(r, length - 1) for r in data["open"])
+    state = PackState(rows, tuple(row(r, length) for r in data["ready"]), tuple(used(r) for r in rows))
     if len(state.open) > (1 if config.strategy == CONCAT else config.pool):
         raise ValueError(f"pack state: {len(state.open)} open sequences, more than {config.strategy} keeps")
     return state

@@ -2,7 +2,7 @@
 
 ``step`` turns one item into the item with ``input_ids`` (an int64 array) and ``num_tokens``;
 :func:`encode_all` does a block of items at once (a Hugging Face ``tokenizers.Tokenizer`` then
-encodes them in one ``encode_batch`` call). The result is a pure function of the text and the
+encodes them in one ``encode_batch_fast`` or ``encode_batch`` call). The result is a pure function of the text and the
 tokenizer: replaying an item gives the same ids.
 """
 from __future__ import annotations
@@ -50,7 +50,7 @@ def init(config: TokenizeConfig) -> dict[str, Any]:
 
 
 def _text(config: TokenizeConfig, item: Any) -> str:
-    text = item.get(config.field) if isinstance(item, Mapping) else None
+    text = item.get(config.field) if type(item) is dict or isinstance(item, Mapping) else None
     if not isinstance(text, str):
         raise TypeError(f"tokenize: item {item.get('_sample_id') if isinstance(item, Mapping) else item!r} has "
                         f"{type(text).__name__} under {config.field!r}, not a str; pass field=<the text field>")
@@ -64,16 +64,26 @@ def _ids(encoded: Any) -> list[int]:
 
 def encode_all(config: TokenizeConfig, texts: Sequence[str]) -> list[np.ndarray]:
     """The ids of ``texts`` (each an int64 array, EOS appended when set), in one batch call
-    when the tokenizer has ``encode_batch``."""
+    when the tokenizer has ``encode_batch_fast`` (the same ids, no character offsets) or
+    ``encode_batch``."""
     tokenizer = config.tokenizer
-    batch: Callable[[Sequence[str]], Any] | None = getattr(tokenizer, "encode_batch", None)
+    batch: Callable[[Sequence[str]], Any] | None = getattr(tokenizer, "encode_batch_fast",
+                                                           getattr(tokenizer, "encode_batch", None))
     if batch is not None and len(texts) > 1:
         encoded = batch(list(texts))
     else:
         encode = tokenizer.encode if callable(getattr(tokenizer, "encode", None)) else tokenizer
         encoded = [encode(text) for text in texts]
-    tail = [] if config.eos_id is None else [config.eos_id]
-    return [np.array(list(_ids(e)) + tail, dtype=np.int64) for e in encoded]
+    if config.eos_id is None:
+        return [np.array(_ids(e), dtype=np.int64) for e in encoded]
+    out = []
+    for e in encoded:
+        ids = _ids(e)
+        array = np.empty(len(ids) + 1, dtype=np.int64)
+        array[:-1] = ids
+        array[-1] = config.eos_id
+        out.append(array)
+    return out
 
 
 def step(config: TokenizeConfig, state: dict[str, Any], item: Any) -> tuple[list[Any], dict[str, Any]]:
@@ -85,3 +95,13 @@ def tokenize_items(config: TokenizeConfig, items: Sequence[Any]) -> list[Any]:
     """``items`` with ``input_ids`` and ``num_tokens`` added (new dicts)."""
     ids = encode_all(config, [_text(config, item) for item in items])
     return [{**item, KEY_IDS: i, KEY_COUNT: len(i)} for item, i in zip(items, ids)]
+
+
+def tokenize_own(config: TokenizeConfig, items: list[Any]) -> None:
+    """:func:`tokenize_items` in place, for items the caller made (plain dicts stay those dicts)."""
+    ids = encode_all(config, [_text(config, item) for item in items])
+    for k, (item, i) in enumerate(zip(items, ids)):
+        if type(item) is dict:
+            item[KEY_IDS], item[KEY_COUNT] = i, len(i)
+        else:
+            items[k] = {**item, KEY_IDS: i, KEY_COUNT: len(i)}

@@ -82,10 +82,11 @@ class PackedLane:
             if not len(pointers):
                 return False, None
             items = self._pipeline.materialize_marked(pointers, components)
-            at = self._fed + len(self._ahead)
-            for k, (item, pointer, component) in enumerate(zip(items, pointers.tolist(), components.tolist())):
-                self._ahead.append(None if item is DROPPED else
-                                   pack.document(self._packing.pack, at + k, tuple(pointer), component, _ids(item)))
+            config, at = self._packing.pack, self._fed
+            self._ahead.extend(None if item is DROPPED else pack.document(config, at + k, tuple(pointer), component,
+                                                                          _ids(item))
+                               for k, (item, pointer, component) in
+                               enumerate(zip(items, pointers.tolist(), components.tolist())))
         return True, self._ahead.popleft()
 
     def _feed_one(self) -> bool:
@@ -98,25 +99,21 @@ class PackedLane:
 
     def take(self, n: int) -> list[Row]:
         """Up to ``n`` finished sequences (fewer only at the lane's end)."""
-        packing = self._packing
-        rows: list[Row] = []
-        while True:
-            got, self._state = packing.take(self._state, n - len(rows))
-            rows += got
-            if len(rows) == n or self.ended:
-                break
+        packing, state = self._packing, self._state
+        while packing.ready(state) < n and not self.ended:
             more, doc = self._next()
             if not more:
-                self._state, dropped = packing.finish(self._state)
+                state, dropped = packing.finish(state)
                 self.dropped_tokens += dropped
                 self.ended = True
-                continue
+                break
             self._window.append(doc)
             self._fed += 1
             if doc is None:
                 self.filtered += 1
             else:
-                self._state = packing.step(self._state, doc)
+                state = packing.step(state, doc)
+        rows, self._state = packing.take(state, n)
         self._slide()
         return rows
 
@@ -140,7 +137,9 @@ class PackedLane:
 
 
 def _ids(item: Any) -> np.ndarray:
-    ids = item.get(KEY_IDS) if isinstance(item, Mapping) else None
+    ids = item.get(KEY_IDS) if type(item) is dict or isinstance(item, Mapping) else None
+    if type(ids) is np.ndarray and ids.dtype == np.int64 and ids.ndim == 1:
+        return ids
     if ids is None:
         raise TypeError(f"pack: item {item.get('_sample_id') if isinstance(item, Mapping) else item!r} has no "
                         f"{KEY_IDS!r}; add .tokenize(tokenizer) before .pack, or read a column of token ids")

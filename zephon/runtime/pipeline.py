@@ -57,11 +57,17 @@ def _map_all(fn: Callable[[Any], Any], items: list[Any]) -> list[Any]:
     return out
 
 
-def _tokenize_all(config: tokenize.TokenizeConfig, items: list[Any]) -> list[Any]:
-    """The items tokenized in one batch (dropped ones stay dropped)."""
+def _tokenize_all(config: tokenize.TokenizeConfig, items: list[Any], own: bool) -> list[Any]:
+    """The items tokenized in one batch (dropped ones stay dropped); ``own``: they are dicts
+    this pipeline made, which take the ids in place."""
     kept = [k for k, item in enumerate(items) if item is not DROPPED]
+    chosen = [items[k] for k in kept]
+    if own:
+        tokenize.tokenize_own(config, chosen)
+    else:
+        chosen = tokenize.tokenize_items(config, chosen)
     out = list(items)
-    for k, item in zip(kept, tokenize.tokenize_items(config, [items[k] for k in kept])):
+    for k, item in zip(kept, chosen):
         out[k] = item
     return out
 
@@ -386,11 +392,12 @@ class Pipeline:
                 item[KEY_SAMPLE_ID] = tuple(p)
                 item[KEY_COMPONENT] = c
                 items.append(item)
+        own = True  # the items are dicts made here (a map step may return objects it keeps)
         for kind, fn in self._steps:
             if kind == MAP:
-                items = _map_all(fn, items)
+                items, own = _map_all(fn, items), False
             elif kind == TOKENIZE:
-                items = _tokenize_all(fn, items)
+                items = _tokenize_all(fn, items, own)
             else:
                 items = [item if item is DROPPED or fn(item) else DROPPED for item in items]
         return items
