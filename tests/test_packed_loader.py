@@ -6,6 +6,7 @@ import json
 
 import numpy as np
 import pytest
+import torch
 from hypothesis import given, settings, strategies as st
 
 import zephon.torch as zt
@@ -207,3 +208,44 @@ def test_pack_is_the_last_step_and_needs_token_ids():
     with pytest.raises(TypeError, match="DataLoader"):
         p.to_torch_dataset()
     assert not p.is_indexable
+
+
+def test_a_packed_run_migrates_to_new_weights():
+    p = pipeline()
+    _, state, _ = run(p, cut=4)
+    source = StaticMixtureWorkSource(corpus(0), {"web": 0.3, "code": 0.3, "books": 0.4}, chunk_size=16, seed=0,
+                                     exhausted_policy="stop")
+    new = Pipeline(source).tokenize(words, eos_id=0).pack(32, pad_id=0)
+    migration = zt.migrate_checkpoint(state, new)
+    assert migration.report["packers"]["pack"]["documents_held"] > 0
+    batches, _, _ = run(new, state=migration.state)
+    assert batches and batches[0]["input_ids"].shape == (3, 32)
+
+
+def test_a_curriculum_packs_and_resumes_exactly():
+    from zephon.work import Phase, PhasedMixtureWorkSource
+
+    phases = [Phase({"web": 1, "code": 1}, until_chunk=6), Phase({"books": 1, "web": 1})]
+    source = PhasedMixtureWorkSource(corpus(2), phases, chunk_size=16, seed=4, exhausted_policy="stop")
+    p = Pipeline(source).tokenize(words, eos_id=0).pack(32, pad_id=0).ensure_mixture(
+        "report", weights={"web": 0.5, "code": 0.25, "books": 0.25})
+    whole, _, _ = run(p, num_workers=1)
+    first, state, _ = run(p, cut=6, num_workers=1)
+    rest, _, _ = run(p, state=state, num_workers=1)
+    assert [sequence_keys(b) for b in first + rest] == [sequence_keys(b) for b in whole]
+    assert {piece[3] for b in whole[:3] for doc in b["_documents"] for piece in doc} <= {"web", "code"}
+
+
+def test_collate_stacks_packed_sequences_and_the_loader_batch_matches_it():
+    p = pipeline()
+    items = list(p)[:3]
+    batch = zt.collate(items)
+    assert batch["input_ids"].shape == (3, 32) and batch["_documents"] == [i["_documents"] for i in items]
+    first = next(iter(zt.DataLoader(p, batch_size=3, canonical_replicas=1, even_batches=False)))
+    for key in ("input_ids", "segment_ids", "position_ids"):
+        assert torch.equal(first[key], batch[key])
+    assert all(torch.equal(first["_tokens"][k], batch["_tokens"][k]) for k in batch["_tokens"])
+    assert [[tuple(x) for x in doc] for doc in first["_documents"]] == batch["_documents"]
+    with_collate = next(iter(zt.DataLoader(p, batch_size=3, canonical_replicas=1, even_batches=False,
+                                           collate_fn=zt.collate)))
+    assert torch.equal(with_collate["input_ids"], batch["input_ids"])

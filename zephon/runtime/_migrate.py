@@ -4,6 +4,7 @@ from __future__ import annotations
 from typing import Any
 
 from zephon.limits import MAX_REPLICAS, show
+from zephon.runtime._packed import initial_operator
 from zephon.runtime._state import dataset_fingerprints, make_state, missing_lanes, parse_state, run_fingerprint
 from zephon.work.migration import Migration, lane_state, migrate_lanes
 
@@ -19,7 +20,7 @@ def migrate_checkpoint(checkpoint: Any, new_pipeline_or_source: Any, *, canonica
         ``load_checkpoint`` result) covering every lane of the run.
     new_pipeline_or_source : Pipeline or StaticMixtureWorkSource
         What the run continues with (its unbound source is used); see ``zephon.work.migrate``
-        for what may change.
+        for what may change. A packed pipeline's lanes start with empty packers.
     canonical_replicas : int or None, default None
         The new run's lane count; None keeps the checkpoint's.
     requeue : bool, default False
@@ -30,7 +31,9 @@ def migrate_checkpoint(checkpoint: Any, new_pipeline_or_source: Any, *, canonica
     Migration
         ``state`` is what the new loader's ``load_state_dict`` takes (every lane at the start
         of the migrated stream); ``report`` is the JSON report of ``zephon.work.migrate``,
-        with one cut across all lanes.
+        with one cut across all lanes. From a packed run, the documents its packers held
+        (partly delivered, or queued) count as assigned but unread, and ``report["packers"]``
+        says how many there were per operator.
     """
     if canonical_replicas is not None and (type(canonical_replicas) is not int
                                            or not 1 <= canonical_replicas <= MAX_REPLICAS):
@@ -48,6 +51,17 @@ def migrate_checkpoint(checkpoint: Any, new_pipeline_or_source: Any, *, canonica
     entries = {lane: (lane_state(new_state, source.clone_for_lane(lane, replicas).config, history, orders), 0, 0)
                for lane in range(replicas)}
     report["canonical_replicas"] = {"before": parsed.canonical_replicas, "after": replicas}
+    report["packers"] = {name: {"documents_held": sum(_window(op) for op in by_lane.values())}
+                         for name, by_lane in parsed.operators.items()}
     datasets = dataset_fingerprints(source.datasets_by_id)
-    state: dict[str, Any] = dict(make_state(replicas, entries, datasets, {}, run=run_fingerprint(source, replicas, datasets)))
+    packing = getattr(new_pipeline_or_source, "packing", None)
+    operators = None if packing is None else {packing.name: {lane: initial_operator(packing) for lane in entries}}
+    state: dict[str, Any] = dict(make_state(replicas, entries, datasets, {}, run=run_fingerprint(source, replicas, datasets),
+                                            operators=operators))
     return Migration(state, report)
+
+
+def _window(operator: Any) -> int:
+    """The documents a lane's packer state holds (0 for what is not one)."""
+    window = operator.get("window") if isinstance(operator, dict) else None
+    return window if type(window) is int else 0

@@ -11,10 +11,18 @@ from torch.utils.data import default_collate
 from zephon.io import fetch_table
 from zephon.runtime import KEY_COMPONENT, KEY_SAMPLE_ID
 
+KEY_DOCUMENTS = "_documents"  # a packed sequence's pieces
+
 
 def collate(items: Sequence[Any]) -> Any:
     """zephon's default ``collate_fn``: torch's ``default_collate``, except that ``_sample_id``
-    becomes one ``(batch, 3)`` int64 tensor and ``_component`` stays a list of names."""
+    becomes one ``(batch, 3)`` int64 tensor and ``_component`` stays a list of names. Packed
+    sequences become ``(batch, seq_len)`` tensors, their ``_documents`` a list per sequence."""
+    first = items[0] if items else None
+    if isinstance(first, Mapping) and KEY_DOCUMENTS in first:
+        out = {key: default_collate([item[key] for item in items]) for key in first if key != KEY_DOCUMENTS}
+        out[KEY_DOCUMENTS] = [item[KEY_DOCUMENTS] for item in items]
+        return out
     return collate_rows(items, None)
 
 
