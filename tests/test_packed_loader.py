@@ -196,7 +196,7 @@ def test_strict_mixture_reaches_the_target_share_of_tokens(mode):
     total = sum(stats["received"].values())
     error = max(abs(stats["received"][name] / total / target - 1) for name, target in stats["target"].items())
     assert (error < 0.01) if mode == "strict" else (error > 0.02), stats
-    assert stats["late"] == (0 if mode == "strict" else None)
+    assert stats["late"] == ({"web": 0, "code": 0, "books": 0} if mode == "strict" else None)
 
 
 def test_pack_is_the_last_step_and_needs_token_ids():
@@ -249,3 +249,13 @@ def test_collate_stacks_packed_sequences_and_the_loader_batch_matches_it():
     with_collate = next(iter(zt.DataLoader(p, batch_size=3, canonical_replicas=1, even_batches=False,
                                            collate_fn=zt.collate)))
     assert torch.equal(with_collate["input_ids"], batch["input_ids"])
+
+
+def test_strict_says_once_when_a_component_falls_behind_with_none_queued(caplog):
+    p = pipeline(mode="strict", queue=2)
+    with caplog.at_level("WARNING", logger="zephon"):
+        _, _, loader = run(p)
+    late = loader.stats()["tokens"]["late"]
+    said = [r.getMessage() for r in caplog.records if "fell behind" in r.getMessage()]
+    assert sum(late.values()) > 0
+    assert sorted(name for name, count in late.items() if count) == sorted(m.split("'")[1] for m in said)

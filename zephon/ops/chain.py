@@ -58,10 +58,6 @@ class Packing:
         """The lane index of the oldest document the state holds."""
         return mixture.oldest(state) if isinstance(state, StrictState) else pack.oldest(state)
 
-    def late(self, state: State) -> int:
-        """Strict mode: how often a component was behind with nothing of it queued."""
-        return state.late if isinstance(state, StrictState) else 0
-
     def to_json(self, state: State, base: int, window: int) -> dict[str, Any]:
         if isinstance(state, StrictState):
             return mixture.state_to_json(state, base, window)

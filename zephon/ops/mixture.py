@@ -7,8 +7,9 @@ the component furthest behind its target share of the tokens placed so far, a pi
 (at most what the open sequence still takes), so every prefix of the lane's packed stream holds
 each component within about one sequence of its target. It waits for a component only while
 fewer than ``queue`` documents are queued and the lane may still deliver it; past that it
-takes the queued component furthest behind (counted as ``late``), and once the lane has ended
-it finishes what is queued.
+takes the queued component furthest behind (the one it waited for is counted as ``late``:
+the lane delivers too little of it, or nothing more), and once the lane has ended it
+finishes what is queued.
 
 The state: the packer's (``zephon.ops.pack``), the queued documents (the lane's documents
 from the oldest one held, those not yet fully placed, with the offset of any partly placed),
@@ -53,7 +54,7 @@ class StrictState:
     queues: tuple[tuple[Piece, ...], ...]
     placed: tuple[int, ...]
     ended: bool = False
-    late: int = 0
+    late: tuple[int, ...] = ()  # per component: times it was furthest behind with nothing of it queued
 
 
 def config(mode: str, shares: Mapping[str, float], vocabulary: Mapping[str, int], tolerance: float,
@@ -84,7 +85,7 @@ def init(config: MixtureConfig, packing: PackConfig) -> StrictState:
         raise ValueError(f"ensure_mixture(mode='strict') fills sequences piece by piece: it needs "
                          f"pack(strategy='concat'), not {packing.strategy!r}")
     kinds = len(config.shares)
-    return StrictState(pack.init(packing), ((),) * kinds, (0,) * kinds)
+    return StrictState(pack.init(packing), ((),) * kinds, (0,) * kinds, False, (0,) * kinds)
 
 
 def step(config: MixtureConfig, packing: PackConfig, state: StrictState, doc: Doc) -> StrictState:
@@ -114,7 +115,7 @@ def _behind(config: MixtureConfig, placed: Sequence[int], candidates: Sequence[i
 
 
 def _fill(config: MixtureConfig, packing: PackConfig, state: StrictState) -> StrictState:
-    queues, placed, packed, late = list(state.queues), list(state.placed), state.pack, state.late
+    queues, placed, packed, late = list(state.queues), list(state.placed), state.pack, list(state.late)
     alive = [c for c, share in enumerate(config.shares) if share > 0]
     while True:
         queued = [c for c in alive if queues[c]]
@@ -128,14 +129,15 @@ def _fill(config: MixtureConfig, packing: PackConfig, state: StrictState) -> Str
             if not queues[c]:
                 if waiting < config.queue:
                     break  # wait: the lane may still deliver it
-                c, late = _behind(config, placed, queued), late + 1
+                late[c] += 1
+                c = _behind(config, placed, queued)
         head = queues[c][0]
         k = min(pack.free(packing, packed), head.size)
         packed = pack.place(packing, packed, Piece(head.doc, head.start, head.start + k))
         placed[c] += k
         rest = Piece(head.doc, head.start + k, head.end)
         queues[c] = ((rest,) if rest.size else ()) + queues[c][1:]
-    return StrictState(packed, tuple(queues), tuple(placed), state.ended, late)
+    return StrictState(packed, tuple(queues), tuple(placed), state.ended, tuple(late))
 
 
 def oldest(state: StrictState) -> int | None:
@@ -158,7 +160,7 @@ def state_to_json(state: StrictState, base: int, window: int) -> dict[str, Any]:
         if q and q[0].start:
             heads.append([q[0].doc.index - base, q[0].start])
     return {"pack": pack.state_to_json(state.pack, base), "queued": _bits(queued), "heads": heads,
-            "placed": list(state.placed), "late": state.late, "ended": state.ended}
+            "placed": list(state.placed), "late": list(state.late), "ended": state.ended}
 
 
 def documents_needed(data: Any) -> int:
@@ -166,8 +168,8 @@ def documents_needed(data: Any) -> int:
     keys = ["ended", "heads", "late", "pack", "placed", "queued"]
     if not (isinstance(data, dict) and sorted(data) == keys and type(data["queued"]) is str
             and isinstance(data["heads"], list) and isinstance(data["placed"], list)
-            and all(type(v) is int and v >= 0 for v in data["placed"]) and type(data["late"]) is int
-            and type(data["ended"]) is bool):
+            and all(type(v) is int and v >= 0 for v in data["placed"]) and isinstance(data["late"], list)
+            and all(type(v) is int and v >= 0 for v in data["late"]) and type(data["ended"]) is bool):
         raise ValueError(f"ensure_mixture state must be a dict of {keys}, got {show(data)}")
     try:
         queued = np.unpackbits(np.frombuffer(base64.b64decode(data["queued"], validate=True), dtype=np.uint8))
@@ -194,8 +196,8 @@ def state_from_json(config: MixtureConfig, packing: PackConfig, data: Any, docs:
             raise ValueError(f"ensure_mixture state: queued document {i} does not fit (the data or the tokenizer "
                              "changed since the checkpoint)")
         queues[doc.component] += (Piece(doc, start, len(doc.tokens)),)
-    if heads or len(data["placed"]) != len(config.shares):
+    if heads or len(data["placed"]) != len(config.shares) or len(data["late"]) != len(config.shares):
         raise ValueError(f"ensure_mixture state: heads {show(heads)} name documents that are not queued, or "
-                         f"'placed' does not have {len(config.shares)} components")
+                         f"'placed' / 'late' do not have {len(config.shares)} components")
     return StrictState(pack.state_from_json(packing, data["pack"], docs), tuple(queues), tuple(data["placed"]),
-                       data["ended"], data["late"])
+                       data["ended"], tuple(data["late"]))

@@ -132,9 +132,6 @@ class PackedLane:
         entry = self._tracker.entries_at(self._base)[self.lane]
         return entry, {KEY_WINDOW: window, KEY_STATE: self._packing.to_json(self._state, self._base, window)}
 
-    def late(self) -> int:
-        return self._packing.late(self._state)
-
 
 def _ids(item: Any) -> np.ndarray:
     ids = item.get(KEY_IDS) if type(item) is dict or isinstance(item, Mapping) else None

@@ -51,7 +51,7 @@ class TokensDict(TypedDict):
     padding: int  # padding tokens in the sequences received
     dropped: int  # tokens of lanes' last partial sequences that pack(final="drop") dropped
     target: dict[str, float] | None  # ensure_mixture's target shares (None without it)
-    late: int | None  # strict ensure_mixture: times a component was behind with nothing queued
+    late: dict[str, int] | None  # strict ensure_mixture, per component: times it was behind with none of it queued
 
 
 def _plans(template: Any) -> list[Any]:
@@ -108,6 +108,7 @@ class LoaderStats:
         self.target: np.ndarray | None = None  # ensure_mixture's shares per component id
         self.tolerance = 0.0
         self._off: set[str] = set()  # components whose share was said to be off its target
+        self._late_said: set[str] = set()  # components said to have fallen behind with none queued
 
     def pack(self, target: Any, tolerance: float) -> None:
         """The stream is packed: count tokens, and hold them to ``target`` shares (None: no target)."""
@@ -180,7 +181,28 @@ class LoaderStats:
         covered = received({lane: (state, consumed) for lane, (state, consumed, _) in entries.items()}, datasets)
         return {plan.name: {**covered[plan.name], "policy": plan.policy} for plan in self._plans}
 
-    def tokens_json(self, late: int | None) -> TokensDict | None:
+    def watch_late(self, lane: int, operator: Mapping[str, Any]) -> None:
+        """A strict lane's state after a turn: say once per component that it fell behind with
+        none of it queued."""
+        late = operator.get("state", {}).get("late", ())
+        for c, count in enumerate(late):
+            name = self._names[c] if c < len(self._names) else None
+            if count and name is not None and name not in self._late_said:
+                self._late_said.add(name)
+                log.warning("zephon: rank %d: strict ensure_mixture: component %r fell behind its target in lane %d "
+                            "with none of it queued (the queue was full): the lane delivers too little of it, or "
+                            "nothing more; the others continue (counted in stats()['tokens']['late'])",
+                            self.rank, name, lane)
+
+    def late(self, operators: Iterable[Mapping[str, Any]]) -> dict[str, int]:
+        """Strict lanes' ``late`` counts summed per component."""
+        totals = np.zeros(len(self._names), dtype=np.int64)
+        for operator in operators:
+            late = operator["state"]["late"]
+            totals[:len(late)] += np.asarray(late, dtype=np.int64)[:len(totals)]
+        return {n: int(t) for n, t in zip(self._names, totals.tolist()) if n is not None}
+
+    def tokens_json(self, late: dict[str, int] | None) -> TokensDict | None:
         if self.tokens is None:
             return None
         names = self._names
@@ -191,7 +213,7 @@ class LoaderStats:
                 "late": late}
 
     def as_json(self, replicas: int, entries: Mapping[int, Entry], even: EvenBatchesDict | None,
-                late: int | None = None) -> LoaderStatsDict:
+                late: dict[str, int] | None = None) -> LoaderStatsDict:
         return {
             "rank": self.rank,
             "batches": self.batches,

@@ -167,8 +167,12 @@ class LoaderIterator:
             tracker = self._trackers[worker]
             tracker.fold(self._positions[worker])
             if isinstance(tracker, Snapshots):
-                tracker.extend(cast(list[Snapshot], bundle.events))
+                snapshots = cast(list[Snapshot], bundle.events)
+                tracker.extend(snapshots)
                 self._stats.tokens_dropped += bundle.tokens_dropped
+                if self._plan.pipeline.packing is not None and self._plan.pipeline.packing.strict:
+                    for snapshot in snapshots:
+                        self._stats.watch_late(snapshot.lane, snapshot.operator)
             else:
                 tracker.extend(bundle.segments, cast(list[Event], bundle.events))
             self._stats.observe(event.state for event in bundle.events)

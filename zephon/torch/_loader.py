@@ -361,7 +361,7 @@ class DataLoader(tud.DataLoader[Bundle]):
         packing = self.pipeline.packing
         late = None
         if packing is not None and packing.strict:
-            late = sum(state["state"]["late"] for state in self._operators().values())
+            late = self._zephon_stats.late(self._operators().values())
         return self._zephon_stats.as_json(self.canonical_replicas, self._entries(),
                                           None if even is None else even.as_json(), late)
 
