@@ -259,3 +259,31 @@ def test_strict_says_once_when_a_component_falls_behind_with_none_queued(caplog)
     said = [r.getMessage() for r in caplog.records if "fell behind" in r.getMessage()]
     assert sum(late.values()) > 0
     assert sorted(name for name, count in late.items() if count) == sorted(m.split("'")[1] for m in said)
+
+
+@pytest.mark.parametrize("packed", [True, False])
+@pytest.mark.parametrize("workers", [0, 2])
+def test_state_dict_with_a_lag_is_the_state_of_an_earlier_batch(packed, workers):
+    """``state_dict(lag=k)`` after n batches resumes at batch n - k + 1, as a framework that
+    fetched k batches ahead of its step needs."""
+    p = pipeline() if packed else Pipeline(pipeline().source)
+
+    def key(batch):
+        return json.dumps(batch["_documents"] if packed else batch["_sample_id"].tolist())
+
+    def loader():
+        return zt.DataLoader(p, batch_size=3, canonical_replicas=4, num_workers=workers, even_batches=False)
+    whole = [key(b) for b in loader()]
+    for cut, lag in ((1, 1), (5, 2), (6, 4)):
+        first = loader()
+        it = iter(first)
+        for _ in range(cut):
+            next(it)
+        state = first.state_dict(lag=lag)
+        again = loader()
+        again.load_state_dict(state)
+        assert [key(b) for b in again] == whole[cut - lag:]
+    with pytest.raises(ValueError, match="lag"):
+        first.state_dict(lag=7)
+    with pytest.raises(ValueError, match="no iteration"):
+        loader().state_dict(lag=1)

@@ -27,6 +27,7 @@ every counter inside int64 (so the kernels never overflow) and every walk finite
 | ``MAX_STATE_DEPTH`` | 16 | nesting of a state |
 | ``MAX_CHECKPOINT_BYTES`` | 2**28 | size of a checkpoint file |
 | ``MAX_MESSAGE_VALUE`` | 120 | characters of a value quoted in an error message |
+| ``MAX_LAG`` | 4 | batches a loader's ``state_dict(lag=k)`` steps back over |
 
 Token mode mixes at most ``zephon.core.tokens.MAX_DATASETS`` (2**14) datasets. With these,
 a cursor's position stays below 2**48, an indexed stream holds at most ``MAX_INDEX_CHUNKS ×
@@ -60,6 +61,7 @@ MAX_LOADER_STATE_NODES = 2**24
 MAX_STATE_DEPTH = 16
 MAX_CHECKPOINT_BYTES = 2**28
 MAX_MESSAGE_VALUE = 120
+MAX_LAG = 4
 
 
 class _Short(reprlib.Repr):

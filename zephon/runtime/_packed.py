@@ -217,19 +217,26 @@ class Snapshots:
         self._snapshots.extend(snapshots)
 
     def fold(self, position: int) -> None:
-        """Apply the snapshots at or before ``position``."""
+        """Apply the snapshots at or before ``position`` (positions below it can no longer be asked for)."""
         while self._snapshots and self._snapshots[0].position <= position:
             s = self._snapshots.popleft()
             self._entries[s.lane], self._operators[s.lane], self._delivered = s.entry, s.operator, set(s.delivered)
 
+    def _at(self, position: int) -> tuple[dict[int, Entry], dict[int, dict[str, Any]], set[int]]:
+        entries, operators, delivered = dict(self._entries), dict(self._operators), self._delivered
+        for s in self._snapshots:
+            if s.position > position:
+                break
+            entries[s.lane], operators[s.lane], delivered = s.entry, s.operator, set(s.delivered)
+        return entries, operators, delivered
+
     def entries_at(self, position: int) -> dict[int, Entry]:
-        self.fold(position)
-        return {lane: (state, consumed, DELIVERED if lane in self._delivered else 0)
-                for lane, (state, consumed, _) in self._entries.items()}
+        entries, _, delivered = self._at(position)
+        return {lane: (state, consumed, DELIVERED if lane in delivered else 0)
+                for lane, (state, consumed, _) in entries.items()}
 
     def operators_at(self, position: int) -> dict[int, dict[str, Any]]:
-        self.fold(position)
-        return dict(self._operators)
+        return self._at(position)[1]
 
 
 def packed_items(pipeline: Items, packing: Packing, lanes: Sequence[int], replicas: int,

@@ -19,6 +19,7 @@ import numpy as np
 import torch
 
 from zephon._ext.labels import BatchNames
+from zephon.limits import MAX_LAG
 from zephon.runtime import (
     KEY_COMPONENT, KEY_SAMPLE_ID, SERVED, Entry, Even, Event, LoaderStats, Pipeline, RankCount, Snapshot, Snapshots,
     Tracker, log_once,
@@ -115,6 +116,7 @@ class LoaderIterator:
         served = [w for w in readers if all(plan.entries[lane][2] & SERVED for lane in plan.lanes[w])]
         first = next((k for k, w in enumerate(readers) if w not in served), 0)
         self._rotation = deque(readers[first:] + readers[:first])
+        self._recent: deque[tuple[int, int]] = deque(maxlen=MAX_LAG)  # last units yielded: (reader, position before)
 
     def __iter__(self) -> LoaderIterator:
         return self
@@ -132,6 +134,7 @@ class LoaderIterator:
                 if cursor is None:
                     rotation.popleft()
                     continue
+            self._recent.append((worker, self._positions[worker]))
             unit, self._positions[worker] = cursor.take()
             rotation.rotate(-1)
             if even is not None:
@@ -165,7 +168,7 @@ class LoaderIterator:
                     return None
             bundle = self._pull(worker)
             tracker = self._trackers[worker]
-            tracker.fold(self._positions[worker])
+            tracker.fold(min([p for w, p in self._recent if w == worker], default=self._positions[worker]))
             if isinstance(tracker, Snapshots):
                 snapshots = cast(list[Snapshot], bundle.events)
                 tracker.extend(snapshots)
@@ -215,20 +218,35 @@ class LoaderIterator:
         stats.end(self._plan.replicas, entries, f"even_batches: {even.target} steps on every rank" if left.units
                   else "end")
 
-    def operators(self) -> dict[int, Any]:
-        """A packed pipeline's operator states of the rank's lanes after the last unit yielded ({} unpacked)."""
+    def _view(self, lag: int) -> tuple[dict[int, int], int | None]:
+        """Each reader's position, and the reader whose unit comes next, as of ``lag`` units
+        before the last one yielded."""
+        if not 0 <= lag <= len(self._recent):
+            raise ValueError(f"state_dict(lag={lag}): the loader has yielded {len(self._recent)} units it can step "
+                             f"back over (at most {MAX_LAG}, in this iteration)")
+        positions = dict(self._positions)
+        upcoming = self._rotation[0] if self._rotation else None
+        for worker, before in list(self._recent)[len(self._recent) - lag:][::-1]:
+            positions[worker], upcoming = before, worker
+        return positions, upcoming
+
+    def operators(self, lag: int = 0) -> dict[int, Any]:
+        """A packed pipeline's operator states of the rank's lanes ``lag`` units before the last
+        one yielded ({} unpacked)."""
+        positions, _ = self._view(lag)
         out: dict[int, Any] = {}
         for worker, tracker in self._trackers.items():
             if isinstance(tracker, Snapshots):
-                out.update(tracker.operators_at(self._positions[worker]))
+                out.update(tracker.operators_at(positions[worker]))
         return out
 
-    def entries(self) -> dict[int, Entry]:
-        """The ledger of the rank's lanes after the last unit yielded, with both turn flags."""
-        upcoming = self._rotation[0] if self._rotation else None
+    def entries(self, lag: int = 0) -> dict[int, Entry]:
+        """The ledger of the rank's lanes ``lag`` units before the last one yielded (default:
+        after it), with both turn flags."""
+        positions, upcoming = self._view(lag)
         out: dict[int, Entry] = {}
         for worker, tracker in self._trackers.items():
             served = SERVED if upcoming is not None and worker < upcoming else 0
-            for lane, (state, consumed, flags) in tracker.entries_at(self._positions[worker]).items():
+            for lane, (state, consumed, flags) in tracker.entries_at(positions[worker]).items():
                 out[lane] = (state, consumed, flags | served)
         return out

@@ -26,6 +26,7 @@ import numpy as np
 import torch
 import torch.utils.data as tud
 
+from zephon.limits import MAX_LAG
 from zephon.runtime import (
     Entry, Even, LaneBook, LoaderStateDict, LoaderStats, LoaderStatsDict, Pipeline, RankCount, count_packed, count_rank,
     count_ranks, countable, even_target, log_once, maybe_finite, rank_lanes,
@@ -365,9 +366,24 @@ class DataLoader(tud.DataLoader[Bundle]):
         return self._zephon_stats.as_json(self.canonical_replicas, self._entries(),
                                           None if even is None else even.as_json(), late)
 
-    def state_dict(self) -> LoaderStateDict:
-        """Where this rank's lanes stand after the last batch received (JSON; size ∝ lanes)."""
-        return self._zephon_book.state(self._entries(), num_workers=self.num_workers, operators=self._operators())
+    def state_dict(self, lag: int = 0) -> LoaderStateDict:
+        """Where this rank's lanes stand after the last batch received (JSON; size ∝ lanes).
+
+        ``lag`` (default 0): the state as of ``lag`` batches before the last one yielded, for
+        a training framework that fetches batches ahead of the step it trains (Lightning and
+        accelerate fetch one ahead: the step trained on batch n while the loader has yielded
+        n + 1). At most ``zephon.limits.MAX_LAG`` (4) batches of the running iteration;
+        ``ValueError`` beyond what it yielded."""
+        if type(lag) is not int or not 0 <= lag <= MAX_LAG:
+            raise ValueError(f"state_dict(lag={lag!r}) must be an int in 0 .. {MAX_LAG} (batches before the last one "
+                             "yielded)")
+        live = self._zephon_live
+        if live is None:
+            if lag:
+                raise ValueError(f"state_dict(lag={lag}): no iteration is running, so there are no batches to step "
+                                 "back over; lag=0 is the state after the last batch received")
+            return self._zephon_book.state(self._entries(), num_workers=self.num_workers, operators=self._operators())
+        return self._zephon_book.state(live.entries(lag), num_workers=self.num_workers, operators=live.operators(lag))
 
     def check_state_dict(self, state: Any) -> None:
         """Raise ``ValueError`` unless ``state`` restores into this loader (nothing changes)."""
