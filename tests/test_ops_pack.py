@@ -160,8 +160,12 @@ def test_corrupted_states_are_refused():
     packing = Packing(pack.config(8, pad_id=0))
     docs = docs_of([5])
     with pytest.raises(ValueError, match="does not fit"):
-        packing.from_json({"open": [[[0, 0, 9]]], "ready": []}, docs)
+        packing.from_json({"open": [[[0, 0, 9]]], "ready": [], "rest": None}, docs)
     with pytest.raises(ValueError, match="pack state"):
         packing.from_json({"open": "x", "ready": []}, docs)
     with pytest.raises(ValueError, match="tokens, outside"):
-        packing.from_json({"open": [[[0, 0, 5], [0, 0, 5]]], "ready": []}, docs)
+        packing.from_json({"open": [], "ready": [[]], "rest": None}, docs)
+    with pytest.raises(ValueError, match="overlap"):
+        packing.from_json({"open": [[[0, 0, 3]]], "ready": [[[0, 2, 5]]], "rest": None}, docs)
+    with pytest.raises(ValueError, match="rest"):
+        packing.from_json({"open": [], "ready": [], "rest": [0, 0, 5]}, docs)

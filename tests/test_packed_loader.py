@@ -147,7 +147,7 @@ def test_a_corrupted_operator_state_is_refused_before_anything_changes():
     _, state, loader = run(p, cut=3)
     parsed = parse_state(state)
     ops = {lane: dict(op) for lane, op in parsed.operators["pack"].items()}
-    ops[0] = {"window": 0, "state": {"open": [[[5, 0, 3]]], "ready": []}}
+    ops[0] = {"window": 0, "state": {"open": [[[5, 0, 3]]], "ready": [], "rest": None}}
     bad = make_state(4, parsed.entries, parsed.datasets, parsed.topology, run=parsed.run, operators={"pack": ops})
     fresh = zt.DataLoader(p, batch_size=3, canonical_replicas=4, even_batches=False)
     before = fresh.state_dict()
@@ -287,3 +287,41 @@ def test_state_dict_with_a_lag_is_the_state_of_an_earlier_batch(packed, workers)
         first.state_dict(lag=7)
     with pytest.raises(ValueError, match="no iteration"):
         loader().state_dict(lag=1)
+
+
+def test_what_is_filtered_or_dropped_at_a_lanes_end_is_counted_once_when_received():
+    source = pipeline().source
+    order = [item["_sample_id"] for item in Pipeline(source)]
+    tail = set(order[-3:])
+    p = Pipeline(source).filter(lambda item: item["_sample_id"] not in tail).tokenize(words, eos_id=0).pack(32)
+    assert p.packing.pack.final == "drop"
+    loader = zt.DataLoader(p, batch_size=3, canonical_replicas=1, even_batches=False)
+    it = iter(loader)
+    next(it)
+    assert loader.stats()["tokens"]["dropped"] == 0
+    state = loader.state_dict()
+    for _ in it:
+        pass
+    stats = loader.stats()
+    assert stats["filtered"] == 3 and stats["tokens"]["dropped"] > 0
+    resumed = zt.DataLoader(p, batch_size=3, canonical_replicas=1, even_batches=False)
+    resumed.load_state_dict(state)
+    for _ in resumed:
+        pass
+    assert resumed.stats()["tokens"]["dropped"] == stats["tokens"]["dropped"]
+    assert resumed.stats()["filtered"] == 3
+
+
+def test_a_checkpoint_restores_only_into_the_same_packing_settings():
+    _, state, _ = run(pipeline(), cut=2)
+    for other in (pipeline(seq_len=64), pipeline(strategy="best_fit")):
+        with pytest.raises(ValueError, match="other settings"):
+            zt.DataLoader(other, batch_size=3, canonical_replicas=4).load_state_dict(state)
+
+
+def test_a_lambda_tokenizer_reaches_spawned_workers():
+    p = Pipeline(pipeline().source).tokenize(lambda text: [len(w) for w in text.split()], eos_id=0).pack(32)
+    spawned = zt.DataLoader(p, batch_size=3, canonical_replicas=2, num_workers=1, even_batches=False,
+                            multiprocessing_context="spawn")
+    forked = zt.DataLoader(p, batch_size=3, canonical_replicas=2, num_workers=1, even_batches=False)
+    assert [sequence_keys(b) for b in spawned] == [sequence_keys(b) for b in forked]

@@ -297,12 +297,12 @@ def test_weight_units_sum_to_the_scale_and_keep_every_active_dataset(weights):
 
 
 def test_the_node_cache_tells_measure_functions_apart():
-    from zephon.work._priming import tokenizer_identity
+    from zephon.work import tokenizer_identity
 
-    words = TokenEstimation(measure=lambda r: len(r["text"].split()))
-    chars = TokenEstimation(measure=lambda r: len(r["text"]))
-    assert tokenizer_identity(words) != tokenizer_identity(chars)
-    assert tokenizer_identity(words) == tokenizer_identity(TokenEstimation(measure=words.measure))
+    def words(r):
+        return len(r["text"].split())
+    assert tokenizer_identity(words) != tokenizer_identity(lambda r: len(r["text"]))
+    assert tokenizer_identity(words) == tokenizer_identity(words)
 
 
 def test_a_cache_that_cannot_be_written_is_said_and_skipped(short_and_long, tmp_path, monkeypatch):

@@ -4,14 +4,26 @@ document, ``take`` finished sequences, ``finish`` at the lane's end) and checkpo
 with ``to_json`` / ``from_json``."""
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+import hashlib
+import json
+from dataclasses import asdict, dataclass, replace
 from typing import Any, Sequence
 
 from zephon.ops import mixture, pack
 from zephon.ops.mixture import MixtureConfig, StrictState
 from zephon.ops.pack import Doc, PackConfig, PackState, Row
+from zephon.ops.tokenize import TokenizeConfig
+from zephon.work import tokenizer_identity
 
 State = PackState | StrictState
+
+
+def fingerprint(packing: PackConfig, mixing: MixtureConfig | None, tokenizers: Sequence[TokenizeConfig]) -> str:
+    """32 hex digits naming the settings that make a packed stream: a checkpoint's packer state
+    restores only where they are the same."""
+    steps = [{"field": t.field, "eos_id": t.eos_id, "tokenizer": tokenizer_identity(t.tokenizer)} for t in tokenizers]
+    settings = {"pack": asdict(packing), "mixture": None if mixing is None else asdict(mixing), "tokenize": steps}
+    return hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:32]
 
 
 @dataclass(frozen=True)
@@ -20,7 +32,7 @@ class Packing:
 
     pack: PackConfig
     mixture: MixtureConfig | None = None
-
+    fingerprint: str = ""  # what makes its sequences: the settings, and the tokenize steps before it
     @property
     def strict(self) -> bool:
         return self.mixture is not None and self.mixture.mode == mixture.STRICT
@@ -39,14 +51,14 @@ class Packing:
         return pack.step(self.pack, state, doc)
 
     def ready(self, state: State) -> int:
-        """Finished sequences waiting to be taken."""
-        return len(state.pack.ready if isinstance(state, StrictState) else state.ready)
+        """Finished sequences :meth:`take` can give without another document."""
+        return pack.available(self.pack, state.pack if isinstance(state, StrictState) else state)
 
     def take(self, state: State, n: int) -> tuple[list[Row], State]:
         if isinstance(state, StrictState):
-            rows, packed = pack.take(state.pack, n)
+            rows, packed = pack.take(self.pack, state.pack, n)
             return rows, replace(state, pack=packed)
-        return pack.take(state, n)
+        return pack.take(self.pack, state, n)
 
     def finish(self, state: State) -> tuple[State, int]:
         """The lane ended: the state and the tokens a final ``"drop"`` dropped."""

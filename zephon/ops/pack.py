@@ -68,12 +68,15 @@ class PackConfig:
 
 @dataclass(frozen=True)
 class PackState:
-    """Open sequences (concat: at most one) with the tokens each holds (``fill``), and finished
-    ones not yet taken."""
+    """Open sequences (concat: at most one) with the tokens each holds (``fill``), finished
+    ones not yet taken, and ``rest``: the part of a long document still to be cut into whole
+    sequences (at least ``seq_len`` tokens; cut as they are taken, so a long document never
+    makes many sequences at once)."""
 
     open: tuple[Row, ...] = ()
     ready: tuple[Row, ...] = ()
     fill: tuple[int, ...] = ()
+    rest: Piece | None = None
 
 
 def _token_id(name: str, value: Any) -> int | None:
@@ -124,35 +127,55 @@ def used(row: Row) -> int:
 
 
 def step(config: PackConfig, state: PackState, doc: Doc) -> PackState:
-    """The state once ``doc`` is placed: its finished sequences join ``ready``."""
-    size = len(doc.tokens)
+    """The state once ``doc`` is placed (after what is left of a long document before it)."""
+    state = _cut(config, state, None)
+    piece = Piece(doc, 0, len(doc.tokens))
     if config.strategy == CONCAT:
-        return place(config, state, Piece(doc, 0, size))
-    length = config.seq_len
-    full = size // length
-    ready = state.ready + tuple((Piece(doc, k * length, (k + 1) * length),) for k in range(full))
-    state = replace(state, ready=ready)
-    return _best_fit(config, state, Piece(doc, full * length, size)) if size > full * length else state
+        return place(config, state, piece)
+    if piece.end >= config.seq_len:
+        return _cut(config, replace(state, rest=piece), 0)
+    return _best_fit(config, state, piece) if piece.end else state
 
 
 def place(config: PackConfig, state: PackState, piece: Piece) -> PackState:
-    """Concat: ``piece`` appended to the open sequence, cut wherever a sequence fills up."""
+    """Concat: ``piece`` appended to the open sequence; what does not fit starts the next
+    sequence, or becomes the ``rest`` when it fills one or more."""
     length = config.seq_len
     row = state.open[0] if state.open else ()
-    ready = state.ready
     free, at, end = length - (state.fill[0] if state.open else 0), piece.start, piece.end
     if at == end:
         return state
     if end - at < free:  # the usual case: it fits
-        return PackState((row + (piece,),), ready, (length - free + end - at,))
-    while at < end:
-        k = min(free, end - at)
-        row += (Piece(piece.doc, at, at + k),)
-        at, free = at + k, free - k
-        if not free:
-            ready += (row,)
-            row, free = (), length
-    return PackState((row,), ready, (length - free,)) if row else PackState((), ready)
+        return PackState((row + (piece,),), state.ready, (length - free + end - at,))
+    ready = state.ready + (row + (Piece(piece.doc, at, at + free),),)
+    at += free
+    if end - at >= length:
+        return PackState((), ready, (), Piece(piece.doc, at, end))
+    return PackState(((Piece(piece.doc, at, end),),), ready, (end - at,)) if at < end else PackState((), ready)
+
+
+def _cut(config: PackConfig, state: PackState, rows: int | None) -> PackState:
+    """``rows`` more whole sequences cut from the ``rest`` (None: all of it); once less than
+    ``seq_len`` is left, it is placed (concat: it opens the next sequence; best fit)."""
+    rest, length = state.rest, config.seq_len
+    if rest is None:
+        return state
+    whole = (rest.end - rest.start) // length if rows is None else min(rows, (rest.end - rest.start) // length)
+    at = rest.start + whole * length
+    ready = state.ready + tuple((Piece(rest.doc, a, a + length),) for a in range(rest.start, at, length))
+    if rest.end - at >= length:
+        return replace(state, ready=ready, rest=Piece(rest.doc, at, rest.end))
+    state = replace(state, ready=ready, rest=None)
+    if at == rest.end:
+        return state
+    left = Piece(rest.doc, at, rest.end)
+    return place(config, state, left) if config.strategy == CONCAT else _best_fit(config, state, left)
+
+
+def available(config: PackConfig, state: PackState) -> int:
+    """Finished sequences that :func:`take` can give without another document."""
+    rest = state.rest
+    return len(state.ready) + (0 if rest is None else (rest.end - rest.start) // config.seq_len)
 
 
 def free(config: PackConfig, state: PackState) -> int:
@@ -160,30 +183,39 @@ def free(config: PackConfig, state: PackState) -> int:
     return config.seq_len - (state.fill[0] if state.open else 0)
 
 
+def age_limit(config: PackConfig) -> int:
+    """Best fit closes an open sequence whose first document is this many documents old."""
+    return 16 * config.pool
+
+
 def _best_fit(config: PackConfig, state: PackState, piece: Piece) -> PackState:
-    """Best fit of a piece shorter than ``seq_len`` into the open sequences."""
+    """Best fit of a piece shorter than ``seq_len`` into the open sequences; a sequence that
+    stayed open for :func:`age_limit` documents is closed (it bounds what a checkpoint holds)."""
     rows, fill = list(state.open), list(state.fill)
     size = piece.end - piece.start
     fits = [k for k, f in enumerate(fill) if config.seq_len - f >= size]
     ready = state.ready
     if fits:
         k = max(fits, key=lambda k: (fill[k], -k))
-        row = rows[k] + (piece,)
-        if fill[k] + size == config.seq_len:
-            del rows[k], fill[k]
-            ready += (row,)
-        else:
-            rows[k], fill[k] = row, fill[k] + size
-        return PackState(tuple(rows), ready, tuple(fill))
-    if len(rows) == config.pool:
-        k = max(range(len(rows)), key=lambda k: (fill[k], -k))
-        ready += (rows.pop(k),)
-        del fill[k]
-    return PackState(tuple(rows) + ((piece,),), ready, tuple(fill) + (size,))
+        rows[k], fill[k] = rows[k] + (piece,), fill[k] + size
+    else:
+        if len(rows) == config.pool:
+            k = max(range(len(rows)), key=lambda k: (fill[k], -k))
+            ready += (rows.pop(k),)
+            del fill[k]
+        rows.append((piece,))
+        fill.append(size)
+    oldest = piece.doc.index - age_limit(config)
+    done = [k for k in range(len(rows)) if fill[k] == config.seq_len or rows[k][0].doc.index < oldest]
+    ready += tuple(rows[k] for k in done)
+    keep = [k for k in range(len(rows)) if k not in done]
+    return PackState(tuple(rows[k] for k in keep), ready, tuple(fill[k] for k in keep), state.rest)
 
 
-def take(state: PackState, n: int) -> tuple[list[Row], PackState]:
-    """Up to ``n`` finished sequences, oldest first."""
+def take(config: PackConfig, state: PackState, n: int) -> tuple[list[Row], PackState]:
+    """Up to ``n`` finished sequences, oldest first (cutting the ``rest`` as needed)."""
+    if len(state.ready) < n and state.rest is not None:
+        state = _cut(config, state, n - len(state.ready))
     if not state.ready:
         return [], state
     return list(state.ready[:n]), replace(state, ready=state.ready[n:])
@@ -192,6 +224,7 @@ def take(state: PackState, n: int) -> tuple[list[Row], PackState]:
 def finish(config: PackConfig, state: PackState) -> tuple[PackState, int]:
     """The lane ended: its open sequences are finished (``final="pad"``) or dropped; the
     state and the tokens dropped."""
+    state = _cut(config, state, None)
     if config.final == PAD:
         return PackState((), state.ready + state.open), 0
     return PackState((), state.ready), sum(state.fill)
@@ -199,7 +232,8 @@ def finish(config: PackConfig, state: PackState) -> tuple[PackState, int]:
 
 def oldest(state: PackState) -> int | None:
     """The lane index of the oldest document the state holds (None: none)."""
-    return min((piece.doc.index for row in state.open + state.ready for piece in row), default=None)
+    held = [piece.doc.index for row in state.open + state.ready for piece in row]
+    return min(held + ([] if state.rest is None else [state.rest.doc.index]), default=None)
 
 
 def arrays(config: PackConfig, rows: Sequence[Row]) -> dict[str, np.ndarray]:
@@ -240,42 +274,62 @@ def _row_json(row: Row, base: int) -> list[list[int]]:
 
 def state_to_json(state: PackState, base: int) -> dict[str, Any]:
     """The state as JSON, documents counted from lane index ``base`` (at most :func:`oldest`)."""
+    rest = state.rest
     return {"open": [_row_json(row, base) for row in state.open],
-            "ready": [_row_json(row, base) for row in state.ready]}
+            "ready": [_row_json(row, base) for row in state.ready],
+            "rest": None if rest is None else [rest.doc.index - base, rest.start, rest.end]}
+
+
+def _spans(data: Any) -> list[list[int]]:
+    """Every ``[document, start, end]`` a JSON state names (checks its form)."""
+    if not (isinstance(data, dict) and sorted(data) == ["open", "ready", "rest"]
+            and all(isinstance(data[k], list) and all(isinstance(row, list) for row in data[k])
+                    for k in ("open", "ready")) and (data["rest"] is None or isinstance(data["rest"], list))):
+        raise ValueError(f"pack state must be {{'open': [rows], 'ready': [rows], 'rest': piece or null}}, got "
+                         f"{show(data)}")
+    spans = [p for k in ("open", "ready") for row in data[k] for p in row] + ([data["rest"]] if data["rest"] else [])
+    if not all(isinstance(p, list) and len(p) == 3 and all(type(v) is int and v >= 0 for v in p) and p[1] < p[2]
+               for p in spans):
+        raise ValueError(f"pack state: every piece must be [document, start, end] of ints, 0 <= start < end, got "
+                         f"{show(spans)}")
+    ordered = sorted(spans)
+    for a, b in zip(ordered, ordered[1:]):
+        if a[0] == b[0] and b[1] < a[2]:
+            raise ValueError(f"pack state: pieces {a} and {b} overlap (a token would be read twice)")
+    return spans
 
 
 def documents_needed(data: Any) -> int:
     """How many documents from the base a JSON state refers to (checks its form)."""
-    if not (isinstance(data, dict) and sorted(data) == ["open", "ready"]
-            and all(isinstance(data[k], list) and all(isinstance(row, list) for row in data[k]) for k in data)):
-        raise ValueError(f"pack state must be {{'open': [rows], 'ready': [rows]}}, got {show(data)}")
-    refs = [p for k in ("open", "ready") for row in data[k] for p in row]
-    if not all(isinstance(p, list) and len(p) == 3 and all(type(v) is int and v >= 0 for v in p) for p in refs):
-        raise ValueError(f"pack state: every piece must be [document, start, end] of ints >= 0, got {show(refs)}")
-    return max((p[0] + 1 for p in refs), default=0)
+    return max((p[0] + 1 for p in _spans(data)), default=0)
 
 
 def state_from_json(config: PackConfig, data: Any, docs: Sequence[Doc | None]) -> PackState:
     """The state of :func:`state_to_json`, with ``docs[i]`` the document ``i`` it names
     (None: a sample a filter dropped). Refuses what this packer could not have made."""
-    documents_needed(data)
+    _spans(data)
+
+    def piece(i: int, start: int, end: int) -> Piece:
+        doc = docs[i] if i < len(docs) else None
+        if doc is None or not end <= len(doc.tokens):
+            raise ValueError(f"pack state: piece [{i}, {start}, {end}] does not fit its document "
+                             f"({'none' if doc is None else f'{len(doc.tokens)} tokens'}): the data or the "
+                             "tokenizer changed since the checkpoint")
+        return Piece(doc, start, end)
 
     def row(spans: list[list[int]], limit: int) -> Row:
-        out = []
-        for i, start, end in spans:
-            doc = docs[i] if i < len(docs) else None
-            if doc is None or not start < end <= len(doc.tokens):
-                raise ValueError(f"pack state: piece [{i}, {start}, {end}] does not fit its document "
-                                 f"({'none' if doc is None else f'{len(doc.tokens)} tokens'}): the data or the "
-                                 "tokenizer changed since the checkpoint")
-            out.append(Piece(doc, start, end))
-        if not 0 < used(tuple(out)) <= limit:
-            raise ValueError(f"pack state: a sequence of {used(tuple(out))} tokens, outside 1 .. {limit}")
-        return tuple(out)
+        out = tuple(piece(*span) for span in spans)
+        if not 0 < used(out) <= limit:
+            raise ValueError(f"pack state: a sequence of {used(out)} tokens, outside 1 .. {limit}")
+        return out
 
     length = config.seq_len
     rows = tuple(row(r, length - 1) for r in data["open"])
-    state = PackState(rows, tuple(row(r, length) for r in data["ready"]), tuple(used(r) for r in rows))
+    rest = None if data["rest"] is None else piece(*data["rest"])
+    if rest is not None and (rest.end - rest.start < length or rows and config.strategy == CONCAT):
+        raise ValueError(f"pack state: a rest of {rest.end - rest.start} tokens (at least seq_len={length}, and "
+                         "concat holds it only with no open sequence)")
+    state = PackState(rows, tuple(row(r, length) for r in data["ready"]), tuple(used(r) for r in rows), rest)
     if len(state.open) > (1 if config.strategy == CONCAT else config.pool):
         raise ValueError(f"pack state: {len(state.open)} open sequences, more than {config.strategy} keeps")
     return state

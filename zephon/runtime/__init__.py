@@ -24,7 +24,7 @@ from zephon.runtime._even import Even, EvenBatchesDict, RankCount, count_rank, c
 from zephon.runtime._lanes import CONTIGUOUS, INTERLEAVED, MAPPINGS, rank_lanes, worker_lanes
 from zephon.runtime._migrate import migrate_checkpoint
 from zephon.runtime._packed import (
-    PackedReader, Snapshot, Snapshots, count_packed, count_sequences, initial_operator, sequence_items,
+    PackedReader, Snapshot, Snapshots, count_packed, count_sequences, documents, initial_operator, sequence_items,
 )
 from zephon.runtime._state import KIND as LOADER_STATE_KIND
 from zephon.runtime._state import (
@@ -39,7 +39,7 @@ from zephon.runtime.pipeline import KEY_COMPONENT, KEY_SAMPLE_ID, Pipeline
 __all__ = [
     "CONTIGUOUS", "DROPPED", "DatasetStatsDict", "Even", "EvenBatchesDict", "LoaderStats", "LoaderStatsDict", "RankCount", "TokensDict", "count_rank", "count_ranks", "countable", "even_target",
     "maybe_finite", "DatasetRecord", "Entry", "Event", "INTERLEAVED", "ItemStream", "Items", "KEY_COMPONENT", "KEY_SAMPLE_ID", "LOADER_STATE_KIND",
-    "LaneBook", "LaneMux", "LanesDict", "PackedReader", "Snapshot", "Snapshots", "count_packed", "count_sequences", "initial_operator",
+    "LaneBook", "LaneMux", "LanesDict", "PackedReader", "Snapshot", "Snapshots", "count_packed", "count_sequences", "documents", "initial_operator",
     "sequence_items", "LoaderState", "LoaderStateDict", "MAPPINGS", "Piece", "Pipeline", "SERVED", "Segment", "Tracker", "initial_entries",
     "load_checkpoint", "log_once", "make_state", "merge_states", "migrate_checkpoint", "parse_state", "rank_lanes", "run_fingerprint",
     "joined", "save_checkpoint", "worker_lanes",

@@ -28,21 +28,25 @@ from zephon.runtime._even import RankCount, units
 from zephon.runtime._stream import DELIVERED, DROPPED, Entry, Items, LaneMux, Tracker
 
 BLOCK = 64  # samples materialized (read, tokenized) at a time per lane
-KEY_WINDOW, KEY_STATE = "window", "state"
+KEY_WINDOW, KEY_STATE, KEY_PACKER = "window", "state", "packer"
 MAX_WINDOW = 1 << 20
 
 
 def initial_operator(packing: Packing) -> dict[str, Any]:
     """A lane's operator state before its first document."""
-    return {KEY_WINDOW: 0, KEY_STATE: packing.to_json(packing.init(), 0, 0)}
+    return {KEY_WINDOW: 0, KEY_STATE: packing.to_json(packing.init(), 0, 0), KEY_PACKER: packing.fingerprint}
 
 
 def check_operator(packing: Packing, data: Any, lane: int) -> None:
     """Refuse a lane's operator state that this packing could not have written."""
-    if not (isinstance(data, dict) and sorted(data) == [KEY_STATE, KEY_WINDOW] and type(data[KEY_WINDOW]) is int
-            and 0 <= data[KEY_WINDOW] <= MAX_WINDOW):
+    if not (isinstance(data, dict) and sorted(data) == [KEY_PACKER, KEY_STATE, KEY_WINDOW]
+            and type(data[KEY_WINDOW]) is int and 0 <= data[KEY_WINDOW] <= MAX_WINDOW):
         raise ValueError(f"lane {lane}: the {packing.name} state must be {{'window': int in 0 .. {MAX_WINDOW}, "
-                         f"'state': ...}}, got {show(data)}")
+                         f"'state': ..., 'packer': ...}}, got {show(data)}")
+    if data[KEY_PACKER] != packing.fingerprint:
+        raise ValueError(f"lane {lane}: the checkpoint's sequences were packed with other settings (seq_len, "
+                         "strategy, token ids, ensure_mixture or the tokenizer differ); restore it into a pipeline "
+                         "with the same tokenize / pack / ensure_mixture steps")
     try:
         needed = packing.documents_needed(data[KEY_STATE])
     except ValueError as error:
@@ -130,7 +134,8 @@ class PackedLane:
         """The lane's entry at its window's start (turn flags 0) and its operator state."""
         window = self._fed - self._base
         entry = self._tracker.entries_at(self._base)[self.lane]
-        return entry, {KEY_WINDOW: window, KEY_STATE: self._packing.to_json(self._state, self._base, window)}
+        return entry, {KEY_WINDOW: window, KEY_STATE: self._packing.to_json(self._state, self._base, window),
+                       KEY_PACKER: self._packing.fingerprint}
 
 
 def _ids(item: Any) -> np.ndarray:
@@ -171,11 +176,13 @@ class PackedReader:
                  readahead: Any = None):
         first = [lane for lane in lanes if entries[lane][2] & DELIVERED]
         order = first + [lane for lane in lanes if lane not in first]
-        self._active = [PackedLane(pipeline, packing, lane, replicas, entries[lane], operators[lane], readahead)
+        self._readahead = readahead
+        shared = None if readahead is None else _Shared(readahead)
+        self._active = [PackedLane(pipeline, packing, lane, replicas, entries[lane], operators[lane], shared)
                         for lane in order]
         self._turn = len(first) % max(1, len(self._active))
         self.unit, self.position = unit, 0
-        self.filtered = self.dropped_tokens = 0  # over all its lanes so far
+        self.filtered = self.dropped_tokens = 0  # over all its lanes, since the caller last reset them
 
     @property
     def exhausted(self) -> bool:
@@ -194,6 +201,8 @@ class PackedReader:
                 self._active.pop(self._turn)
                 if self._turn == len(self._active):
                     self._turn = 0
+                if not self._active and self._readahead is not None:
+                    self._readahead.close()
             else:
                 self._turn = (self._turn + 1) % len(self._active)
             if rows:
@@ -201,6 +210,20 @@ class PackedReader:
                 delivered = tuple(s.lane for s in self._active[:self._turn])
                 return lane.lane, rows, Snapshot(self.position, lane.lane, *lane.ledger(), delivered)
         return None
+
+
+class _Shared:
+    """The reader's readahead as each of its lanes sees it: fed by all, closed by none (the
+    reader closes it when its last lane ends)."""
+
+    def __init__(self, readahead: Any):
+        self._readahead = readahead
+
+    def feed(self, *args: Any) -> None:
+        self._readahead.feed(*args)
+
+    def close(self) -> None:
+        pass
 
 
 class Snapshots:
@@ -253,11 +276,16 @@ def sequence_items(packing: Packing, rows: Sequence[Row], names: Sequence[str | 
     (per piece: dataset, shard, offset, component, start, end) and ``_tokens`` per component."""
     arrays, tokens = pack.arrays(packing.pack, rows), pack.token_counts(rows, len(names)).tolist()
     out = []
-    for r, pieces in enumerate(pack.pieces(rows)):
+    for r, pieces in enumerate(documents(rows, names)):
         out.append({key: arrays[key][r] for key in ("input_ids", "segment_ids", "position_ids")})
-        out[-1]["_documents"] = [(d, s, o, names[c], a, b) for d, s, o, c, a, b in pieces]
+        out[-1]["_documents"] = pieces
         out[-1]["_tokens"] = {name: tokens[r][c] for c, name in enumerate(names) if name is not None}
     return out
+
+
+def documents(rows: Sequence[Row], names: Sequence[str | None]) -> list[list[tuple[Any, ...]]]:
+    """Per row, its pieces as ``(dataset, shard, offset, component name, start, end)``."""
+    return [[(d, s, o, names[c], a, b) for d, s, o, c, a, b in row] for row in pack.pieces(rows)]
 
 
 def count_sequences(pipeline: Items, packing: Packing, lane: int, replicas: int, entry: Entry,

@@ -22,13 +22,14 @@ shard. This module never imports torch.
 from __future__ import annotations
 
 import numbers
+from dataclasses import replace
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import numpy as np
 
 from zephon._ext.labels import BatchNames
 from zephon.io import Readahead, fetch
-from zephon.ops import Packing, mixture, pack, tokenize
+from zephon.ops import MixtureConfig, PackConfig, Packing, fingerprint, mixture, pack, tokenize
 from zephon.runtime._packed import initial_operator, packed_items
 from zephon.runtime._stream import DROPPED, ItemStream, component_table, initial_entries
 from zephon.work import WorkSource, by_value
@@ -172,9 +173,11 @@ class Pipeline:
         self._packing: Packing | None = None
 
     def __getstate__(self) -> dict[str, Any]:
-        """Map and filter steps are pickled by value (cloudpickle): lambdas reach spawned DataLoader workers."""
+        """Map and filter steps and tokenizers are pickled by value (cloudpickle): lambdas reach
+        spawned DataLoader workers."""
         state = dict(self.__dict__)
-        state["_steps"] = tuple((kind, fn if kind == TOKENIZE else by_value(fn)) for kind, fn in self._steps)
+        state["_steps"] = tuple((kind, replace(fn, tokenizer=by_value(fn.tokenizer)) if kind == TOKENIZE else by_value(fn))
+                                for kind, fn in self._steps)
         return state
 
     # -- composition ------------------------------------------------------------------------
@@ -224,7 +227,7 @@ class Pipeline:
         fullest of at most ``pool`` (default 8) open sequences it fits, padded with ``pad_id``.
         ``bos_id`` / ``eos_id`` (default None): put before / after every document.
         ``final``: the lane's last partial sequence is ``"pad"``-ded or ``"drop"``-ped (counted
-        in ``stats()["tokens_dropped"]``); default ``"pad"`` when there is a ``pad_id``.
+        in ``stats()["tokens"]["dropped"]``); default ``"pad"`` when there is a ``pad_id``.
 
         An item is a sequence: ``input_ids``, ``segment_ids`` (1, 2, … per document piece, 0
         on padding) and ``position_ids`` (from 0 in each piece), each ``(seq_len,)`` int64, for
@@ -237,7 +240,7 @@ class Pipeline:
         if self._packing is not None:
             raise ValueError("pack() was already called on this pipeline; a pipeline packs once")
         new = self._copy(self._steps)
-        new._packing = Packing(pack.config(seq_len, strategy, pad_id, bos_id, eos_id, final, pool))
+        new._packing = self._packing_of(pack.config(seq_len, strategy, pad_id, bos_id, eos_id, final, pool), None)
         return new
 
     def ensure_mixture(self, mode: str = mixture.REPORT, tolerance: float = 0.01, *,
@@ -252,20 +255,30 @@ class Pipeline:
         fills each sequence from the component furthest behind its target share of the lane's
         tokens so far, so every prefix of a lane holds each component within about one sequence
         of its target. It waits for a component while fewer than ``queue`` (default 256)
-        documents are queued; past that it takes the queued component furthest behind
-        (counted in ``stats()["mixture_late"]``). The queued documents are part of the
-        checkpoint, as pointers.
+        documents are queued; past that it takes the queued component furthest behind (the
+        pieces placed so are counted, per component waited for, in ``stats()["tokens"]["late"]``,
+        and said once per component). The queued documents are part of the checkpoint, as
+        positions in the lane.
         """
         if self._packing is None:
             raise ValueError("ensure_mixture() measures packed sequences: call .pack(seq_len) first")
+        if self._packing.mixture is not None:
+            raise ValueError("ensure_mixture() was already called on this pipeline; call it once, with the mode you want")
         shares = weights if weights is not None else _source_weights(self._source)
         checked = mixture.config(mode, shares, self._vocabulary, tolerance, queue)
-        packing = Packing(self._packing.pack, checked)
-        if packing.strict:
-            mixture.init(checked, packing.pack)  # refuses a packer it cannot drive
+        if checked.mode == mixture.STRICT:
+            mixture.init(checked, self._packing.pack)  # refuses a packer it cannot drive
+            unweighted = sorted(name for name, i in self._vocabulary.items() if checked.shares[i] == 0)
+            if unweighted:
+                raise ValueError(f"ensure_mixture(mode='strict'): components {unweighted} have no target share, but "
+                                 "the source delivers them; give every component a weight")
         new = self._copy(self._steps)
-        new._packing = packing
+        new._packing = self._packing_of(self._packing.pack, checked)
         return new
+
+    def _packing_of(self, packing: PackConfig, mixing: MixtureConfig | None) -> Packing:
+        tokenizers = [config for kind, config in self._steps if kind == TOKENIZE]
+        return Packing(packing, mixing, fingerprint(packing, mixing, tokenizers))
 
     def _with_step(self, kind: str, fn: Any) -> Pipeline:
         if kind != TOKENIZE and not callable(fn):
@@ -436,9 +449,6 @@ class Pipeline:
                          rank: int | None = None, world_size: int | None = None) -> Any:
         """A torch ``IterableDataset`` of the items: see :class:`zephon.torch.StreamDataset`.
         A packed pipeline is read with :class:`zephon.torch.DataLoader` (``TypeError`` here)."""
-        if self._packing is not None:
-            raise TypeError("to_torch_dataset() does not read packed pipelines: use zephon.torch.DataLoader(pipeline, "
-                            "batch_size=...), which checkpoints the packer")
         from zephon.torch import StreamDataset
 
         return StreamDataset(self, canonical_replicas=canonical_replicas, mapping=mapping, rank=rank,

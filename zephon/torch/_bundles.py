@@ -76,7 +76,8 @@ class Bundle:
     """Several consecutive batches (or items) of one reader, with their ledger facts."""
 
     __slots__ = ("worker", "start", "stop", "ends", "units", "pointers", "components", "bounds",
-                 "segments", "events", "last", "dropped", "skipped", "shipped", "slot", "tokens", "tokens_dropped")
+                 "segments", "events", "last", "dropped", "skipped", "shipped", "slot", "tokens", "tokens_dropped",
+                 "filtered_left")
 
     def __init__(self, worker: int, start: int, segments: list[Segment], events: list[Event] | list[Snapshot],
                  last: bool):
@@ -91,8 +92,9 @@ class Bundle:
         self.shipped = False  # the units' tensors travel as numpy arrays (``ship``); ``land`` restores them
         self.dropped: list[int] | None = None  # batches of records: items a filter dropped from each
         self.slot: tuple[int, int, int] | None = None  # from a worker: where its pointers wait (``_slots.take``)
-        self.tokens: np.ndarray | None = None  # packed: per unit, real tokens per component id, then padding
-        self.tokens_dropped = 0  # packed: tokens of lanes' last partial sequences that pack(final="drop") dropped
+        self.tokens: np.ndarray | None = None  # packed, per unit: real tokens per component id, padding, tokens dropped
+        self.tokens_dropped = 0  # packed, a bundle without units: tokens pack(final="drop") dropped at lanes' ends
+        self.filtered_left = 0  # packed, a bundle without units: documents filter steps dropped
 
     def __getstate__(self) -> tuple[Any, ...]:
         return tuple(_Wire(v) if type(v) is np.ndarray else v for v in (getattr(self, k) for k in self.__slots__))

@@ -37,6 +37,9 @@ class StreamDataset(IterableDataset[Any]):
                  rank: int | None = None, world_size: int | None = None):
         if not isinstance(pipeline, Pipeline):
             raise TypeError(f"StreamDataset needs a zephon.Pipeline, got {type(pipeline).__name__}")
+        if pipeline.packing is not None:
+            raise TypeError("StreamDataset does not read packed pipelines: use zephon.torch.DataLoader(pipeline, "
+                            "batch_size=...), which checkpoints the packer")
         topology = detect_topology(rank, world_size)
         self._book = LaneBook(pipeline, canonical_replicas=canonical_replicas, mapping=mapping,
                               rank=topology.rank, world_size=topology.world_size)

@@ -69,7 +69,8 @@ class _Cursor:
         stats.count(bundle.components[lo:hi])
         if bundle.tokens is not None:
             tokens = bundle.tokens[a:b].sum(axis=0)
-            stats.count_tokens(tokens[:-1], int(tokens[-1]))
+            stats.count_tokens(tokens[:-2], int(tokens[-2]))
+            stats.tokens_dropped += int(tokens[-1])
         if bundle.dropped is not None:
             stats.filtered += sum(bundle.dropped[a:b])
         if bundle.skipped is not None:
@@ -172,7 +173,6 @@ class LoaderIterator:
             if isinstance(tracker, Snapshots):
                 snapshots = cast(list[Snapshot], bundle.events)
                 tracker.extend(snapshots)
-                self._stats.tokens_dropped += bundle.tokens_dropped
                 if self._plan.pipeline.packing is not None and self._plan.pipeline.packing.strict:
                     for snapshot in snapshots:
                         self._stats.watch_late(snapshot.lane, snapshot.operator)
@@ -182,6 +182,8 @@ class LoaderIterator:
             cursor = self._cursors[worker] = _Cursor(bundle, self._plan.pipeline, self._plan.batch_size)
             if not cursor.count:  # nothing to yield (drop_last dropped every batch): the loop passes over it
                 self._stats.drop_last += bundle.stop - self._positions[worker]
+                self._stats.filtered += bundle.filtered_left
+                self._stats.tokens_dropped += bundle.tokens_dropped
                 self._positions[worker] = bundle.stop
         return cursor
 

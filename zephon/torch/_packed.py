@@ -13,7 +13,7 @@ import numpy as np
 import torch
 
 from zephon.ops import Packing, Row, pack
-from zephon.runtime import PackedReader, sequence_items
+from zephon.runtime import PackedReader, documents, sequence_items
 
 TOKENS_PER_BUNDLE = 1 << 16  # a bundle holds about this many tokens (at least one batch)
 
@@ -23,7 +23,7 @@ def packed_batch(packing: Packing, rows: Sequence[Row], names: Sequence[str | No
     tensors, ``_documents`` (per sequence, its pieces as ``(dataset, shard, offset, component,
     start, end)``) and ``_tokens`` (component -> ``(B,)`` int64 real tokens)."""
     batch: dict[str, Any] = {key: torch.from_numpy(value) for key, value in pack.arrays(packing.pack, rows).items()}
-    batch["_documents"] = [[(d, s, o, names[c], a, b) for d, s, o, c, a, b in row] for row in pack.pieces(rows)]
+    batch["_documents"] = documents(rows, names)
     tokens = pack.token_counts(rows, len(names))
     batch["_tokens"] = {name: torch.from_numpy(tokens[:, c].copy()) for c, name in enumerate(names) if name is not None}
     return batch
@@ -40,18 +40,52 @@ def _unit(plan: Any, packing: Packing, rows: list[Row], names: Sequence[str | No
 
 
 class _Frame:
-    """One bundle's contents as they are made."""
+    """One bundle's contents as they are made. What a unit's turn filtered, or dropped at a
+    lane's end, is counted with that unit (with the bundle's last unit what comes after it)."""
 
-    def __init__(self) -> None:
+    def __init__(self, kinds: int) -> None:
         self.units: list[Any] = []
         self.ends: list[int] = []
         self.snapshots: list[Any] = []
         self.started: list[int] = []  # component ids of the documents whose first token a unit holds
         self.bounds = [0]
-        self.tokens: list[np.ndarray] = []
+        self.tokens: list[np.ndarray] = []  # per unit: real tokens per component, padding, tokens dropped
         self.filtered: list[int] = []
         self.skipped: list[int] = []
-        self.waiting_skip = 0  # sequences drop_last dropped before the next unit
+        self.kinds = kinds
+        self.waiting = np.zeros(3, dtype=np.int64)  # not yet counted: sequences drop_last dropped, filtered, dropped
+
+    def count(self, reader: PackedReader) -> None:
+        """Take over what the reader filtered and dropped since the last call."""
+        self.waiting += (0, reader.filtered, reader.dropped_tokens)
+        reader.filtered = reader.dropped_tokens = 0
+
+    def add(self, unit: Any, rows: list[Row], position: int, seq_len: int) -> None:
+        self.units.append(unit)
+        self.ends.append(position)
+        self.started += [p.doc.component for row in rows for p in row if p.start == 0]
+        self.bounds.append(len(self.started))
+        real = pack.token_counts(rows, self.kinds).sum(axis=0)
+        skipped, filtered, dropped = self.waiting.tolist()
+        self.tokens.append(np.concatenate([real, [len(rows) * seq_len - real.sum(), dropped]]))
+        self.skipped.append(skipped)
+        self.filtered.append(filtered)
+        self.waiting[:] = 0
+
+    def close(self, bundle: Any, position: int) -> None:
+        """Fill ``bundle``: the last unit passes over (and counts) what came after it."""
+        skipped, filtered, dropped = self.waiting.tolist()
+        if self.units:
+            self.ends[-1] = position
+            self.skipped[-1] += skipped
+            self.filtered[-1] += filtered
+            self.tokens[-1][-1] += dropped
+        else:
+            bundle.filtered_left, bundle.tokens_dropped = filtered, dropped
+        bundle.stop, bundle.units, bundle.ends, bundle.bounds = position, self.units, self.ends, self.bounds
+        bundle.components = np.array(self.started, dtype=np.int64)
+        bundle.tokens = np.array(self.tokens, dtype=np.int64).reshape(len(self.units), self.kinds + 2)
+        bundle.dropped, bundle.skipped = self.filtered, self.skipped
 
 
 def packed_bundles(plan: Any, worker: int, lanes: Sequence[int], bundle_type: Any) -> Iterator[Any]:
@@ -59,37 +93,23 @@ def packed_bundles(plan: Any, worker: int, lanes: Sequence[int], bundle_type: An
     pipeline = plan.pipeline
     packing: Packing = pipeline.packing
     names = list(pipeline.component_names(np.arange(pipeline.kinds)))
-    unit = plan.batch_size or 1
+    unit, seq_len = plan.batch_size or 1, packing.pack.seq_len
     reader = PackedReader(pipeline, packing, lanes, plan.replicas, plan.entries, plan.operators, unit,
                           pipeline.readahead())
-    per_bundle = max(1, TOKENS_PER_BUNDLE // (unit * packing.pack.seq_len))
-    filtered = dropped = 0
+    per_bundle = max(1, TOKENS_PER_BUNDLE // (unit * seq_len))
     while True:
-        start, frame = reader.position, _Frame()
+        start, frame = reader.position, _Frame(len(names))
         while len(frame.units) < per_bundle and (turn := reader.turn()) is not None:
             _, rows, snapshot = turn
             frame.snapshots.append(snapshot)
+            frame.count(reader)
             if plan.drop_last and len(rows) < unit:  # a lane's short last batch: dropped, its ledger still moves
-                frame.waiting_skip += len(rows)
+                frame.waiting[0] += len(rows)
                 continue
-            frame.units.append(_unit(plan, packing, rows, names))
-            frame.ends.append(reader.position)
-            frame.started += [p.doc.component for row in rows for p in row if p.start == 0]
-            frame.bounds.append(len(frame.started))
-            real = pack.token_counts(rows, len(names)).sum(axis=0)
-            frame.tokens.append(np.append(real, len(rows) * packing.pack.seq_len - real.sum()))
-            frame.filtered.append(reader.filtered - filtered)
-            frame.skipped.append(frame.waiting_skip)
-            filtered, frame.waiting_skip = reader.filtered, 0
-        if frame.units:  # the last unit passes over what drop_last dropped after it
-            frame.ends[-1] = reader.position
-            frame.skipped[-1] += frame.waiting_skip
+            frame.add(_unit(plan, packing, rows, names), rows, reader.position, seq_len)
+        frame.count(reader)  # a lane's last turn may give no sequence, yet filter or drop
         bundle = bundle_type(worker, start, [], frame.snapshots, reader.exhausted)
-        bundle.stop, bundle.units, bundle.ends, bundle.bounds = reader.position, frame.units, frame.ends, frame.bounds
-        bundle.components = np.array(frame.started, dtype=np.int64)
-        bundle.tokens = np.array(frame.tokens, dtype=np.int64).reshape(len(frame.units), len(names) + 1)
-        bundle.dropped, bundle.skipped = frame.filtered, frame.skipped
-        bundle.tokens_dropped, dropped = reader.dropped_tokens - dropped, reader.dropped_tokens
+        frame.close(bundle, reader.position)
         yield bundle
         if bundle.last:
             return

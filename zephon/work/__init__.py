@@ -26,6 +26,7 @@ from zephon.core.chunk_state import WorkChunkStateDict
 from zephon.core.coverage import DatasetCoverage
 from zephon.core.read_config import ComponentOrder, MixtureReadConfig, MixtureReadMode
 from zephon.work._portable import by_value
+from zephon.work._priming import tokenizer_identity
 from zephon.work.phased_mixture import Phase, PhasedMixtureStateDict, PhasedMixtureWorkSource
 from zephon.work.migration import Migration, migrate, received
 from zephon.work.sequence import PointerSequence
@@ -39,5 +40,5 @@ __all__ = [
     "Migration", "MixtureSpec", "Phase", "PhasedMixtureStateDict", "PhasedMixtureWorkSource", "PointerSequence",
     "SampleId", "SourceStateDict", "StaticMixtureStateDict", "StaticMixtureWorkSource", "TokenEstimation",
     "TokenRatioDict", "WorkChunk", "WorkChunkStateDict", "WorkSource", "check_lane", "check_replicas", "migrate", "by_value",
-    "received",
+    "received", "tokenizer_identity",
 ]

@@ -17,6 +17,7 @@ fingerprint; datasets without a fingerprint (in memory, count-only) are not cach
 from __future__ import annotations
 
 import hashlib
+from typing import Any
 import json
 import logging
 import marshal
@@ -41,14 +42,13 @@ MIN_MEASURED = 32  # fewer tokenized records than this (or than the calibration 
 logger = logging.getLogger("zephon")
 
 
-def tokenizer_identity(estimation: TokenEstimation) -> str:
-    """A stable name for what counts tokens (part of the cache key).
+def tokenizer_identity(thing: Any) -> str:
+    """A stable name for what counts tokens (part of cache keys and checkpoints).
 
     A function is named by its module, qualified name and a digest of its code and constants
     (so two lambdas differ); a tokenizer object by its type, its name attributes and vocabulary
     size, or by a digest of its serialisation when it has one (``tokenizers.Tokenizer``).
     """
-    thing = estimation.measure if estimation.measure is not None else estimation.tokenizer
     if hasattr(thing, "to_str"):
         return "tokenizers:" + hashlib.sha256(thing.to_str().encode()).hexdigest()[:16]
     code = getattr(thing, "__code__", None)
@@ -144,7 +144,8 @@ def _cache_path(dataset: Dataset, estimation: TokenEstimation, seed: int) -> Pat
     if fingerprint is None:
         return None
     settings = {
-        "seed": seed, "dataset": dataset.name, "data": fingerprint, "tokenizer": tokenizer_identity(estimation),
+        "seed": seed, "dataset": dataset.name, "data": fingerprint,
+        "tokenizer": tokenizer_identity(estimation.measure if estimation.measure is not None else estimation.tokenizer),
         "text_field": estimation.text_field, "samples": estimation.calibration_samples,
         "shards": [estimation.calibration_shards_min, estimation.calibration_shards_max],
         "fallback": estimation.fallback_tokens_per_byte,
