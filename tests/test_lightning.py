@@ -1,0 +1,79 @@
+"""zephon.lightning inside a real Lightning run (CPU; DDP on gloo): killed after step 11,
+resumed from step 8's checkpoint, the steps train on the uninterrupted run's batches, on one
+device and on two, and a run killed on two devices resumes on one without repeating a sample."""
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("lightning")
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = ROOT / "examples" / "train_lightning.py"
+
+
+def train(folder, *extra, check=True):
+    done = subprocess.run([sys.executable, str(SCRIPT), "--dir", str(folder), *extra], capture_output=True,
+                          text=True, timeout=300, cwd=ROOT, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    if check:
+        assert done.returncode == 0, done.stderr[-3000:]
+    return done
+
+
+def seen(folder, rank):
+    """Step -> sample ids, the last record of a step winning (a resumed run trains it again)."""
+    steps = {}
+    for line in (Path(folder) / f"seen.{rank}").read_text().splitlines():
+        record = json.loads(line)
+        steps[record["step"]] = [tuple(p) for p in record["ids"]]
+    return steps
+
+
+@pytest.mark.parametrize("devices", [1, 2])
+def test_a_killed_run_resumes_on_the_batch_after_its_checkpoint(tmp_path, devices):
+    whole, crashed = tmp_path / "whole", tmp_path / "crashed"
+    train(whole, "--devices", str(devices))
+    assert train(crashed, "--devices", str(devices), "--crash-at", "11", check=False).returncode != 0
+    assert max(seen(crashed, 0)) == 11
+    train(crashed, "--devices", str(devices), "--resume")
+    for rank in range(devices):
+        assert seen(crashed, rank) == seen(whole, rank)
+
+
+def test_a_run_killed_on_two_devices_resumes_on_one(tmp_path):
+    crashed = tmp_path / "crashed"
+    train(crashed, "--devices", "2", "--crash-at", "11", check=False)
+    before = [p for rank in range(2) for step, ids in seen(crashed, rank).items() if step <= 8 for p in ids]
+    elastic = tmp_path / "elastic"
+    shutil.copytree(crashed, elastic)
+    (elastic / "seen.0").unlink()
+    train(elastic, "--devices", "1", "--resume", "--steps", "28")
+    after = [p for step, ids in seen(elastic, 0).items() for p in ids]
+    assert len(after) == 20 * 4  # steps 9 .. 28 on one device
+    assert len(set(before + after)) == len(before) + len(after)  # nothing read twice
+
+
+def test_a_bare_loader_in_lightning_says_what_to_use(tmp_path):
+    script = tmp_path / "bare.py"
+    script.write_text(
+        "import lightning.pytorch as pl, torch\n"
+        "import zephon.torch as zt\n"
+        "from zephon import Dataset, Pipeline, StaticMixtureWorkSource\n"
+        "class M(pl.LightningModule):\n"
+        "    def __init__(self):\n"
+        "        super().__init__(); self.layer = torch.nn.Linear(3, 1)\n"
+        "    def training_step(self, batch, i):\n"
+        "        return self.layer(batch['_sample_id'].float()).mean()\n"
+        "    def configure_optimizers(self):\n"
+        "        return torch.optim.SGD(self.parameters(), lr=0.0)\n"
+        "    def train_dataloader(self):\n"
+        "        source = StaticMixtureWorkSource([Dataset.from_counts('a', [40] * 2)], {'a': 1.0}, chunk_size=8)\n"
+        "        return zt.DataLoader(Pipeline(source), batch_size=4, canonical_replicas=2)\n"
+        f"pl.Trainer(max_steps=4, accelerator='cpu', logger=False, enable_progress_bar=False, "
+        f"default_root_dir={str(tmp_path)!r}).fit(M())\n")
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stderr.count("use zephon.lightning.DataModule") == 1
