@@ -1,4 +1,4 @@
-"""examples/pretrain_llm.py under torchrun: killed (SIGKILL) after step 12, resumed from step 8's
+"""examples/pretrain_llm.py under torchrun: killed (SIGKILL) at step 12, resumed from step 8's
 checkpoint on 2 ranks (the same sequences as the uninterrupted run, token for token) and on 3
 (every token read exactly once: what the run trained on plus what its last checkpoint holds
 unread equals the whole stream)."""
@@ -12,6 +12,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "examples" / "pretrain_llm.py"
@@ -66,8 +67,9 @@ def test_a_killed_run_resumes_exactly_on_two_ranks_and_on_three(tmp_path):
     torchrun(whole, 2)
     crashed = tmp_path / "crashed"
     done = torchrun(crashed, 2, "--crash-at", "12", check=False)
-    assert done.returncode != 0  # every rank was killed
-    assert json.loads((crashed / "seen.0.jsonl").read_text().splitlines()[-1])["step"] == 12
+    assert done.returncode != 0  # killed: the rank that gets there first, then torchrun stops the other
+    assert torch.load(crashed / "model.pt")["step"] == 8
+    assert all(max(steps) > 8 for steps in trained(crashed, 2).values())  # both trained past the checkpoint
     elastic = tmp_path / "elastic"
     shutil.copytree(crashed, elastic)
 
