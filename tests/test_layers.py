@@ -26,7 +26,7 @@ LAYERS = (
     ("ops",),  # operators after the source: tokenize, pack, ensure_mixture
     ("runtime",),
     ("torch",),
-    ("lightning",),  # framework integrations: over the torch layer and the framework
+    ("lightning", "hf"),  # framework integrations: over the torch layer and the framework
     ("__init__",),  # the facade: zephon.Dataset, zephon.Pipeline, ...
     ("cli", "testing"),
     ("__main__", "_pytest_plugin"),  # entry points: ``python -m zephon``, the pytest plugin (over zephon.testing)

@@ -82,7 +82,7 @@ class PackState:
 def _token_id(name: str, value: Any) -> int | None:
     if value is not None and (type(value) is not int or value < 0):
         raise ValueError(f"pack({name}={value!r}) must be None or an int >= 0 (a token id)")
-    return value  # type: ignore[no-any-return]
+    return value
 
 
 def config(seq_len: int, strategy: str = CONCAT, pad_id: int | None = None, bos_id: int | None = None,

@@ -1,0 +1,97 @@
+"""zephon.hf: ``transformers.Trainer`` reading a zephon DataLoader on every process, with exact resumes.
+
+:class:`Trainer` takes ``train_loader=zt.DataLoader(...)`` and uses it as it is on every
+process: no dispatching from rank 0, no splitting of batches, no skipping by replay. Each
+``checkpoint-*`` directory also holds the loader's global state (``zephon_loader.ckpt``, every
+rank's lanes, written atomically), and ``train(resume_from_checkpoint=...)`` restores it: the
+next step trains on the batch after the last one the checkpoint's steps trained on, on any
+number of processes. Needs ``transformers`` (``zephon-mixtures[hf]``).
+"""
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+import torch
+import torch.distributed as dist
+import transformers
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, get_last_checkpoint
+
+import zephon.torch as zt
+
+STATE_FILE = "zephon_loader.ckpt"
+RUN_FILE = "zephon_run.json"  # the run's total steps, so that a resume keeps max_steps
+
+
+class Trainer(transformers.Trainer):
+    """A ``transformers.Trainer`` whose training batches come from ``train_loader``.
+
+    Parameters
+    ----------
+    *args, **kwargs
+        What ``transformers.Trainer`` takes (``model``, ``args``, …), without a train dataset.
+    train_loader : zephon.torch.DataLoader
+        The training data. Every process reads its own lanes. Batch keys the model's
+        ``forward`` does not take (``_sample_id``, ``_documents``, ``segment_ids``, …) are left
+        out of its inputs, as ``remove_unused_columns`` does for datasets.
+
+    ``args.max_steps`` defaults to ``len(train_loader)`` at the run's start (with
+    ``even_batches``, the same on every process), kept across resumes. ``args.ignore_data_skip``
+    is set: the loader's own checkpoint places the data, nothing is replayed.
+    """
+
+    def __init__(self, *args: Any, train_loader: zt.DataLoader, **kwargs: Any):
+        if not isinstance(train_loader, zt.DataLoader):
+            raise TypeError(f"Trainer(train_loader=...) needs a zephon.torch.DataLoader, got "
+                            f"{type(train_loader).__name__}")
+        training = kwargs.get("args", args[1] if len(args) > 1 else None)
+        if training is not None and training.device.type == "cpu" and training.device.index is not None:
+            # accelerate names each CPU process's device "cpu:<rank>", and Trainer maps a resumed
+            # optimizer state there, which torch.load cannot do: on CPU the index means nothing
+            training.__dict__["_setup_devices"] = torch.device("cpu")
+        super().__init__(*args, **kwargs)
+        self.train_loader = train_loader
+        self.args.ignore_data_skip = True
+        self._zephon_steps: int | None = None
+
+    def get_train_dataloader(self) -> Any:
+        """The loader as it is: accelerate's preparation would dispatch or split its batches."""
+        return self.train_loader
+
+    def train(self, resume_from_checkpoint: str | bool | None = None, *args: Any, **kwargs: Any) -> Any:
+        """``transformers.Trainer.train``; a checkpoint to resume from (``True``: the newest in
+        ``args.output_dir``) also restores the loader and the run's ``max_steps``."""
+        folder = get_last_checkpoint(self.args.output_dir) if resume_from_checkpoint is True else resume_from_checkpoint
+        if resume_from_checkpoint is True and folder is None:
+            raise ValueError(f"resume_from_checkpoint=True: no checkpoint-* directory in {self.args.output_dir}")
+        if isinstance(folder, str) and folder:
+            self.train_loader.load_state_dict(zt.load_checkpoint(os.path.join(folder, STATE_FILE)))
+            with open(os.path.join(folder, RUN_FILE)) as f:
+                self._zephon_steps = int(json.load(f)["max_steps"])
+        if self.args.max_steps <= 0:
+            self.args.max_steps = self._zephon_steps or len(self.train_loader)
+        self._zephon_steps = self.args.max_steps
+        return super().train(folder or None, *args, **kwargs)
+
+    def _prepare_inputs(self, inputs: Any) -> Any:
+        self._set_signature_columns_if_needed()
+        accepted: set[str] = set(self._signature_columns or ())
+        if isinstance(inputs, dict) and accepted:
+            inputs = {key: value for key, value in inputs.items() if key in accepted}
+        return super()._prepare_inputs(inputs)
+
+    def _save_checkpoint(self, model: Any, trial: Any) -> None:
+        """The Trainer's checkpoint, then the loader's global state beside it (a collective:
+        every process gathers its lanes). Trainer fetches exactly the batches of each update
+        before training them, so the loader's state is that of the step's last batch."""
+        super()._save_checkpoint(model, trial)
+        state = self.train_loader.state_dict()
+        if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+            state = zt.all_gather_state(state)
+        if self.args.should_save:
+            folder = os.path.join(self._get_output_dir(trial=trial), f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}")
+            os.makedirs(folder, exist_ok=True)
+            zt.save_checkpoint(os.path.join(folder, STATE_FILE), state)
+            with open(os.path.join(folder, RUN_FILE), "w") as f:
+                json.dump({"max_steps": self._zephon_steps}, f)
