@@ -165,7 +165,7 @@ def test_stats_count_components_passes_and_redistributed_datasets(caplog):
     stats = json.loads(json.dumps(loader.stats()))
     assert list(stats) == list(LoaderStatsDict.__annotations__)  # the documented type is what it returns
     assert all(list(entry) == list(DatasetStatsDict.__annotations__) for entry in stats["datasets"].values())
-    assert stats["batches"] == len(batches) and len(loader) == 0
+    assert stats["batches"] == len(batches) == len(loader) and loader.remaining() == 0
     names = [n for b in batches for n in b["_component"]]
     assert stats["samples"] == {"big": names.count("big"), "small": names.count("small")}
     assert stats["samples"]["small"] == 40 and stats["redistributed"] == ["small"]

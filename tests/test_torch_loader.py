@@ -296,14 +296,19 @@ def test_parquet_columnar_batches_equal_collated_items(tmp_path):
                 assert a[key] == b[key], key
 
 
-def test_len_counts_what_is_still_to_come():
+def test_len_is_the_iterations_total_and_remaining_what_is_still_to_come():
     loader = zt.DataLoader(Pipeline(make_source()), batch_size=7, num_workers=2, canonical_replicas=3)
     total = len(loader)
     it = iter(loader)
     next(it)
     next(it)
-    assert len(loader) == total - 2
+    assert len(loader) == total and loader.remaining() == total - 2
     assert len(list(it)) == total - 2
+    assert len(loader) == total and loader.remaining() == 0  # a scheduler or progress bar still reads the total
+    state = loader.state_dict()
+    assert len(list(loader)) == 0 and len(loader) == 0  # a new iteration after the end has nothing
+    loader.load_state_dict(state)
+    assert len(loader) == 0
     with pytest.raises(TypeError):
         len(zt.DataLoader(Pipeline(make_source(policy="repeat")), batch_size=7))
     lanes = lane_streams(make_source(), 3)

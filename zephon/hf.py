@@ -36,7 +36,7 @@ class Trainer(transformers.Trainer):
         ``forward`` does not take (``_sample_id``, ``_documents``, ``segment_ids``, …) are left
         out of its inputs, as ``remove_unused_columns`` does for datasets.
 
-    ``args.max_steps`` defaults to ``len(train_loader)`` at the run's start (with
+    ``args.max_steps`` defaults to ``train_loader.remaining()`` at the run's start (with
     ``even_batches``, the same on every process), kept across resumes. ``args.ignore_data_skip``
     is set: the loader's own checkpoint places the data, nothing is replayed.
     """
@@ -70,7 +70,7 @@ class Trainer(transformers.Trainer):
             with open(os.path.join(folder, RUN_FILE)) as f:
                 self._zephon_steps = int(json.load(f)["max_steps"])
         if self.args.max_steps <= 0:
-            self.args.max_steps = self._zephon_steps or len(self.train_loader)
+            self.args.max_steps = self._zephon_steps or self.train_loader.remaining()
         self._zephon_steps = self.args.max_steps
         return super().train(folder or None, *args, **kwargs)
 

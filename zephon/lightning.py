@@ -32,7 +32,7 @@ class DataModule(pl.LightningDataModule):
 
     The data state in Lightning's checkpoint is the loader's global state as of the batch the
     last training step received. ``loader`` is the loader (after ``train_dataloader()``);
-    ``len(dm.loader)`` is what is left to read, e.g. for ``max_steps``.
+    ``dm.loader.remaining()`` is what is left to read, e.g. for ``max_steps``.
     """
 
     def __init__(self, pipeline: Any, **loader_kwargs: Any):

@@ -118,6 +118,7 @@ class LoaderIterator:
         first = next((k for k, w in enumerate(readers) if w not in served), 0)
         self._rotation = deque(readers[first:] + readers[:first])
         self._recent: deque[tuple[int, int]] = deque(maxlen=MAX_LAG)  # last units yielded: (reader, position before)
+        self.yielded = 0  # units yielded by this iteration
 
     def __iter__(self) -> LoaderIterator:
         return self
@@ -138,6 +139,7 @@ class LoaderIterator:
             self._recent.append((worker, self._positions[worker]))
             unit, self._positions[worker] = cursor.take()
             rotation.rotate(-1)
+            self.yielded += 1
             if even is not None:
                 even.given += 1
             return unit

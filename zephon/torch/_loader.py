@@ -325,9 +325,18 @@ class DataLoader(tud.DataLoader[Bundle]):
         return live
 
     def __len__(self) -> int:
-        """Batches (or items) still to come from the loader's position. With ``even_batches``,
-        the same number on every rank; it needs a finite source that can count its remaining
-        samples (``remaining_samples()``), else ``TypeError``."""
+        """The batches (or items) of the current iteration, as torch users expect: what a
+        learning-rate schedule or a progress bar reads before iterating, unchanged while it runs
+        and after it ends (from where ``iter()`` or ``load_state_dict`` started it; a new
+        ``iter()`` after the end has 0). :meth:`remaining` is what is still to come. With
+        ``even_batches``, the same number on every rank; it needs a finite source that can
+        count what is left, else ``TypeError``."""
+        live = self._zephon_live
+        return self.remaining() + (live.yielded if live is not None else 0)
+
+    def remaining(self) -> int:
+        """Batches (or items) still to come from the loader's position (with ``even_batches``,
+        the same on every rank); ``TypeError`` where the source cannot count them."""
         template = self._zephon_book.pipeline.source
         if not self._countable():
             raise TypeError(f"{type(template).__name__} cannot count its remaining samples (an unbounded stream or "
