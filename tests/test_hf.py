@@ -46,3 +46,27 @@ def test_a_killed_trainer_resumes_on_the_batch_after_its_checkpoint(tmp_path, pr
     if processes == 2:  # each process read its own lanes: no sequence in common
         pieces = [{tuple(p) for s in run.values() for seq in s for p in seq} for run in runs]
         assert not pieces[0] & pieces[1]
+
+
+def test_max_steps_defaults_to_the_loaders_optimizer_steps(tmp_path):
+    """With gradient accumulation, the default max_steps counts updates, not batches: the run
+    takes every batch once and its learning-rate schedule ends at 0."""
+    sys.path.insert(0, str(SCRIPT.parent))
+    import train_hf
+    import zephon.torch as zt
+    from transformers import GPT2Config, GPT2LMHeadModel, TrainingArguments
+    from zephon import Dataset, Pipeline, StaticMixtureWorkSource
+    from zephon.hf import Trainer
+
+    source = StaticMixtureWorkSource([Dataset.from_records("web", [[{"text": "xx x xxx " * 3}] * 30] * 2)],
+                                     {"web": 1.0}, chunk_size=8)
+    loader = zt.DataLoader(Pipeline(source).tokenize(train_hf.word_lengths, eos_id=0).pack(16, pad_id=0),
+                           batch_size=2, canonical_replicas=2, collate_fn=train_hf.lm_batch)
+    batches = loader.remaining()
+    args = TrainingArguments(output_dir=str(tmp_path), gradient_accumulation_steps=4, use_cpu=True, report_to=[],
+                             save_strategy="no", disable_tqdm=True, lr_scheduler_type="linear")
+    model = GPT2LMHeadModel(GPT2Config(vocab_size=16, n_positions=16, n_embd=8, n_layer=1, n_head=2))
+    trainer = Trainer(model=model, args=args, train_loader=loader)
+    trainer.train()
+    assert trainer.state.global_step == -(-batches // 4) == args.max_steps
+    assert loader.remaining() == 0 and trainer.lr_scheduler.get_last_lr()[0] == 0

@@ -70,10 +70,18 @@ def test_a_bare_loader_in_lightning_says_what_to_use(tmp_path):
         "    def configure_optimizers(self):\n"
         "        return torch.optim.SGD(self.parameters(), lr=0.0)\n"
         "    def train_dataloader(self):\n"
-        "        source = StaticMixtureWorkSource([Dataset.from_counts('a', [40] * 2)], {'a': 1.0}, chunk_size=8)\n"
-        "        return zt.DataLoader(Pipeline(source), batch_size=4, canonical_replicas=2)\n"
+        "        source = StaticMixtureWorkSource([Dataset.from_counts('a', [40] * 2)], {'a': 1.0}, chunk_size=8,\n"
+        "                                         exhausted_policy='repeat')\n"
+        "        return zt.DataLoader(Pipeline(source), batch_size=4, canonical_replicas=2)\n"  # endless: no length
         f"pl.Trainer(max_steps=4, accelerator='cpu', logger=False, enable_progress_bar=False, "
         f"default_root_dir={str(tmp_path)!r}).fit(M())\n")
     done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stderr.count("use zephon.lightning.DataModule") == 1
+
+
+def test_a_stream_that_ends_before_max_steps_ends_the_run(tmp_path):
+    """max_steps=1000 over a stream of 100 batches: the run stops when the stream does."""
+    done = train(tmp_path / "short", "--steps", "1000")
+    assert sorted(seen(tmp_path / "short", 0)) == list(range(1, 101))
+    assert "the training stream has ended" in done.stderr

@@ -9,6 +9,7 @@ number of processes. Needs ``transformers`` (``zephon-mixtures[hf]``).
 """
 from __future__ import annotations
 
+import inspect
 import json
 import os
 from typing import Any
@@ -19,6 +20,7 @@ import transformers
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, get_last_checkpoint
 
 import zephon.torch as zt
+from zephon.io import write_atomically
 
 STATE_FILE = "zephon_loader.ckpt"
 RUN_FILE = "zephon_run.json"  # the run's total steps, so that a resume keeps max_steps
@@ -36,9 +38,10 @@ class Trainer(transformers.Trainer):
         ``forward`` does not take (``_sample_id``, ``_documents``, ``segment_ids``, …) are left
         out of its inputs, as ``remove_unused_columns`` does for datasets.
 
-    ``args.max_steps`` defaults to ``train_loader.remaining()`` at the run's start (with
-    ``even_batches``, the same on every process), kept across resumes. ``args.ignore_data_skip``
-    is set: the loader's own checkpoint places the data, nothing is replayed.
+    ``args.max_steps`` defaults to ``train_loader.remaining()`` batches at the run's start, in
+    optimizer steps (with ``even_batches``, the same on every process), kept across resumes.
+    ``args.ignore_data_skip`` is set: the loader's own checkpoint places the data, nothing is
+    replayed. Trainer's tokens-per-second estimate is 0 (it would read a batch of the loader).
     """
 
     def __init__(self, *args: Any, train_loader: zt.DataLoader, **kwargs: Any):
@@ -69,23 +72,37 @@ class Trainer(transformers.Trainer):
             self.train_loader.load_state_dict(zt.load_checkpoint(os.path.join(folder, STATE_FILE)))
             with open(os.path.join(folder, RUN_FILE)) as f:
                 self._zephon_steps = int(json.load(f)["max_steps"])
-        if self.args.max_steps <= 0:
-            self.args.max_steps = self._zephon_steps or self.train_loader.remaining()
+        if self.args.max_steps <= 0:  # optimizer steps: one per gradient_accumulation_steps batches
+            self.args.max_steps = self._zephon_steps or -(-self.train_loader.remaining()
+                                                          // max(1, self.args.gradient_accumulation_steps))
         self._zephon_steps = self.args.max_steps
         return super().train(folder or None, *args, **kwargs)
 
+    @staticmethod
+    def num_tokens(train_dl: Any, max_steps: int | None = None) -> int:
+        """Trainer estimates tokens/s by reading a batch of the loader, which would take it from
+        the run: zephon's loader is not read here (0; ``train_loader.stats()`` counts tokens)."""
+        return 0
+
     def _prepare_inputs(self, inputs: Any) -> Any:
-        self._set_signature_columns_if_needed()
-        accepted: set[str] = set(self._signature_columns or ())
-        if isinstance(inputs, dict) and accepted:
-            inputs = {key: value for key, value in inputs.items() if key in accepted}
+        """The batch without the keys the model's ``forward`` does not take (with
+        ``remove_unused_columns``): a ``forward`` with ``**kwargs`` loses only zephon's
+        ``_``-keys."""
+        if isinstance(inputs, dict) and self.args.remove_unused_columns:
+            self._set_signature_columns_if_needed()
+            accepted: set[str] = set(self._signature_columns or ())
+            forward = getattr(self.model, "forward", None)
+            takes_any = forward is not None and any(p.kind is inspect.Parameter.VAR_KEYWORD
+                                                    for p in inspect.signature(forward).parameters.values())
+            inputs = {key: value for key, value in inputs.items()
+                      if (not key.startswith("_") if takes_any else key in accepted)}
         return super()._prepare_inputs(inputs)
 
     def _save_checkpoint(self, model: Any, trial: Any) -> None:
-        """The Trainer's checkpoint, then the loader's global state beside it (a collective:
-        every process gathers its lanes). Trainer fetches exactly the batches of each update
-        before training them, so the loader's state is that of the step's last batch."""
-        super()._save_checkpoint(model, trial)
+        """The loader's global state (a collective: every process gathers its lanes), then the
+        Trainer's checkpoint into the same directory: a checkpoint-* directory is never without
+        it. Trainer fetches exactly the batches of each update before training them, so the
+        loader's state is that of the step's last batch."""
         state = self.train_loader.state_dict()
         if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
             state = zt.all_gather_state(state)
@@ -93,5 +110,5 @@ class Trainer(transformers.Trainer):
             folder = os.path.join(self._get_output_dir(trial=trial), f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}")
             os.makedirs(folder, exist_ok=True)
             zt.save_checkpoint(os.path.join(folder, STATE_FILE), state)
-            with open(os.path.join(folder, RUN_FILE), "w") as f:
-                json.dump({"max_steps": self._zephon_steps}, f)
+            write_atomically(os.path.join(folder, RUN_FILE), json.dumps({"max_steps": self._zephon_steps}).encode())
+        super()._save_checkpoint(model, trial)

@@ -9,6 +9,8 @@ of devices. Needs the ``lightning`` package (``zephon-mixtures[lightning]``).
 """
 from __future__ import annotations
 
+import inspect
+import logging
 from typing import Any, Iterator
 
 import lightning.pytorch as pl
@@ -17,6 +19,7 @@ import torch.distributed as dist
 import zephon.torch as zt
 
 KEY = "zephon_loader"
+log = logging.getLogger("zephon")
 
 
 class DataModule(pl.LightningDataModule):
@@ -80,8 +83,17 @@ class _Feed:
 
     def __iter__(self) -> Iterator[Any]:
         module = self._module
-        assert module.loader is not None  # set by train_dataloader()
+        loader, trainer = module.loader, module.trainer
+        assert loader is not None  # set by train_dataloader()
+        if trainer is not None and "dataloader_iter" in inspect.signature(trainer.lightning_module.training_step).parameters:
+            raise TypeError("zephon.lightning.DataModule counts the batches the training step receives, which a "
+                            "training_step(self, dataloader_iter) hides; take (batch, batch_idx) instead")
+        if module._yielded > module._trained:  # Lightning left an epoch with a batch fetched ahead: not trained
+            loader.load_state_dict(loader.state_dict(lag=module._yielded - module._trained))
         module._yielded = module._trained = 0
-        for batch in module.loader:
+        for batch in loader:
             module._yielded += 1
             yield batch
+        if not module._yielded and trainer is not None:  # the stream has ended: later epochs would be empty too
+            log.warning("zephon: the training stream has ended before max_steps; stopping the Lightning run")
+            trainer.should_stop = True

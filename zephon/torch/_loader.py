@@ -383,10 +383,11 @@ class DataLoader(tud.DataLoader[Bundle]):
         accelerate fetch one ahead: the step trained on batch n while the loader has yielded
         n + 1). At most ``zephon.limits.MAX_LAG`` (4) batches of the running iteration;
         ``ValueError`` beyond what it yielded."""
-        if sys._getframe(1).f_globals.get("__name__", "").startswith(("lightning.", "pytorch_lightning.")):
+        if (sys._getframe(1).f_globals.get("__name__", "").startswith(("lightning.", "pytorch_lightning."))
+                and not self._countable()):  # Lightning fetches ahead of its step when a loader has no length
             log_once("zephon: Lightning saves this DataLoader's state in its checkpoints, but it fetches a batch "
-                     "ahead of the step it trains, so that state is one batch past the step and a resume would "
-                     "skip a batch: use zephon.lightning.DataModule(pipeline, ...) instead")
+                     "ahead of the step it trains (the loader has no length), so that state is one batch past the "
+                     "step and a resume would skip a batch: use zephon.lightning.DataModule(pipeline, ...) instead")
         if type(lag) is not int or not 0 <= lag <= MAX_LAG:
             raise ValueError(f"state_dict(lag={lag!r}) must be an int in 0 .. {MAX_LAG} (batches before the last one "
                              "yielded)")
