@@ -7,7 +7,7 @@
 | :mod:`zephon.ops.mixture` | the token mixture of packed sequences, measured or enforced |
 | :class:`Packing` | a pipeline's packing stage (pack, and strict mixture over it) as one operator |
 
-Each module offers ``init`` / ``step`` and ``state_to_json`` / ``state_from_json``; a state
+``pack`` and ``mixture`` offer ``init`` / ``step`` and ``state_to_json`` / ``state_from_json``; a state
 names documents by their place in the lane (pointers and token offsets), never holds tokens.
 """
 from zephon.ops import mixture, pack, tokenize

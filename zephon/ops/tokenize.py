@@ -1,9 +1,9 @@
-"""tokenize: text to token ids, a stateless operator (its state is empty).
+"""tokenize: text to token ids, a stateless operator (it has no state to checkpoint).
 
-``step`` turns one item into the item with ``input_ids`` (an int64 array) and ``num_tokens``;
-:func:`encode_all` does a block of items at once (a Hugging Face ``tokenizers.Tokenizer`` then
-encodes them in one ``encode_batch_fast`` or ``encode_batch`` call). The result is a pure function of the text and the
-tokenizer: replaying an item gives the same ids.
+:func:`tokenize_items` gives each item ``input_ids`` (an int64 array) and ``num_tokens``, a
+block of items at once (a Hugging Face ``tokenizers.Tokenizer`` then encodes them in one
+``encode_batch_fast`` or ``encode_batch`` call). The result is a pure function of the text and
+the tokenizer: replaying an item gives the same ids.
 """
 from __future__ import annotations
 
@@ -44,11 +44,6 @@ def config(tokenizer: Any, field: str = "text", add_eos: bool = True, eos_id: in
     return TokenizeConfig(tokenizer, field, eos_id if add_eos else None)
 
 
-def init(config: TokenizeConfig) -> dict[str, Any]:
-    """The empty state: tokenizing remembers nothing between items."""
-    return {}
-
-
 def _text(config: TokenizeConfig, item: Any) -> str:
     text = item.get(config.field) if type(item) is dict or isinstance(item, Mapping) else None
     if not isinstance(text, str):
@@ -86,15 +81,11 @@ def encode_all(config: TokenizeConfig, texts: Sequence[str]) -> list[np.ndarray]
     return out
 
 
-def step(config: TokenizeConfig, state: dict[str, Any], item: Any) -> tuple[list[Any], dict[str, Any]]:
-    """One item, tokenized: ``(outputs, state)``."""
-    return tokenize_items(config, [item]), state
-
-
 def tokenize_items(config: TokenizeConfig, items: Sequence[Any]) -> list[Any]:
     """``items`` with ``input_ids`` and ``num_tokens`` added (new dicts)."""
-    ids = encode_all(config, [_text(config, item) for item in items])
-    return [{**item, KEY_IDS: i, KEY_COUNT: len(i)} for item, i in zip(items, ids)]
+    out = [{**item} for item in items]
+    tokenize_own(config, out)
+    return out
 
 
 def tokenize_own(config: TokenizeConfig, items: list[Any]) -> None:

@@ -18,25 +18,26 @@ from zephon.runtime import PackedReader, documents, sequence_items
 TOKENS_PER_BUNDLE = 1 << 16  # a bundle holds about this many tokens (at least one batch)
 
 
-def packed_batch(packing: Packing, rows: Sequence[Row], names: Sequence[str | None]) -> dict[str, Any]:
+def packed_batch(packing: Packing, rows: Sequence[Row], names: Sequence[str | None],
+                 tokens: np.ndarray) -> dict[str, Any]:
     """``rows`` as a batch: ``input_ids``, ``segment_ids``, ``position_ids`` ``(B, seq_len)`` int64
     tensors, ``_documents`` (per sequence, its pieces as ``(dataset, shard, offset, component,
-    start, end)``) and ``_tokens`` (component -> ``(B,)`` int64 real tokens)."""
+    start, end)``) and ``_tokens`` (component -> ``(B,)`` int64 real tokens; ``tokens`` is
+    ``pack.token_counts`` of the rows)."""
     batch: dict[str, Any] = {key: torch.from_numpy(value) for key, value in pack.arrays(packing.pack, rows).items()}
     batch["_documents"] = documents(rows, names)
-    tokens = pack.token_counts(rows, len(names))
     batch["_tokens"] = {name: torch.from_numpy(tokens[:, c].copy()) for c, name in enumerate(names) if name is not None}
     return batch
 
 
-def _unit(plan: Any, packing: Packing, rows: list[Row], names: Sequence[str | None]) -> Any:
+def _unit(plan: Any, packing: Packing, rows: list[Row], names: Sequence[str | None], tokens: np.ndarray) -> Any:
     """What the loop receives for one turn: an item (``batch_size=None``) or a batch."""
     if plan.batch_size is None:
         item = sequence_items(packing, rows, names)[0]
         return {k: torch.from_numpy(v) if isinstance(v, np.ndarray) else v for k, v in item.items()}
     if plan.collate_fn is not None:
         return plan.collate_fn(sequence_items(packing, rows, names))
-    return packed_batch(packing, rows, names)
+    return packed_batch(packing, rows, names, tokens)
 
 
 class _Frame:
@@ -60,12 +61,12 @@ class _Frame:
         self.waiting += (0, reader.filtered, reader.dropped_tokens)
         reader.filtered = reader.dropped_tokens = 0
 
-    def add(self, unit: Any, rows: list[Row], position: int, seq_len: int) -> None:
+    def add(self, unit: Any, rows: list[Row], tokens: np.ndarray, position: int, seq_len: int) -> None:
         self.units.append(unit)
         self.ends.append(position)
         self.started += [p.doc.component for row in rows for p in row if p.start == 0]
         self.bounds.append(len(self.started))
-        real = pack.token_counts(rows, self.kinds).sum(axis=0)
+        real = tokens.sum(axis=0)
         skipped, filtered, dropped = self.waiting.tolist()
         self.tokens.append(np.concatenate([real, [len(rows) * seq_len - real.sum(), dropped]]))
         self.skipped.append(skipped)
@@ -106,7 +107,8 @@ def packed_bundles(plan: Any, worker: int, lanes: Sequence[int], bundle_type: An
             if plan.drop_last and len(rows) < unit:  # a lane's short last batch: dropped, its ledger still moves
                 frame.waiting[0] += len(rows)
                 continue
-            frame.add(_unit(plan, packing, rows, names), rows, reader.position, seq_len)
+            tokens = pack.token_counts(rows, len(names))
+            frame.add(_unit(plan, packing, rows, names, tokens), rows, tokens, reader.position, seq_len)
         frame.count(reader)  # a lane's last turn may give no sequence, yet filter or drop
         bundle = bundle_type(worker, start, [], frame.snapshots, reader.exhausted)
         frame.close(bundle, reader.position)
