@@ -47,3 +47,16 @@ def write_jsonl(directory, shards):
     for i, docs in enumerate(shards):
         (directory / f"part-{i:03d}.jsonl").write_text("".join(json.dumps({"text": d}) + "\n" for d in docs))
     return directory
+
+
+def finite_mixture():
+    """Three datasets mixed 5:3:2 that stop when one runs out: no sample repeats, so a pointer names its lane."""
+    datasets = [Dataset.from_counts("web", [60] * 6), Dataset.from_counts("code", [45] * 4),
+                Dataset.from_counts("math", [30] * 2)]
+    return StaticMixtureWorkSource(datasets, {"web": 0.5, "code": 0.3, "math": 0.2}, chunk_size=16, seed=21,
+                                   exhausted_policy="stop")
+
+
+def sample_ids(batch) -> list[tuple[int, int, int]]:
+    """The pointers of a loader's batch."""
+    return list(map(tuple, batch["_sample_id"].tolist()))

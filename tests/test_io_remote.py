@@ -1,7 +1,6 @@
 """Datasets in object storage: a real S3-compatible server (moto), read through pyarrow's S3 client."""
 import json
 import os
-import socket
 
 import numpy as np
 import pyarrow as pa
@@ -12,47 +11,12 @@ import pytest
 from zephon import Pipeline, StaticMixtureWorkSource
 from zephon.io import Dataset, ShardChangedError, fetch_table
 
-KEYS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1"}
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
-def _start_server():
-    """moto's S3-compatible server on a free local port (moto[server] is in the test extra: a
-    missing or broken server fails these tests rather than skipping them)."""
-    from moto.server import ThreadedMotoServer
-
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=_free_port(), verbose=False)
-    server.start()
-    return server, f"http://127.0.0.1:{server._port}"
-
-
-@pytest.fixture(scope="module")
-def endpoint():
-    server, url = _start_server()
-    saved = {k: os.environ.get(k) for k in (*KEYS, "AWS_ENDPOINT_URL")}
-    os.environ.update(KEYS, AWS_ENDPOINT_URL=url)
-    yield url
-    for key, value in saved.items():
-        if value is None:
-            os.environ.pop(key, None)
-        else:
-            os.environ[key] = value
-    server.stop()
+from s3_server import s3_client, start_server
 
 
 @pytest.fixture(autouse=True)
 def _cache(monkeypatch, tmp_path):
     monkeypatch.setenv("ZEPHON_CACHE_DIR", str(tmp_path / "cache"))
-
-
-def s3_client(url: str) -> pafs.S3FileSystem:
-    return pafs.S3FileSystem(endpoint_override=url, access_key="testing", secret_key="testing", region="us-east-1",
-                             allow_bucket_creation=True, allow_bucket_deletion=True)
 
 
 def tables(counts):
@@ -150,7 +114,7 @@ def test_a_missing_bucket_or_key_names_the_dataset_and_the_uri(endpoint, tmp_pat
 def test_a_refused_credential_names_the_dataset_and_the_uri(tmp_path):
     import urllib.request
 
-    server, url = _start_server()
+    server, url = start_server()
     try:
         s3_client(url).create_dir("locked")
         urllib.request.urlopen(urllib.request.Request(f"{url}/moto-api/reset-auth", data=b"0", method="POST",

@@ -181,7 +181,6 @@ def test_checkpoints_hold_read_coordinates_and_refuse_other_versions_and_modes()
                                            "max_repeats": {"a": 2, "c": 3}, "stop_after_passes": None}])
 def test_token_mode_carries_tails_priced_by_what_is_drawn(policies):
     carry = collect(pinned_source(**policies, pass_tail="carry").clone_for_lane(0, 1))
-    drop = collect(pinned_source(**policies, pass_tail="drop").clone_for_lane(0, 1))
     lane = pinned_source(**policies, pass_tail="carry").clone_for_lane(0, 1)
     assert len(lane) == sum(len(c) for c in carry)
     for c, d in enumerate(lane.config.datasets):

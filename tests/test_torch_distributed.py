@@ -16,81 +16,23 @@ import subprocess
 import sys
 import textwrap
 import time
-import traceback
 from pathlib import Path
 
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as torch_mp
+from helpers import finite_mixture as make_source  # the name the torchrun script imports
 from helpers import lane_streams
+from helpers import sample_ids as ids
+from ranks import TIMEOUT, run_ranks, start_ranks, wait
 
 import zephon.torch as zt
-from zephon import Dataset, Pipeline, StaticMixtureWorkSource
+from zephon import Pipeline
 from zephon.runtime import parse_state, worker_lanes
 
-CTX = torch_mp.get_context("fork")
 REPLICAS = 4
-TIMEOUT = 60
 pytestmark = pytest.mark.filterwarnings("ignore:This DataLoader will create:UserWarning",
                                         "ignore:'set_vital' is deprecated:UserWarning")
-
-
-def make_source():
-    datasets = [Dataset.from_counts("web", [60] * 6), Dataset.from_counts("code", [45] * 4),
-                Dataset.from_counts("math", [30] * 2)]
-    return StaticMixtureWorkSource(datasets, {"web": 0.5, "code": 0.3, "math": 0.2}, chunk_size=16, seed=21,
-                                   exhausted_policy="stop")  # no sample repeats: a pointer names its lane
-
-
-def ids(batch):
-    return list(map(tuple, batch["_sample_id"].tolist()))
-
-
-def _child(target, rank, world, init_file, out_file, args):
-    try:
-        dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
-        result = target(rank, world, *args)
-        dist.destroy_process_group()
-        with open(out_file, "w") as f:
-            json.dump(result, f)
-    except BaseException:
-        with open(out_file + ".err", "w") as f:
-            f.write(traceback.format_exc())
-        raise
-
-
-def start_ranks(target, world, tmp_path, *args, tag="run"):
-    init = tmp_path / f"{tag}.init"
-    outs = [str(tmp_path / f"{tag}.{rank}.json") for rank in range(world)]
-    procs = [CTX.Process(target=_child, args=(target, rank, world, str(init), outs[rank], args))
-             for rank in range(world)]
-    for p in procs:
-        p.start()
-    return procs, outs
-
-
-def wait(proc, deadline):
-    """Wait for ``proc`` by its pid (its sentinel may be held open by orphaned DataLoader workers)."""
-    while proc.exitcode is None and time.monotonic() < deadline:
-        time.sleep(0.01)
-    if proc.exitcode is None:
-        proc.kill()
-        proc.join()
-
-
-def finish(procs, outs):
-    deadline = time.monotonic() + TIMEOUT
-    for p in procs:
-        wait(p, deadline)
-    errors = [Path(o + ".err").read_text() for o in outs if os.path.exists(o + ".err")]
-    assert not errors, "\n".join(errors)
-    assert [p.exitcode for p in procs] == [0] * len(procs)
-    return [json.loads(Path(o).read_text()) for o in outs]
-
-
-def run_ranks(target, world, tmp_path, *args, tag="run"):
-    return finish(*start_ranks(target, world, tmp_path, *args, tag=tag))
 
 
 # -- rank programs (run inside the forked rank processes) ----------------------------------------

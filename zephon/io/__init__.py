@@ -14,10 +14,12 @@
 | :class:`CacheInfo`, :class:`ReadaheadStats` | the figures of ``Dataset.cache_info()`` and ``Readahead.stats()`` (dicts) |
 | :func:`write_atomically` | replace a file atomically and durably (:class:`AtomicWriteError` if it cannot) |
 | :func:`open_regular` | open a local file read whole (a config, a checkpoint), refusing a directory, FIFO or device |
+| :class:`Store` | a directory of whole files, local or in object storage (a checkpoint directory) |
 """
 from zephon.io._cache import CacheInfo
 from zephon.io._fetch import block_span, fetch, fetch_table
 from zephon.io._readahead import Readahead, ReadaheadStats
+from zephon.io._store import Store
 from zephon.io.atomic import AtomicWriteError, write_atomically
 from zephon.io.catalog import build_catalog
 from zephon.io.dataset import Dataset
@@ -25,5 +27,5 @@ from zephon.io.local import open_regular
 from zephon.io.retry import RetryPolicy, ShardChangedError, StorageError, StorageTimeoutError
 
 __all__ = ["AtomicWriteError", "CacheInfo", "Dataset", "Readahead", "ReadaheadStats", "RetryPolicy", "ShardChangedError",
-           "StorageError", "StorageTimeoutError", "block_span", "build_catalog", "fetch", "fetch_table", "open_regular",
+           "Store", "StorageError", "StorageTimeoutError", "block_span", "build_catalog", "fetch", "fetch_table", "open_regular",
            "write_atomically"]

@@ -73,40 +73,41 @@ def _scheme(uri: str) -> str | None:
     return match.group(1).lower() if match else None
 
 
-def locate(uri: Any, filesystem: Any = None, *, name: str = "dataset") -> Location:
-    """The :class:`Location` of ``uri`` (see the module docstring); errors name the dataset and the URI."""
+def locate(uri: Any, filesystem: Any = None, *, name: str = "dataset", what: str = "Dataset") -> Location:
+    """The :class:`Location` of ``uri`` (see the module docstring); errors name ``what`` it is
+    (``"Dataset"``, ``"Checkpoint directory"``), its ``name`` and the URI."""
     if isinstance(uri, os.PathLike):
         uri = os.fspath(uri)
     if not isinstance(uri, str) or not uri:
-        raise TypeError(f"Dataset {name!r}: uri={uri!r} must be a non-empty path or URI, e.g. 's3://bucket/web' "
+        raise TypeError(f"{what} {name!r}: uri={uri!r} must be a non-empty path or URI, e.g. 's3://bucket/web' "
                         "or '/data/web'")
     if filesystem is not None:
-        return _explicit(uri, filesystem, name)
+        return _explicit(uri, filesystem, name, what)
     scheme = _scheme(uri)
     if scheme is None:
         path = os.path.abspath(uri)
         return Location(pafs.LocalFileSystem(), path, path)
     if scheme not in SCHEMES:
-        raise ValueError(f"Dataset {name!r}: {uri} has an unsupported scheme {scheme + '://'!r}; supported: "
+        raise ValueError(f"{what} {name!r}: {uri} has an unsupported scheme {scheme + '://'!r}; supported: "
                          f"{', '.join(s + '://' for s in SCHEMES)}, a local path, or pass filesystem= "
                          "(a pyarrow.fs.FileSystem or an fsspec filesystem)")
     try:
         fs, path = pafs.FileSystem.from_uri(uri)
     except (pa.ArrowException, OSError, ValueError) as error:
-        raise ValueError(f"Dataset {name!r}: cannot open the filesystem of {uri} ({error}); check the URI and "
+        raise ValueError(f"{what} {name!r}: cannot open the filesystem of {uri} ({error}); check the URI and "
                          "the credentials, or pass filesystem=") from error
     if scheme == "file":
         return Location(fs, path, path)
     return Location(fs, path.rstrip("/"), uri.rstrip("/"))
 
 
-def _explicit(uri: str, filesystem: Any, name: str) -> Location:
+def _explicit(uri: str, filesystem: Any, name: str, what: str) -> Location:
     if isinstance(filesystem, pafs.FileSystem):
         fs = filesystem
     elif all(hasattr(filesystem, a) for a in ("ls", "info", "open")):
         fs = _from_fsspec(filesystem)
     else:
-        raise TypeError(f"Dataset {name!r}: filesystem={filesystem!r} must be a pyarrow.fs.FileSystem or an fsspec "
+        raise TypeError(f"{what} {name!r}: filesystem={filesystem!r} must be a pyarrow.fs.FileSystem or an fsspec "
                         "filesystem (or None to infer it from the URI)")
     scheme = _scheme(uri)
     path = uri.split("://", 1)[1] if scheme is not None else uri

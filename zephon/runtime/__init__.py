@@ -6,10 +6,12 @@
 | ``KEY_SAMPLE_ID``, ``KEY_COMPONENT`` | the item keys of a sample's pointer and component name |
 | :func:`rank_lanes`, :func:`worker_lanes` | which lanes a rank / a DataLoader worker reads |
 | :class:`LaneMux`, :class:`Tracker`, :class:`ItemStream` | a reader's round-robin stream and its ledger |
-| :func:`merge_states`, :func:`parse_state` | loader states: merge per-rank states into a global one |
+| :func:`merge_states`, :func:`parse_state`, :func:`split_state` | loader states: merge per-rank states into a global one; cut one per lane |
 | :func:`migrate_checkpoint` | a loader checkpoint continued under a new source (one cut for all lanes) |
 | :class:`LoaderStateDict`, :class:`DatasetRecord` | the JSON types of a loader state |
 | :func:`save_checkpoint`, :func:`load_checkpoint` | atomic, checksummed checkpoint files |
+| :func:`save_checkpoint_dir`, :func:`load_checkpoint_dir` | a checkpoint directory: a file per rank, no collective |
+| :func:`complete_steps`, :func:`finalize_checkpoint_dir` | a checkpoint directory's complete steps; mark one |
 | ``Entry``, ``SERVED``, ``LOADER_STATE_KIND`` | a lane's ledger entry, its served flag, the ``kind`` of a loader state |
 | ``DROPPED`` | the marker of an item a ``filter`` step rejected |
 | :class:`PackedReader`, :class:`Snapshots` | a reader's packed sequences, and their ledger (with operator states) |
@@ -20,6 +22,7 @@ The torch front ends (``zephon.torch``) are thin layers over this package.
 """
 from zephon.runtime._book import LaneBook, log_once
 from zephon.runtime._checkpoint import load_checkpoint, save_checkpoint
+from zephon.runtime._checkpoint_dir import complete_steps, finalize_checkpoint_dir, load_checkpoint_dir, save_checkpoint_dir
 from zephon.runtime._even import Even, EvenBatchesDict, RankCount, count_rank, count_ranks, countable, even_target, maybe_finite
 from zephon.runtime._lanes import CONTIGUOUS, INTERLEAVED, MAPPINGS, rank_lanes, worker_lanes
 from zephon.runtime._migrate import migrate_checkpoint
@@ -29,6 +32,7 @@ from zephon.runtime._packed import (
 from zephon.runtime._state import KIND as LOADER_STATE_KIND
 from zephon.runtime._state import (
     DatasetRecord, LanesDict, LoaderState, LoaderStateDict, make_state, merge_states, parse_state, run_fingerprint,
+    split_state,
 )
 from zephon.runtime._stats import DatasetStatsDict, LoaderStats, LoaderStatsDict, TokensDict
 from zephon.runtime._stream import (
@@ -42,5 +46,6 @@ __all__ = [
     "LaneBook", "LaneMux", "LanesDict", "PackedReader", "Snapshot", "Snapshots", "count_packed", "count_sequences", "documents", "initial_operator",
     "sequence_items", "LoaderState", "LoaderStateDict", "MAPPINGS", "Piece", "Pipeline", "SERVED", "Segment", "Tracker", "initial_entries",
     "load_checkpoint", "log_once", "make_state", "merge_states", "migrate_checkpoint", "parse_state", "rank_lanes", "run_fingerprint",
-    "joined", "save_checkpoint", "worker_lanes",
+    "joined", "save_checkpoint", "worker_lanes", "complete_steps", "finalize_checkpoint_dir", "load_checkpoint_dir",
+    "save_checkpoint_dir", "split_state",
 ]

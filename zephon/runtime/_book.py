@@ -62,6 +62,7 @@ class LaneBook:
         self.rank, self.world_size, self.readers = rank, world_size, readers
         self._requested = canonical_replicas
         self._replicas: int | None = None
+        self._fixed = canonical_replicas  # asked for, or a loaded checkpoint's
         self._entries: Mapping[int, Entry] | None = None  # None: every lane at its start
         self._operators: dict[int, Any] = {}  # a packed pipeline's lane -> operator state (absent: at its start)
         self._datasets = dataset_fingerprints(pipeline.datasets_by_id)
@@ -71,6 +72,11 @@ class LaneBook:
         if self._replicas is None:
             self._replicas = self._requested or default_replicas(self.world_size * self.readers)
         return self._replicas
+
+    @property
+    def fixed_replicas(self) -> int | None:
+        """The lane count if the run fixed it (asked for, or a loaded checkpoint's); None while it is a default."""
+        return self._fixed
 
     def known(self, lanes: Sequence[int]) -> bool:
         """Whether the book holds a position for every one of ``lanes``."""
@@ -175,11 +181,16 @@ class LaneBook:
                                  f"at most {hint}; the checkpoint is corrupted")
             if packing is not None:
                 check_operator(packing, parsed.operators[packing.name][lane], lane)
+        run = run_fingerprint(template, replicas, self._datasets)
+        if parsed.run is not None and parsed.run != run:
+            raise ValueError(f"the checkpoint is of another run (run {parsed.run}, this pipeline's run under its "
+                             f"canonical_replicas={replicas} is {run}: another source type or settings); restore it "
+                             "into the pipeline that wrote it")
         return parsed
 
     def load(self, state: Any, worker: tuple[int, int] = (0, 1)) -> LoaderState:
         parsed = self.check(state, worker)
-        self._replicas = parsed.canonical_replicas
+        self._replicas = self._fixed = parsed.canonical_replicas
         self._entries = parsed.entries
         packing = self.pipeline.packing
         self._operators = dict(parsed.operators[packing.name]) if packing is not None else {}

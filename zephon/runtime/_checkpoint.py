@@ -26,14 +26,31 @@ from zephon.runtime._state import parse_state
 MAGIC = "zephon-checkpoint"
 FILE_VERSION = 1
 _HEADER_LIMIT = 256  # bytes: a header line is about 110
+MAX_FILE_BYTES = _HEADER_LIMIT + MAX_CHECKPOINT_BYTES  # the largest checkpoint file
 
 
 def _encode(state: Any) -> bytes:
     try:
         return json.dumps(state, sort_keys=True, separators=(",", ":"), allow_nan=False).encode("utf-8")
     except (TypeError, ValueError, RecursionError) as error:
-        raise TypeError(f"save_checkpoint: the state is not plain JSON ({error}); pass a state_dict() of a "
+        raise TypeError(f"the state is not plain JSON ({error}); pass a state_dict() of a "
                         "zephon loader (or merge_states / all_gather_state of them)") from error
+
+
+def encode_checkpoint(state: Any, where: str) -> bytes:
+    """The bytes of a checkpoint file holding ``state``: header line and compact JSON.
+
+    Refuses (``ValueError`` / ``TypeError``, naming ``where``) a state that a reader would
+    refuse: not a loader state, or over ``zephon.limits.MAX_CHECKPOINT_BYTES``."""
+    payload = _encode(state)
+    if len(payload) > MAX_CHECKPOINT_BYTES:
+        raise ValueError(f"the state is {len(payload)} bytes of JSON, more than the {MAX_CHECKPOINT_BYTES} a "
+                         f"checkpoint may hold, so it would not load; {where} was not touched (a loader state takes a "
+                         "few hundred bytes per lane: a job with fewer lanes, a smaller canonical_replicas, stays "
+                         "under it)")
+    parse_state(json.loads(payload))  # what a reader will check, before anything is written
+    header = f"{MAGIC} {FILE_VERSION} sha256={hashlib.sha256(payload).hexdigest()} bytes={len(payload)}\n"
+    return header.encode("ascii") + payload
 
 
 def save_checkpoint(path: str | os.PathLike[str], state: Any) -> None:
@@ -47,20 +64,12 @@ def save_checkpoint(path: str | os.PathLike[str], state: Any) -> None:
     would refuse (not a loader state, or over ``zephon.limits.MAX_CHECKPOINT_BYTES``) raises
     ``ValueError`` / ``TypeError`` before the file is touched.
     """
-    payload = _encode(state)
-    if len(payload) > MAX_CHECKPOINT_BYTES:
-        raise ValueError(f"save_checkpoint: the state is {len(payload)} bytes of JSON, more than the "
-                         f"{MAX_CHECKPOINT_BYTES} a checkpoint may hold, so it would not load; {os.fspath(path)!r} "
-                         "was not touched (a loader state takes a few hundred bytes per lane: a job with fewer "
-                         "lanes, a smaller canonical_replicas, stays under it)")
-    parse_state(json.loads(payload))  # what load_checkpoint will check, before anything is written
-    header = f"{MAGIC} {FILE_VERSION} sha256={hashlib.sha256(payload).hexdigest()} bytes={len(payload)}\n"
-    write_atomically(path, header.encode("ascii") + payload)
+    write_atomically(path, encode_checkpoint(state, repr(os.fspath(path))))
 
 
 def _refuse(path: str, why: str) -> ValueError:
-    return ValueError(f"checkpoint {path!r} {why}; it was not written completely by save_checkpoint or was "
-                      "changed since: restore an earlier checkpoint")
+    return ValueError(f"checkpoint {path!r} {why}; it was not written completely by zephon or was changed since: "
+                      "restore an earlier checkpoint")
 
 
 def load_checkpoint(path: str | os.PathLike[str], *, expect: Any = None) -> dict[str, Any]:
@@ -73,26 +82,45 @@ def load_checkpoint(path: str | os.PathLike[str], *, expect: Any = None) -> dict
     """
     path = os.fspath(path)
     with open_regular(path, "checkpoint") as f:
-        fields, size, payload = _read(f, path)
-    if hashlib.sha256(payload).hexdigest() != fields[2][len("sha256="):]:
+        check_size(os.fstat(f.fileno()).st_size, path)
+        state = decode_checkpoint(f.read(MAX_FILE_BYTES + 1), path)
+    if expect is not None:
+        expect.check_state_dict(state)
+    return state
+
+
+def check_size(size: int, path: str) -> None:
+    """Refuse a file too large to be a checkpoint before reading it."""
+    if size > MAX_FILE_BYTES:
+        raise _refuse(path, f"is truncated or padded: {size} bytes, more than the {MAX_FILE_BYTES} a checkpoint "
+                            "file takes at most")
+
+
+def decode_checkpoint(data: bytes, path: str) -> dict[str, Any]:
+    """The loader state in the bytes of a checkpoint file (``path`` names it in errors).
+
+    Checks the header, the length against it (a truncated or padded file is refused) and the
+    checksum (a corrupted one is refused) before parsing the JSON; then the state's form."""
+    newline = data.find(b"\n", 0, _HEADER_LIMIT)
+    if newline < 0:
+        raise _refuse(path, "has no header line (it is truncated or not a zephon checkpoint)")
+    fields, payload = _header(data[:newline], path), data[newline + 1:]
+    if len(payload) != fields[1]:
+        raise _refuse(path, f"is truncated or padded: {len(payload)} bytes of state, the header says {fields[1]}")
+    if hashlib.sha256(payload).hexdigest() != fields[0]:
         raise _refuse(path, "fails its sha256 checksum (corrupted)")
     try:
         state: dict[str, Any] = json.loads(payload)  # a dict once parse_state accepts it
     except (ValueError, RecursionError) as error:
         raise _refuse(path, f"holds malformed JSON ({str(error)[:200]})") from None
     parse_state(state)
-    if expect is not None:
-        expect.check_state_dict(state)
     return state
 
 
-def _read(f: Any, path: str) -> tuple[list[str], int, bytes]:
-    """The header fields, the payload size and the payload, checking sizes before reading."""
-    line = f.readline(_HEADER_LIMIT)
-    if not line.endswith(b"\n"):
-        raise _refuse(path, "has no header line (it is truncated or not a zephon checkpoint)")
+def _header(line: bytes, path: str) -> tuple[str, int]:
+    """The checksum and the payload size a header line states."""
     try:
-        fields = line[:-1].decode("ascii").split(" ")
+        fields = line.decode("ascii").split(" ")
     except UnicodeDecodeError:
         raise _refuse(path, "does not start with a zephon checkpoint header") from None
     if (len(fields) != 4 or fields[0] != MAGIC or not fields[2].startswith("sha256=")
@@ -108,10 +136,4 @@ def _read(f: Any, path: str) -> tuple[list[str], int, bytes]:
     if size > MAX_CHECKPOINT_BYTES:
         raise _refuse(path, f"says it holds {size} bytes of state, more than the {MAX_CHECKPOINT_BYTES} a checkpoint "
                             "may hold")
-    actual = os.fstat(f.fileno()).st_size - len(line)
-    if actual != size:
-        raise _refuse(path, f"is truncated or padded: {actual} bytes of state, the header says {size}")
-    payload = f.read(size + 1)
-    if len(payload) != size:
-        raise _refuse(path, f"is truncated or padded: {len(payload)} bytes of state, the header says {size}")
-    return fields, size, payload
+    return fields[2][len("sha256="):], size

@@ -353,6 +353,16 @@ def merge_states(states: Iterable[Any]) -> LoaderStateDict:
     return make_state(first.canonical_replicas, entries, first.datasets, topology, run=run, operators=operators)
 
 
+def split_state(state: Any) -> dict[int, LoaderStateDict]:
+    """A state cut into one state per lane (each with its operators' states): the inverse of
+    :func:`merge_states`, for stores that keep one entry per lane."""
+    parsed = parse_state(state)
+    return {lane: make_state(parsed.canonical_replicas, {lane: parsed.entries[lane]}, parsed.datasets,
+                             parsed.topology, run=parsed.run,
+                             operators={name: {lane: by_lane[lane]} for name, by_lane in parsed.operators.items()})
+            for lane in parsed.entries}
+
+
 def missing_lanes(state: LoaderState, lanes: Iterable[int]) -> list[int]:
     return [lane for lane in lanes if lane not in state.entries]
 

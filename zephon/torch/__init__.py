@@ -8,6 +8,8 @@
 | :func:`collate` | the default batch maker (``_sample_id`` → ``(B, 3)`` int64 tensor) |
 | :func:`all_gather_state`, :func:`merge_states` | per-rank states → one global checkpoint |
 | :func:`save_checkpoint`, :func:`load_checkpoint` | atomic, checksummed checkpoint files |
+| :func:`save_checkpoint_dir`, :func:`load_checkpoint_dir` | a checkpoint directory: each rank saves its lanes, no collective |
+| :func:`complete_steps`, :func:`finalize_checkpoint_dir` | a checkpoint directory's complete steps; mark one |
 | :func:`migrate_checkpoint` | continue a run under a new mixture or datasets, with a report of what was unread |
 | :func:`stateful_dataloader_state` | the zephon state inside a ``StatefulDataLoader`` state |
 | :func:`detect_topology` | rank / world size as zephon sees them |
@@ -20,7 +22,10 @@ except ModuleNotFoundError as missing:
         raise
     raise ImportError("zephon.torch needs PyTorch, which is not installed: pip install 'zephon-mixtures[torch]'") from missing
 
-from zephon.runtime import load_checkpoint, merge_states, migrate_checkpoint, save_checkpoint
+from zephon.runtime import (
+    complete_steps, finalize_checkpoint_dir, load_checkpoint, load_checkpoint_dir, merge_states, migrate_checkpoint,
+    save_checkpoint, save_checkpoint_dir,
+)
 from zephon.torch._collate import collate
 from zephon.torch._datasets import IndexedDataset, StreamDataset
 from zephon.torch._dist import all_gather_state, stateful_dataloader_state
@@ -30,6 +35,6 @@ from zephon.torch._workers import WorkerDiedError
 
 __all__ = [
     "DataLoader", "IndexedDataset", "StreamDataset", "Topology", "WorkerDiedError", "all_gather_state", "collate",
-    "detect_topology", "load_checkpoint", "merge_states", "migrate_checkpoint", "save_checkpoint",
-    "stateful_dataloader_state",
+    "complete_steps", "detect_topology", "finalize_checkpoint_dir", "load_checkpoint", "load_checkpoint_dir",
+    "merge_states", "migrate_checkpoint", "save_checkpoint", "save_checkpoint_dir", "stateful_dataloader_state",
 ]

@@ -20,7 +20,7 @@ import functools
 import json
 import logging
 import sys
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, cast
 
 import numpy as np
 import torch
@@ -32,6 +32,7 @@ from zephon.runtime import (
     count_ranks, countable, even_target, log_once, maybe_finite, rank_lanes,
 )
 from zephon.torch._bundles import Bundle, Plan, Readers, widen_pipe
+from zephon.torch._dcp import dcp_caller, dcp_state_dict, from_dcp, is_dcp_form
 from zephon.torch._dist import collective_device
 from zephon.torch._iterator import LoaderIterator
 from zephon.torch._slots import SPARE
@@ -382,12 +383,23 @@ class DataLoader(tud.DataLoader[Bundle]):
         a training framework that fetches batches ahead of the step it trains (Lightning and
         accelerate fetch one ahead: the step trained on batch n while the loader has yielded
         n + 1). At most ``zephon.limits.MAX_LAG`` (4) batches of the running iteration;
-        ``ValueError`` beyond what it yielded."""
+        ``ValueError`` beyond what it yielded.
+
+        Called by ``torch.distributed.checkpoint`` (``save``, ``async_save``, ``load``), it
+        returns one entry per lane instead (``{"zephon_lanes": {lane: JSON}}``): DCP keeps each
+        key once, and only a lane's own rank holds its key, so a checkpoint saved on N ranks
+        loads on M."""
+        caller = dcp_caller()
+        if caller is not None:
+            return cast(LoaderStateDict, dcp_state_dict(self._zephon_book, lambda: self._state(lag), caller))
         if (sys._getframe(1).f_globals.get("__name__", "").startswith(("lightning.", "pytorch_lightning."))
                 and not self._countable()):  # Lightning fetches ahead of its step when a loader has no length
             log_once("zephon: Lightning saves this DataLoader's state in its checkpoints, but it fetches a batch "
                      "ahead of the step it trains (the loader has no length), so that state is one batch past the "
                      "step and a resume would skip a batch: use zephon.lightning.DataModule(pipeline, ...) instead")
+        return self._state(lag)
+
+    def _state(self, lag: int) -> LoaderStateDict:
         if type(lag) is not int or not 0 <= lag <= MAX_LAG:
             raise ValueError(f"state_dict(lag={lag!r}) must be an int in 0 .. {MAX_LAG} (batches before the last one "
                              "yielded)")
@@ -407,7 +419,12 @@ class DataLoader(tud.DataLoader[Bundle]):
         """Resume from ``state``: this rank's state, or a merged global state of any earlier
         topology with the same ``canonical_replicas``. Checks everything before changing anything.
         An iterator already running keeps going but no longer moves the loader's position.
-        With ``even_batches`` the step count is counted again from the loaded positions."""
+        With ``even_batches`` the step count is counted again from the loaded positions.
+        Also takes what ``torch.distributed.checkpoint.load`` loaded for this loader."""
+        if is_dcp_form(state):
+            state = from_dcp(state)
+            if state is None:
+                return  # this rank reads no lane
         self._zephon_book.load(state)
         if self._zephon_live is not None:
             self._zephon_live.settle()

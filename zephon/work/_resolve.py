@@ -24,7 +24,6 @@ from zephon.core.config import (
     DatasetPlan,
     SourceConfig,
 )
-from zephon.core.index import is_finite
 from zephon.core.tokens import MAX_DATASETS as MAX_TOKEN_DATASETS
 from zephon.core.tokens import token_shares
 from zephon.io import Dataset

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any, Final, Mapping, Sequence, TypedDict
 
 from zephon.core import checkpoint, coverage, phases
-from zephon.core.config import REPEAT, SourceConfig
+from zephon.core.config import SourceConfig
 from zephon.core.phases import PhasedConfig, PhasedState
 from zephon.core.tokens import token_shares, with_ratios
 from zephon.io import Dataset

@@ -1,0 +1,87 @@
+"""A directory of small whole files, local or in object storage: list, read, write, remove.
+
+Checkpoint directories are kept in one. A file is written whole or not at all: on a local
+disk through :func:`zephon.io.atomic.write_atomically` (temporary file, fsync, rename), in
+object storage as one upload (an object appears once its upload completes; a writer killed
+before leaves nothing). Listings of object stores are consistent after a write on S3, GCS and
+Azure, which the checkpoint directory relies on (a file written is listed).
+"""
+from __future__ import annotations
+
+import os
+import shutil
+from typing import Any, Callable
+
+import pyarrow as pa
+import pyarrow.fs as pafs
+
+from zephon.io._fs import Location, locate
+from zephon.io.atomic import write_atomically
+from zephon.io.local import open_regular
+
+
+class Store:
+    """The directory ``uri`` (a local path or an object-store URI; ``filesystem`` as for
+    datasets); ``what`` names it in errors. Names are ``/``-separated paths inside it."""
+
+    def __init__(self, uri: Any, filesystem: Any = None, *, what: str = "Checkpoint directory"):
+        self.location: Location = locate(uri, filesystem, name=os.fspath(uri) if isinstance(uri, os.PathLike) else
+                                         str(uri), what=what)
+        self.what = what
+
+    @property
+    def uri(self) -> str:
+        return self.location.uri
+
+    def uri_of(self, name: str) -> str:
+        return self.location.uri_of(name)
+
+    def listing(self, folder: str = "") -> tuple[list[str], list[str]]:
+        """The folders and the files directly in ``folder`` (sorted names); empty if it does not exist."""
+        path = self.location.path(folder) if folder else self.location.root
+        try:
+            infos = self.location.fs.get_file_info(pafs.FileSelector(path, recursive=False, allow_not_found=True))
+        except (OSError, pa.ArrowException) as error:
+            raise OSError(f"{self.what} {self.uri}: cannot list {folder or '.'} ({error}); check that it exists and "
+                          "that the credentials allow listing it") from error
+        folders = sorted(i.base_name for i in infos if i.type == pafs.FileType.Directory)
+        return folders, sorted(i.base_name for i in infos if i.type == pafs.FileType.File)
+
+    def read(self, name: str, check_size: Callable[[int, str], None]) -> bytes:
+        """The bytes of file ``name``; ``check_size(size, uri)`` may refuse it before it is read."""
+        if self.location.is_local:
+            with open_regular(self.location.path(name), "checkpoint") as file:
+                size = os.fstat(file.fileno()).st_size
+                check_size(size, self.uri_of(name))
+                return file.read(size + 1)
+        info = self.location.info(name)
+        if info.type != pafs.FileType.File:
+            raise FileNotFoundError(f"{self.what} {self.uri}: {name} does not exist")
+        check_size(int(info.size), self.uri_of(name))
+        return self.location.read_bytes(name)
+
+    def write(self, name: str, data: bytes) -> None:
+        """Write file ``name`` whole (its folders are made as needed)."""
+        if self.location.is_local:
+            path = self.location.path(name)
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            write_atomically(path, data)
+            return
+        try:
+            with self.location.fs.open_output_stream(self.location.path(name)) as stream:
+                stream.write(data)
+        except (OSError, pa.ArrowException) as error:
+            raise OSError(f"{self.what} {self.uri}: cannot write {name} ({error}); check the credentials and that "
+                          "the bucket exists") from error
+
+    def remove(self, folder: str) -> None:
+        """Remove ``folder`` and everything in it (nothing if it is already gone)."""
+        if self.location.is_local:
+            shutil.rmtree(self.location.path(folder), ignore_errors=True)
+            return
+        try:
+            self.location.fs.delete_dir(self.location.path(folder))
+        except FileNotFoundError:
+            pass
+        except (OSError, pa.ArrowException) as error:
+            raise OSError(f"{self.what} {self.uri}: cannot remove {folder} ({error})") from error

@@ -1,0 +1,287 @@
+"""Checkpoint directories: each rank saves its own lanes (no collective); a step counts once
+every lane is there, and a marker says so.
+
+Layout (``<run>``: the first 16 hex digits of the run's fingerprint)::
+
+    <directory>/step-000000001200.<run>/rank-00000-of-00002.ckpt   # rank 0's lanes
+                                       /rank-00001-of-00002.ckpt
+                                       /complete.ckpt               # the marker: every lane, merged
+
+Every file is a checkpoint file (header, sha256, JSON; see ``zephon.runtime._checkpoint``)
+written whole or not at all. A rank writes its file, then lists the step's folder: the rank
+that finds every rank's file there merges them, checks that they cover every lane and writes
+the marker (ranks that finish at the same instant write the same marker). Whoever finishes
+last lists after every other rank's write, so a step whose files are all written is marked
+unless the rank that marks it dies first (:func:`finalize_checkpoint_dir` marks it then).
+One directory holds one run: a save refuses a directory with another run's steps.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from zephon.io import Store
+from zephon.runtime._checkpoint import check_size, decode_checkpoint, encode_checkpoint
+from zephon.runtime._state import LoaderState, LoaderStateDict, merge_states, parse_state
+
+log = logging.getLogger("zephon")
+MARKER = "complete.ckpt"
+_STEP = re.compile(r"step-(\d{12,})\.([0-9a-f]{16})")
+_RANK = re.compile(r"rank-(\d{5,})-of-(\d{5,})\.ckpt")
+DEFAULT_KEEP = 3
+
+
+@dataclass(frozen=True, slots=True)
+class _Step:
+    number: int
+    run: str  # 16 hex digits
+    folder: str
+
+
+def _folder(step: int, run: str) -> str:
+    return f"step-{step:012d}.{run[:16]}"
+
+
+def _rank_file(rank: int, world_size: int) -> str:
+    return f"rank-{rank:05d}-of-{world_size:05d}.ckpt"
+
+
+def _steps(store: Store) -> list[_Step]:
+    """The step folders of the directory, by step number (other entries are left alone)."""
+    folders, _ = store.listing()
+    found = [(m, name) for name in folders if (m := _STEP.fullmatch(name))]
+    return sorted((_Step(int(m.group(1)), m.group(2), name) for m, name in found), key=lambda s: (s.number, s.run))
+
+
+def _rank_files(files: list[str]) -> dict[int, set[int]]:
+    """world size -> the ranks whose files are there."""
+    out: dict[int, set[int]] = {}
+    for name in files:
+        match = _RANK.fullmatch(name)
+        if match:
+            out.setdefault(int(match.group(2)), set()).add(int(match.group(1)))
+    return out
+
+
+def _read(store: Store, name: str) -> LoaderStateDict:
+    return decode_checkpoint(store.read(name, check_size), store.uri_of(name))  # type: ignore[return-value]
+
+
+def _state_of(loader: Any) -> Any:
+    state_dict = getattr(loader, "state_dict", None)
+    return state_dict() if callable(state_dict) else loader
+
+
+def _rank_of(parsed: LoaderState) -> tuple[int, int]:
+    """The rank and world size a per-rank state was taken on."""
+    ranks, world = parsed.topology.get("ranks"), parsed.topology.get("world_size")
+    if not (isinstance(ranks, list) and len(ranks) == 1 and type(ranks[0]) is int and type(world) is int
+            and 0 <= ranks[0] < world):
+        raise ValueError(f"save_checkpoint_dir saves one rank's state (loader.state_dict() on that rank); this one "
+                         f"was taken on ranks {ranks} of world_size {world}: save a merged state with save_checkpoint")
+    return ranks[0], world
+
+
+def _check_arguments(step: Any, keep: Any) -> None:
+    if type(step) is not int or step < 0:
+        raise ValueError(f"save_checkpoint_dir: step={step!r} must be an int >= 0 (the training step the state "
+                         "is after)")
+    if keep is not None and (type(keep) is not int or keep < 1):
+        raise ValueError(f"save_checkpoint_dir: keep={keep!r} must be an int >= 1 (complete steps kept) or None "
+                         "(keep every step)")
+
+
+def _refuse_other_runs(store: Store, steps: list[_Step], run: str) -> None:
+    others = sorted({s.run for s in steps if s.run != run[:16]})
+    if others:
+        at = [s.number for s in steps if s.run != run[:16]]
+        raise ValueError(f"checkpoint directory {store.uri} holds checkpoints of another run ({', '.join(others)}, "
+                         f"steps {at[:8]}{'...' if len(at) > 8 else ''}); this loader's run is {run[:16]}. Two jobs "
+                         "must not share a checkpoint directory (a run migrated to a new mixture is another run): "
+                         "give this one its own directory")
+
+
+def save_checkpoint_dir(directory: str | os.PathLike[str], loader: Any, *, step: int, keep: int | None = DEFAULT_KEEP,
+                        filesystem: Any = None) -> bool:
+    """Save this rank's lanes as step ``step`` of the checkpoint directory; no collective.
+
+    Call it on every rank at the same steps. ``loader`` is a zephon ``DataLoader`` (its
+    ``state_dict()`` is saved) or a state one returned (e.g. ``state_dict(lag=1)``).
+    ``directory`` is a local path or an object-store URI (``s3://bucket/run1``; or a path with
+    ``filesystem``, a ``pyarrow.fs.FileSystem`` or fsspec filesystem). The rank that completes
+    the step (every rank's file is there) marks it complete and then removes old steps: all
+    but the newest ``keep`` complete steps (default 3; ``None`` keeps all) and the incomplete
+    steps before the newest complete one. Returns whether the step is complete.
+
+    Refuses (``ValueError``, before writing) a directory that holds another run's steps, and a
+    step already complete with other positions for this rank's lanes.
+    """
+    state = _state_of(loader)
+    parsed = parse_state(state)
+    rank, world = _rank_of(parsed)
+    _check_arguments(step, keep)
+    if parsed.run is None:
+        raise ValueError("save_checkpoint_dir: the state names no run (a version 1 state); save a state of this "
+                         "zephon's loader")
+    store = Store(directory, filesystem)
+    _refuse_other_runs(store, _steps(store), parsed.run)
+    folder = _folder(step, parsed.run)
+    if MARKER in store.listing(folder)[1]:
+        _check_same(store, folder, parsed, rank)
+        return True
+    name = f"{folder}/{_rank_file(rank, world)}"
+    store.write(name, encode_checkpoint(state, store.uri_of(name)))
+    if not _complete(store, folder, world, parsed.canonical_replicas):
+        return False
+    if keep is not None:
+        _clean(store, keep)
+    return True
+
+
+def _check_same(store: Store, folder: str, parsed: LoaderState, rank: int) -> None:
+    """A step saved again after it was complete: this rank's positions must be those it holds."""
+    marked = parse_state(_read(store, f"{folder}/{MARKER}"))
+    differ = [lane for lane, entry in parsed.entries.items() if marked.entries.get(lane) != entry]
+    if differ:
+        raise ValueError(f"save_checkpoint_dir: step {folder} of {store.uri} is already complete, and rank {rank}'s "
+                         f"lanes {differ[:8]} stand elsewhere now; each save needs a new step number (the training "
+                         "step the state is after)")
+
+
+def _complete(store: Store, folder: str, world: int, replicas: int) -> bool:
+    """Mark ``folder`` complete if every rank of ``world`` has its file there; whether it is complete."""
+    files = store.listing(folder)[1]
+    if MARKER in files:
+        return True
+    if _rank_files(files).get(world, set()) != set(range(world)):
+        return False
+    merged = merge_states(_read(store, f"{folder}/{_rank_file(r, world)}") for r in range(world))
+    missing = sorted(set(range(replicas)) - set(parse_state(merged).entries))
+    if missing:
+        log.warning("zephon: step %s of %s has every rank's file but lacks lanes %s; it stays incomplete", folder,
+                    store.uri, missing[:16])
+        return False
+    store.write(f"{folder}/{MARKER}", encode_checkpoint(merged, store.uri_of(f"{folder}/{MARKER}")))
+    return True
+
+
+def _is_complete(store: Store, step: _Step) -> bool:
+    return MARKER in store.listing(step.folder)[1]
+
+
+def _clean(store: Store, keep: int) -> None:
+    """Remove all but the newest ``keep`` complete steps, and incomplete steps older than the newest complete."""
+    steps = _steps(store)
+    complete = [s for s in steps if _is_complete(store, s)]
+    if not complete:
+        return
+    kept = {s.folder for s in complete[-keep:]}
+    newest = complete[-1].number
+    removed = [s for s in steps if s.folder not in kept and s.number < newest]
+    for s in removed:
+        store.remove(s.folder)
+    if removed:
+        log.info("zephon: removed checkpoint steps %s of %s (keep=%d complete steps)", [s.number for s in removed],
+                 store.uri, keep)
+
+
+def complete_steps(directory: str | os.PathLike[str], *, filesystem: Any = None) -> list[int]:
+    """The complete steps of a checkpoint directory, ascending ([] if there is none or no directory)."""
+    store = Store(directory, filesystem)
+    return [s.number for s in _one_run(store, _steps(store)) if _is_complete(store, s)]
+
+
+def _one_run(store: Store, steps: list[_Step]) -> list[_Step]:
+    runs = sorted({s.run for s in steps})
+    if len(runs) > 1:
+        by_run = {run: [s.number for s in steps if s.run == run] for run in runs}
+        raise ValueError(f"checkpoint directory {store.uri} holds checkpoints of {len(runs)} runs {by_run}: two "
+                         "jobs wrote into it; they are never merged. Move one run's step folders (named "
+                         "step-<number>.<run>) to a directory of its own")
+    return steps
+
+
+def load_checkpoint_dir(directory: str | os.PathLike[str], step: int | None = None, *, expect: Any = None,
+                        filesystem: Any = None) -> LoaderStateDict:
+    """The global state of the newest complete step (or of ``step``) of a checkpoint directory.
+
+    Restores on any topology: pass it to ``loader.load_state_dict`` on every rank. Steps newer
+    than the one loaded that are incomplete (a rank died during its save) are skipped, with a
+    warning naming their missing ranks. Raises ``FileNotFoundError`` when there is no complete
+    step, and ``ValueError`` when ``step`` is incomplete (naming its missing ranks and lanes)
+    or the directory holds two runs. ``expect`` (a zephon loader) also checks that the state
+    restores there (its ``check_state_dict``).
+    """
+    store = Store(directory, filesystem)
+    steps = _one_run(store, _steps(store))
+    chosen = _chosen(store, steps, step)
+    state = _read(store, f"{chosen.folder}/{MARKER}")
+    if expect is not None:
+        expect.check_state_dict(state)
+    return state
+
+
+def _chosen(store: Store, steps: list[_Step], step: int | None) -> _Step:
+    if step is not None:
+        match = [s for s in steps if s.number == step]
+        if not match:
+            raise FileNotFoundError(f"checkpoint directory {store.uri} has no step {step} (its steps: "
+                                    f"{[s.number for s in steps][-16:]})")
+        if not _is_complete(store, match[0]):
+            raise ValueError(f"step {step} of {store.uri} is incomplete: {_incomplete(store, match[0])}; it is "
+                             "never loaded: load an earlier step (or the newest complete one, step=None)")
+        return match[0]
+    for s in reversed(steps):
+        if _is_complete(store, s):
+            return s
+        log.warning("zephon: step %d of %s is incomplete (%s): skipped", s.number, store.uri, _incomplete(store, s))
+    raise FileNotFoundError(f"checkpoint directory {store.uri} holds no complete step (steps: "
+                            f"{[s.number for s in steps][-16:]}): nothing to resume from")
+
+
+def _incomplete(store: Store, step: _Step) -> str:
+    """What an unmarked step lacks: the missing ranks (and their lanes) of the topology it was saved on."""
+    files = store.listing(step.folder)[1]
+    by_world = _rank_files(files)
+    if not by_world:
+        return "no rank's file was written"
+    world = max(by_world, key=lambda w: (len(by_world[w]) / w, w))
+    present = sorted(by_world[world])
+    missing_ranks = sorted(set(range(world)) - set(present))
+    if not missing_ranks:
+        return (f"every rank's file is there but the marker is not (the rank that marks it stopped first): "
+                f"zephon.torch.finalize_checkpoint_dir(directory, step={step.number}) checks and marks it")
+    merged = parse_state(merge_states(_read(store, f"{step.folder}/{_rank_file(r, world)}") for r in present))
+    lanes = sorted(set(range(merged.canonical_replicas)) - set(merged.entries))
+    return (f"ranks {missing_ranks[:16]} of {world} did not save; lanes {_ranges(lanes)} of "
+            f"{merged.canonical_replicas} are missing")
+
+
+def _ranges(lanes: list[int]) -> str:
+    """``[0, 1, 2, 5]`` as ``0-2, 5`` (the first 8 runs)."""
+    runs: list[list[int]] = []
+    for lane in lanes:
+        if runs and runs[-1][1] == lane - 1:
+            runs[-1][1] = lane
+        else:
+            runs.append([lane, lane])
+    text = ", ".join(f"{a}-{b}" if a != b else f"{a}" for a, b in runs[:8])
+    return text + (", ..." if len(runs) > 8 else "")
+
+
+def finalize_checkpoint_dir(directory: str | os.PathLike[str], step: int, *, filesystem: Any = None) -> bool:
+    """Mark ``step`` complete if every rank's file is there and they cover every lane (for a
+    step whose marking rank died after its save); returns whether the step is complete."""
+    store = Store(directory, filesystem)
+    match = [s for s in _one_run(store, _steps(store)) if s.number == step]
+    if not match:
+        raise FileNotFoundError(f"checkpoint directory {store.uri} has no step {step}")
+    by_world = _rank_files(store.listing(match[0].folder)[1])
+    for world in sorted(by_world, reverse=True):
+        state = parse_state(_read(store, f"{match[0].folder}/{_rank_file(min(by_world[world]), world)}"))
+        if _complete(store, match[0].folder, world, state.canonical_replicas):
+            return True
+    return False
