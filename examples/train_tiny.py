@@ -4,10 +4,16 @@
     torchrun --nproc-per-node 2 examples/train_tiny.py --steps 60 --checkpoint-dir /tmp/tiny
 
 Two in-memory datasets of (x, y) records, mixed 3:1, train a linear model. Every
-``--save-every`` steps rank 0 writes the model and the loader's global state; run the script
-again with the same ``--checkpoint-dir`` and it continues where it stopped, also on another
-number of processes (the data checkpoint records lanes, not ranks). ``--stop-at N`` ends the
-run after step N, as a crash would.
+``--save-every`` steps the run checkpoints the model and the loader; run the script again with
+the same ``--checkpoint-dir`` and it continues where it stopped, also on another number of
+processes (the data checkpoint records lanes, not ranks). ``--stop-at N`` ends the run after
+step N, as a crash would. ``--checkpoint`` chooses how:
+
+* ``file``: the ranks gather the loader's state (a collective) and rank 0 writes one file;
+* ``dir``: every rank saves its own lanes into a checkpoint directory (no collective); a step
+  counts once every rank's file is there;
+* ``dcp``: model, optimizer and loader go through ``torch.distributed.checkpoint``, one
+  folder per step (DCP writes the folder's ``.metadata`` last: a folder with it is complete).
 """
 import argparse
 import os
@@ -15,6 +21,8 @@ import os
 import numpy as np
 import torch
 import torch.distributed as dist
+import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
 import zephon.torch as zt
 from zephon import Dataset, Pipeline, StaticMixtureWorkSource
@@ -40,18 +48,84 @@ def to_tensors(item):
             "y": torch.tensor(item["y"], dtype=torch.float32)}
 
 
+def resume_file(directory, loader, net, optimizer):
+    data_path = os.path.join(directory, "data.ckpt")
+    if not os.path.exists(data_path):
+        return 0
+    loader.load_state_dict(zt.load_checkpoint(data_path))  # any number of ranks and workers
+    saved = torch.load(os.path.join(directory, "model.pt"))
+    net.load_state_dict(saved["model"])
+    optimizer.load_state_dict(saved["optimizer"])
+    return saved["step"]
+
+
+def save_file(directory, loader, net, optimizer, step):
+    state = zt.all_gather_state(loader.state_dict())  # a collective: every rank calls it
+    if rank_of() == 0:
+        os.makedirs(directory, exist_ok=True)
+        torch.save({"model": net.state_dict(), "optimizer": optimizer.state_dict(), "step": step},
+                   os.path.join(directory, "model.pt"))
+        zt.save_checkpoint(os.path.join(directory, "data.ckpt"), state)  # written last: the checkpoint is complete
+
+
+def resume_dir(directory, loader, net, optimizer):
+    steps = zt.complete_steps(os.path.join(directory, "data"))
+    if not steps:
+        return 0
+    loader.load_state_dict(zt.load_checkpoint_dir(os.path.join(directory, "data"), steps[-1]))
+    saved = torch.load(os.path.join(directory, f"model-{steps[-1]}.pt"))
+    net.load_state_dict(saved["model"])
+    optimizer.load_state_dict(saved["optimizer"])
+    return steps[-1]
+
+
+def save_dir(directory, loader, net, optimizer, step):
+    if rank_of() == 0:  # the model first: a step whose data is complete has its model
+        os.makedirs(directory, exist_ok=True)
+        torch.save({"model": net.state_dict(), "optimizer": optimizer.state_dict()},
+                   os.path.join(directory, f"model-{step}.pt"))
+    zt.save_checkpoint_dir(os.path.join(directory, "data"), loader, step=step)  # every rank, no collective
+
+
+def dcp_state(loader, net, optimizer, step):
+    model, optim = get_state_dict(net, optimizer)
+    return {"model": model, "optimizer": optim, "data": loader, "step": torch.tensor(step)}
+
+
+def resume_dcp(directory, loader, net, optimizer):
+    done = [name for name in os.listdir(directory) if os.path.exists(os.path.join(directory, name, ".metadata"))] \
+        if os.path.isdir(directory) else []
+    if not done:
+        return 0
+    state = dcp_state(loader, net, optimizer, 0)
+    dcp.load(state, checkpoint_id=os.path.join(directory, max(done)))  # the loader is a Stateful
+    set_state_dict(net, optimizer, model_state_dict=state["model"], optim_state_dict=state["optimizer"])
+    return int(state["step"])
+
+
+def save_dcp(directory, loader, net, optimizer, step):
+    dcp.save(dcp_state(loader, net, optimizer, step), checkpoint_id=os.path.join(directory, f"step-{step:08d}"))
+
+
+CHECKPOINTS = {"file": (resume_file, save_file), "dir": (resume_dir, save_dir), "dcp": (resume_dcp, save_dcp)}
+
+
+def rank_of():
+    return dist.get_rank() if dist.is_initialized() else 0
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=60)
     parser.add_argument("--save-every", type=int, default=10)
     parser.add_argument("--stop-at", type=int, default=None, help="end after this step, as a crash would")
     parser.add_argument("--checkpoint-dir", default="tiny-checkpoints")
+    parser.add_argument("--checkpoint", choices=sorted(CHECKPOINTS), default="file")
     parser.add_argument("--workers", type=int, default=0)
     args = parser.parse_args()
 
     if "WORLD_SIZE" in os.environ:  # launched by torchrun: one process per rank
         dist.init_process_group("gloo")
-    rank = dist.get_rank() if dist.is_initialized() else 0
     torch.manual_seed(0)
 
     source = StaticMixtureWorkSource(
@@ -66,17 +140,10 @@ def main():
     model = torch.nn.parallel.DistributedDataParallel(net) if dist.is_initialized() else net
     optimizer = torch.optim.SGD(net.parameters(), lr=0.05)
 
-    data_path = os.path.join(args.checkpoint_dir, "data.ckpt")
-    model_path = os.path.join(args.checkpoint_dir, "model.pt")
-    step = 0
-    if os.path.exists(data_path):
-        loader.load_state_dict(zt.load_checkpoint(data_path))  # any number of ranks and workers
-        saved = torch.load(model_path)
-        net.load_state_dict(saved["model"])
-        optimizer.load_state_dict(saved["optimizer"])
-        step = saved["step"]
-        if rank == 0:
-            print(f"resumed at step {step}")
+    resume, save = CHECKPOINTS[args.checkpoint]
+    step = resume(args.checkpoint_dir, loader, net, optimizer)
+    if step and rank_of() == 0:
+        print(f"resumed at step {step}")
 
     for batch in loader:
         if step >= args.steps:
@@ -87,12 +154,8 @@ def main():
         optimizer.step()
         step += 1
         if step % args.save_every == 0:
-            state = zt.all_gather_state(loader.state_dict())  # a collective: every rank calls it
-            if rank == 0:
-                os.makedirs(args.checkpoint_dir, exist_ok=True)
-                torch.save({"model": net.state_dict(), "optimizer": optimizer.state_dict(), "step": step},
-                           model_path)
-                zt.save_checkpoint(data_path, state)  # written last: it marks the checkpoint complete
+            save(args.checkpoint_dir, loader, net, optimizer, step)
+            if rank_of() == 0:
                 print(f"step {step}: loss {loss.item():.4f} (checkpoint saved)")
         if step == args.stop_at:
             break

@@ -47,14 +47,21 @@ def test_per_dataset_settings_end_when_books_cannot_supply_its_quota():
 
 
 def test_train_tiny_runs_checkpoints_and_resumes_under_torchrun(tmp_path):
-    """One process until a "crash" after step 15, then two processes resume from step 10's checkpoint."""
+    """Each way to checkpoint: a "crash" after step 15 (one process without torchrun, or two),
+    then a resume from step 10's checkpoint on more processes under torchrun. The checkpoint
+    directory and DCP continue to the same model."""
     script = os.path.join(ROOT, "examples", "train_tiny.py")
-    first = run([sys.executable, script, "--steps", "20", "--stop-at", "15", "--checkpoint-dir", str(tmp_path)])
-    assert "step 10: loss" in first and "step 20" not in first
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node"]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    again = run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-                 script, "--steps", "20", "--checkpoint-dir", str(tmp_path)], env=env)
-    assert again.startswith("resumed at step 10") and "step 20: loss" in again
+    last = {}
+    for style, before, after in [("file", [], "2"), ("dir", [*torchrun, "2"], "3"), ("dcp", [*torchrun, "2"], "3")]:
+        args = [script, "--steps", "20", "--checkpoint", style, "--checkpoint-dir", str(tmp_path / style)]
+        first = run([*(before or [sys.executable]), *args, "--stop-at", "15"], env=env)
+        assert "step 10: loss" in first and "step 20" not in first
+        again = run([*torchrun, after, *args], env=env)
+        assert again.startswith("resumed at step 10") and "step 20: loss" in again
+        last[style] = again.splitlines()[-1]
+    assert last["dir"] == last["dcp"], last
 
 
 def test_every_example_is_included_in_the_docs():
