@@ -146,7 +146,7 @@ def _check_same(store: Store, folder: str, parsed: LoaderState, rank: int) -> No
     marked = parse_state(_read(store, f"{folder}/{MARKER}"))
     differ = [lane for lane, entry in parsed.entries.items() if marked.entries.get(lane) != entry]
     if differ:
-        raise ValueError(f"save_checkpoint_dir: step {folder} of {store.uri} is already complete, and rank {rank}'s "
+        raise ValueError(f"save_checkpoint_dir: {folder} of {store.uri} is already complete, and rank {rank}'s "
                          f"lanes {differ[:8]} stand elsewhere now; each save needs a new step number (the training "
                          "step the state is after)")
 
@@ -161,7 +161,7 @@ def _complete(store: Store, folder: str, world: int, replicas: int) -> bool:
     merged = merge_states(_read(store, f"{folder}/{_rank_file(r, world)}") for r in range(world))
     missing = sorted(set(range(replicas)) - set(parse_state(merged).entries))
     if missing:
-        log.warning("zephon: step %s of %s has every rank's file but lacks lanes %s; it stays incomplete", folder,
+        log.warning("zephon: %s of %s has every rank's file but lacks lanes %s; it stays incomplete", folder,
                     store.uri, missing[:16])
         return False
     store.write(f"{folder}/{MARKER}", encode_checkpoint(merged, store.uri_of(f"{folder}/{MARKER}")))
