@@ -22,7 +22,7 @@ from zephon.testing import assert_replay_equivalent, collect, phased_source_conf
 from zephon.torch import migrate_checkpoint
 from zephon.work import Phase, PhasedMixtureWorkSource, TokenEstimation, migrate
 
-from helpers import three_datasets
+from helpers import three_datasets, write_jsonl
 
 
 def _one_pass(kwargs: dict) -> dict:
@@ -390,3 +390,22 @@ def test_under_carry_each_dataset_continues_its_sequence_across_pass_ends():
         going_on, resumed = _sequence(cut_lane(), name, 12), _sequence(moved, name, 12)
         common = min(len(going_on), len(resumed))
         assert common > 10 and going_on[:common] == resumed[:common]
+
+
+def test_migrate_checkpoint_refuses_a_renamed_dataset(tmp_path):
+    docs = [[f"web {k}" for k in range(30)]] * 2
+    roots = {"web": write_jsonl(tmp_path / "web", docs), "mirror": write_jsonl(tmp_path / "mirror", docs),
+             "code": write_jsonl(tmp_path / "code", [[f"code {k}" for k in range(30)]] * 2)}
+
+    def source(**names):  # name in the source -> its folder
+        datasets = [Dataset.from_path(name, roots[folder]) for name, folder in names.items()]
+        return StaticMixtureWorkSource(datasets, dict.fromkeys(names, 1), chunk_size=8, exhausted_policy="repeat")
+
+    old = source(web="web", mirror="mirror", code="code")
+    lane = old.clone_for_lane(0, 1)
+    lane.next_chunk()
+    checkpoint = make_state(1, {0: (lane.state_dict(), 0, 0)}, dataset_fingerprints(old.datasets_by_id), {})
+    assert migrate_checkpoint(checkpoint, source(web="web", code="code")).state
+    assert migrate_checkpoint(checkpoint, source(mirror="mirror", code="code")).state, "web dropped, its twin kept"
+    with pytest.raises(ValueError, match="dataset 'web' of the checkpoint is 'pages' in the new source.*keep the name"):
+        migrate_checkpoint(checkpoint, source(pages="web", code="code"))

@@ -5,7 +5,7 @@ from typing import Any
 
 from zephon.limits import MAX_REPLICAS, show
 from zephon.runtime._packed import initial_operator
-from zephon.runtime._state import dataset_fingerprints, make_state, missing_lanes, parse_state, run_fingerprint
+from zephon.runtime._state import DatasetRecord, dataset_fingerprints, make_state, missing_lanes, parse_state, run_fingerprint
 from zephon.work.migration import Migration, lane_state, migrate_lanes
 
 
@@ -45,6 +45,8 @@ def migrate_checkpoint(checkpoint: Any, new_pipeline_or_source: Any, *, canonica
         raise ValueError(f"migrate_checkpoint needs every lane of the run, the checkpoint lacks {missing}; pass the "
                          "global checkpoint (merge_states / all_gather_state of every rank's state)")
     source = getattr(new_pipeline_or_source, "source", new_pipeline_or_source)
+    datasets = dataset_fingerprints(source.datasets_by_id)
+    _refuse_renamed(parsed.datasets, datasets)
     replicas = parsed.canonical_replicas if canonical_replicas is None else canonical_replicas
     new_state, report, history, orders = migrate_lanes(
         {lane: (entry[0], entry[1]) for lane, entry in parsed.entries.items()}, source, requeue)
@@ -53,12 +55,27 @@ def migrate_checkpoint(checkpoint: Any, new_pipeline_or_source: Any, *, canonica
     report["canonical_replicas"] = {"before": parsed.canonical_replicas, "after": replicas}
     report["packers"] = {name: {"documents_held": sum(_window(op) for op in by_lane.values())}
                          for name, by_lane in parsed.operators.items()}
-    datasets = dataset_fingerprints(source.datasets_by_id)
     packing = getattr(new_pipeline_or_source, "packing", None)
     operators = None if packing is None else {packing.name: {lane: initial_operator(packing) for lane in entries}}
     state: dict[str, Any] = dict(make_state(replicas, entries, datasets, {}, run=run_fingerprint(source, replicas, datasets),
                                             operators=operators))
     return Migration(state, report)
+
+
+def _refuse_renamed(saved: list[DatasetRecord], new: list[DatasetRecord]) -> None:
+    """A dataset under a new name would start its passes again: refuse it, naming both names."""
+    new_names, saved_names = {d["name"] for d in new}, {d["name"] for d in saved}
+    gone: dict[str, str] = {}
+    for d in saved:
+        if d["fingerprint"] is not None and d["name"] not in new_names:
+            gone.setdefault(d["fingerprint"], d["name"])
+    renamed = [(gone[d["fingerprint"]], d["name"]) for d in new
+               if d["fingerprint"] in gone and d["name"] not in saved_names]
+    if renamed:
+        old, now = renamed[0]
+        raise ValueError(f"migrate_checkpoint: dataset {old!r} of the checkpoint is {now!r} in the new source (the "
+                         f"same content fingerprint); under a new name it would start its passes again and repeat "
+                         f"what the run read: keep the name {old!r}")
 
 
 def _window(operator: Any) -> int:
