@@ -100,8 +100,8 @@ def test_an_incomplete_step_is_never_loaded_and_is_described(tmp_path, caplog):
     with caplog.at_level(logging.WARNING, logger="zephon"):
         state = zt.load_checkpoint_dir(tmp_path)
     assert state == zt.load_checkpoint_dir(tmp_path, 10)
-    assert "step 20" in caplog.text and "ranks [0, 2] of 3 did not save" in caplog.text
-    with pytest.raises(ValueError, match=r"step 20 .* incomplete: ranks \[0, 2\] of 3 did not save; lanes 0-2, 5-6 "
+    assert "step 20" in caplog.text and "ranks 0, 2 of 3 did not save" in caplog.text
+    with pytest.raises(ValueError, match=r"step 20 .* incomplete: ranks 0, 2 of 3 did not save; lanes 0-2, 5-6 "
                                          r"of 7 are missing; it is never loaded"):
         zt.load_checkpoint_dir(tmp_path, 20)
     with pytest.raises(FileNotFoundError, match="has no step 15"):
@@ -211,7 +211,7 @@ def test_an_object_store_holds_a_checkpoint_directory(endpoint, tmp_path):
     zt.save_checkpoint_dir(uri, loaders[1], step=4)
     assert zt.complete_steps(uri) == [2, 3]
     assert zt.load_checkpoint_dir(uri) == zt.load_checkpoint_dir(uri, 3)
-    with pytest.raises(ValueError, match="step 4 of s3://ckpts/run1 is incomplete: ranks \\[0\\] of 2"):
+    with pytest.raises(ValueError, match="step 4 of s3://ckpts/run1 is incomplete: ranks 0 of 2"):
         zt.load_checkpoint_dir(uri, 4)
     store = Store(uri)
     assert len(store.listing()[0]) == 3  # steps 2, 3 and the incomplete 4
@@ -227,3 +227,90 @@ def test_a_state_of_another_run_fingerprint_is_refused(tmp_path):
     forged = make_state(parsed.canonical_replicas, parsed.entries, parsed.datasets, parsed.topology, run="0" * 32)
     with pytest.raises(ValueError, match=r"another run \(run 0{32}"):
         loaders[0].load_state_dict(forged)
+
+
+def resumed_ranks(directory, world, step=None, batch_size=4):
+    """The ranks of a job resumed from ``directory`` (its newest complete step, or ``step``)."""
+    state = zt.load_checkpoint_dir(directory, step)
+    loaders = [zt.DataLoader(Pipeline(make_source()), batch_size=batch_size, rank=r, world_size=world)
+               for r in range(world)]
+    for loader in loaders:
+        loader.load_state_dict(state)
+    return loaders, [iter(loader) for loader in loaders]
+
+
+@pytest.mark.parametrize("rolled_back", [True, False])
+def test_a_run_that_did_not_resume_from_the_newest_step_needs_its_own_directory(tmp_path, rolled_back):
+    loaders, its = ranks(2, 4)
+    for step in (10, 20, 30):
+        step_all(its)
+        for loader in loaders:
+            zt.save_checkpoint_dir(tmp_path, loader, step=step)
+    loaders, its = resumed_ranks(tmp_path, 2, step=10) if rolled_back else ranks(2, 4)
+    step_all(its)
+    with pytest.raises(ValueError, match=r"holds complete steps \[20, 30\] after step 15.*directory of its own"):
+        zt.save_checkpoint_dir(tmp_path, loaders[0], step=15)
+    assert zt.complete_steps(tmp_path) == [10, 20, 30] and len(os.listdir(tmp_path)) == 3
+
+
+@pytest.mark.parametrize("dead_attempt", ["fresh", "other batch size"])
+def test_a_step_half_saved_by_a_dead_attempt_is_completed_only_by_the_next_attempts_files(tmp_path, dead_attempt,
+                                                                                         caplog):
+    loaders, its = ranks(2, 4)
+    step_all(its)
+    for loader in loaders:
+        zt.save_checkpoint_dir(tmp_path, loader, step=10)
+    if dead_attempt == "other batch size":
+        loaders, its = resumed_ranks(tmp_path, 2, batch_size=3)
+    step_all(its)
+    step_all(its)  # the dead attempt stands elsewhere at step 20 than the next one will
+    zt.save_checkpoint_dir(tmp_path, loaders[0], step=20)  # ... and dies before rank 1 saves step 20
+    loaders, its = resumed_ranks(tmp_path, 2)
+    step_all(its)
+    with caplog.at_level(logging.WARNING, logger="zephon"):
+        assert zt.save_checkpoint_dir(tmp_path, loaders[1], step=20) is False, "not with the dead attempt's rank 0"
+    assert "has a file of every rank, but of 2 attempts" in caplog.text
+    assert zt.save_checkpoint_dir(tmp_path, loaders[0], step=20) is True
+    assert zt.load_checkpoint_dir(tmp_path) == merge_states([loader.state_dict() for loader in loaders])
+
+
+def test_ranks_that_each_reload_their_own_state_still_complete_their_steps(tmp_path):
+    loaders = [zt.DataLoader(Pipeline(make_source()), batch_size=4, canonical_replicas=1, rank=r, world_size=2,
+                             even_batches=False) for r in range(2)]  # rank 0 holds the only lane, rank 1 none
+    its = [iter(loader) for loader in loaders]
+    for step in (1, 2):
+        next(its[0])
+        for loader in loaders:
+            loader.load_state_dict(loader.state_dict())  # as an epoch rollover does
+        assert [zt.save_checkpoint_dir(tmp_path, loader, step=step) for loader in loaders] == [False, True]
+        its = [iter(loader) for loader in loaders]
+
+
+def test_torn_and_stray_files_of_an_incomplete_step_are_described_not_fatal(tmp_path, caplog):
+    loaders = complete_then_partial(tmp_path, 2, 4, [0])
+    folder = tmp_path / sorted(os.listdir(tmp_path))[-1]
+    (rank0,) = os.listdir(folder)
+    (folder / rank0).write_bytes(b"zephon-checkpoint 1 torn")
+    (folder / rank0.replace("rank-00000", "rank-00007")).write_bytes(b"no such rank")
+    (folder / rank0.replace("00002", f"{2**40:05d}")).write_bytes(b"no such world")
+    with caplog.at_level(logging.WARNING, logger="zephon"):
+        assert zt.load_checkpoint_dir(tmp_path) == zt.load_checkpoint_dir(tmp_path, 1)
+        assert zt.save_checkpoint_dir(tmp_path, loaders[1], step=2) is False
+    assert "their files do not merge" in caplog.text and "do not merge" in caplog.text.split("skipped")[-1]
+    assert zt.complete_steps(tmp_path) == [1]
+
+
+def test_a_filesystem_without_whole_uploads_gets_a_moved_temporary_file(tmp_path):
+    import pyarrow.fs as pafs
+
+    fs = pafs.SubTreeFileSystem(str(tmp_path), pafs.LocalFileSystem())
+    assert fs.type_name == "subtree"
+    loaders, its = ranks(2, 4)
+    step_all(its)
+    for loader in loaders:
+        zt.save_checkpoint_dir("ckpt", loader, step=1, filesystem=fs)
+    (folder,) = os.listdir(tmp_path / "ckpt")
+    names = sorted(os.listdir(tmp_path / "ckpt" / folder))
+    assert names[0] == "complete.ckpt" and [n[:19] for n in names[1:]] == ["rank-00000-of-00002", "rank-00001-of-00002"]
+    assert not any(n.endswith(".tmp") for n in names)
+    assert zt.load_checkpoint_dir("ckpt", filesystem=fs) == merge_states([loader.state_dict() for loader in loaders])

@@ -2,14 +2,16 @@
 
 Checkpoint directories are kept in one. A file is written whole or not at all: on a local
 disk through :func:`zephon.io.atomic.write_atomically` (temporary file, fsync, rename), in
-object storage as one upload (an object appears once its upload completes; a writer killed
-before leaves nothing). Listings of object stores are consistent after a write on S3, GCS and
+object storage (pyarrow's S3, GCS and Azure filesystems) as one upload (an object appears once its upload completes; a
+writer killed before leaves nothing), on any other filesystem as a temporary file moved onto
+the name once written. Listings of object stores are consistent after a write on S3, GCS and
 Azure, which the checkpoint directory relies on (a file written is listed).
 """
 from __future__ import annotations
 
 import os
 import shutil
+import uuid
 from typing import Any, Callable
 
 import pyarrow as pa
@@ -18,6 +20,8 @@ import pyarrow.fs as pafs
 from zephon.io._fs import Location, locate
 from zephon.io.atomic import write_atomically
 from zephon.io.local import open_regular
+
+WHOLE_UPLOADS = ("s3", "gcs", "abfs")  # pyarrow filesystems whose files appear whole once written
 
 
 class Store:
@@ -58,7 +62,9 @@ class Store:
         if info.type != pafs.FileType.File:
             raise FileNotFoundError(f"{self.what} {self.uri}: {name} does not exist")
         check_size(int(info.size), self.uri_of(name))
-        return self.location.read_bytes(name)
+        with self.location.fs.open_input_stream(info.path, compression=None) as stream:
+            data: bytes = stream.read(int(info.size) + 1)  # a file that grew since is refused by its size
+            return data
 
     def write(self, name: str, data: bytes) -> None:
         """Write file ``name`` whole (its folders are made as needed)."""
@@ -67,9 +73,15 @@ class Store:
             os.makedirs(os.path.dirname(path), exist_ok=True)
             write_atomically(path, data)
             return
+        target, fs = self.location.path(name), self.location.fs
         try:
-            with self.location.fs.open_output_stream(self.location.path(name)) as stream:
-                stream.write(data)
+            if fs.type_name in WHOLE_UPLOADS:
+                _upload(fs, target, data)
+            else:  # written aside, then moved onto the name
+                temporary = f"{target}.{uuid.uuid4().hex}.tmp"  # unique across hosts
+                fs.create_dir(target.rsplit("/", 1)[0], recursive=True)
+                _upload(fs, temporary, data)
+                fs.move(temporary, target)
         except (OSError, pa.ArrowException) as error:
             raise OSError(f"{self.what} {self.uri}: cannot write {name} ({error}); check the credentials and that "
                           "the bucket exists") from error
@@ -85,3 +97,8 @@ class Store:
             pass
         except (OSError, pa.ArrowException) as error:
             raise OSError(f"{self.what} {self.uri}: cannot remove {folder} ({error})") from error
+
+
+def _upload(fs: pafs.FileSystem, path: str, data: bytes) -> None:
+    with fs.open_output_stream(path) as stream:
+        stream.write(data)

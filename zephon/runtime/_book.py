@@ -5,6 +5,7 @@ import logging
 from collections import ChainMap
 from typing import Any, Mapping, Sequence
 
+from zephon.core.checkpoint import canonical, digest
 from zephon.runtime._lanes import check_mapping, rank_lanes, worker_lanes
 from zephon.runtime._state import (
     LoaderState,
@@ -23,6 +24,7 @@ from zephon.work import check_replicas
 
 log = logging.getLogger("zephon")
 GROWTH = 8  # default lanes per reader of the first topology: room to grow 8x without an idle reader
+ATTEMPT = "attempt"  # the topology key of the attempt a state was saved by (absent: a fresh start)
 _logged: set[str] = set()
 
 
@@ -42,6 +44,17 @@ def default_replicas(readers: int) -> int:
     ``GROWTH`` chunks (``GROWTH x chunk_size x 32`` bytes of pointers).
     """
     return GROWTH * max(1, readers)
+
+
+def attempt_of(state: Any, parsed: LoaderState) -> str:
+    """What every rank resuming from ``state`` shares (16 hex digits), to tell this attempt's
+    checkpoint files from those of another attempt at the same steps: the digest of a global
+    state, else (each rank loaded its own lanes) one derived from the attempt that saved them."""
+    ranks, world = parsed.topology.get("ranks"), parsed.topology.get("world_size")
+    one_rank = isinstance(ranks, list) and len(ranks) == 1 and type(world) is int and world > 1
+    if len(parsed.entries) == parsed.canonical_replicas and not one_rank:
+        return digest(state)[:16]
+    return digest({"resumed": canonical([parsed.topology.get(ATTEMPT), parsed.run])})[:16]
 
 
 class LaneBook:
@@ -66,6 +79,7 @@ class LaneBook:
         self._entries: Mapping[int, Entry] | None = None  # None: every lane at its start
         self._operators: dict[int, Any] = {}  # a packed pipeline's lane -> operator state (absent: at its start)
         self._datasets = dataset_fingerprints(pipeline.datasets_by_id)
+        self._attempt: str | None = None  # None: started fresh; else attempt_of the state loaded
 
     @property
     def canonical_replicas(self) -> int:
@@ -120,10 +134,14 @@ class LaneBook:
         self._entries = ChainMap(moved, base)  # type: ignore[arg-type]  # ChainMap writes to its first map only
 
     def state(self, entries: Mapping[int, Entry], num_workers: int | None,
-              operators: Mapping[int, Any] | None = None) -> LoaderStateDict:
+              operators: Mapping[int, Any] | None = None, batch_size: int | None = None) -> LoaderStateDict:
         """The JSON state of ``entries`` and, packed, the lanes' ``operators`` (default: the book's)."""
-        topology = {"world_size": self.world_size, "ranks": [self.rank], "mapping": self.mapping,
-                    "num_workers": num_workers}
+        topology: dict[str, Any] = {"world_size": self.world_size, "ranks": [self.rank], "mapping": self.mapping,
+                                    "num_workers": num_workers}
+        if batch_size is not None:
+            topology["batch_size"] = batch_size
+        if self._attempt is not None:
+            topology[ATTEMPT] = self._attempt
         packing = self.pipeline.packing
         named = None
         if packing is not None:
@@ -192,6 +210,7 @@ class LaneBook:
         parsed = self.check(state, worker)
         self._replicas = self._fixed = parsed.canonical_replicas
         self._entries = parsed.entries
+        self._attempt = attempt_of(state, parsed)
         packing = self.pipeline.packing
         self._operators = dict(parsed.operators[packing.name]) if packing is not None else {}
         return parsed

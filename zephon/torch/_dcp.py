@@ -7,7 +7,8 @@ rank's lanes and drop the others'. Called by DCP, ``DataLoader.state_dict()`` th
 one entry per lane, ``{"zephon_lanes": {"<lane>": "<that lane's loader state, JSON>"}}``:
 keys only the lane's rank holds. To load, DCP first asks the loader which keys it wants: the
 lanes this rank reads, under the checkpoint's lane count (read from the checkpoint's metadata
-when the loader has not fixed it). ``load_state_dict`` merges the lanes it receives.
+when the loader has not fixed it); a rank that reads no lane asks for lane 0, which fixes its
+lane count. ``load_state_dict`` merges the lanes it receives.
 """
 from __future__ import annotations
 
@@ -18,19 +19,20 @@ import sys
 from types import FrameType
 from typing import Any, Callable
 
-from zephon.limits import MAX_CHECKPOINT_BYTES
+from zephon.limits import MAX_CHECKPOINT_BYTES, show
 from zephon.runtime import LaneBook, LoaderStateDict, merge_states, parse_state, rank_lanes, split_state
 
 log = logging.getLogger("zephon")
 KEY = "zephon_lanes"
 _SAVER = "torch.distributed.checkpoint.state_dict_saver"
 _LOADER = "torch.distributed.checkpoint.state_dict_loader"
-_DEPTH = 8  # frames between DCP and the loader's state_dict (a user's Stateful may wrap it)
+_DEPTH = 8  # frames between DCP and the loader's state_dict (a user's Stateful may wrap it, through helpers)
 _LANE_KEY = re.compile(rf"(.*?)(?:^|\.){KEY}\.(\d+)")
 
 
 def dcp_caller() -> tuple[str, FrameType] | None:
-    """``("save" | "load", DCP's frame)`` when DCP called the state_dict() that calls this, else None."""
+    """``("save" | "load", DCP's frame)`` when DCP called the state_dict() that calls this
+    (directly, or through a Stateful of the user's), else None."""
     frame: FrameType | None = sys._getframe(2)
     for _ in range(_DEPTH):
         if frame is None:
@@ -42,44 +44,64 @@ def dcp_caller() -> tuple[str, FrameType] | None:
     return None
 
 
-def dcp_state_dict(book: LaneBook, state: Callable[[], LoaderStateDict], caller: tuple[str, FrameType]) -> dict[str, Any]:
-    """What the loader gives DCP: its lanes' states (saving), or the keys it wants (loading)."""
+def dcp_state_dict(book: LaneBook, state: Callable[[], LoaderStateDict], caller: tuple[str, FrameType],
+                   owner: object) -> dict[str, Any]:
+    """What the loader ``owner`` gives DCP: its lanes' states (saving), or the keys it wants
+    (loading: its lanes, or lane 0 for a rank that reads none, to learn the run's lane count)."""
     kind, frame = caller
     if kind == "save":
         return {KEY: {str(lane): json.dumps(s, sort_keys=True, separators=(",", ":"), allow_nan=False)
                       for lane, s in split_state(state()).items()}}
-    replicas = book.fixed_replicas or _saved_replicas(frame) or book.canonical_replicas
-    return {KEY: {str(lane): "" for lane in rank_lanes(replicas, book.rank, book.world_size, book.mapping)}}
+    saved = _saved_replicas(frame, owner, fixed=book.fixed_replicas is not None)
+    if book.fixed_replicas is not None and saved is not None and saved != book.fixed_replicas:
+        raise ValueError(f"the DCP checkpoint holds {saved} lanes of this loader, but the loader was built with (or "
+                         f"loaded) canonical_replicas={book.fixed_replicas}; canonical_replicas is fixed for a run: "
+                         f"pass canonical_replicas={saved} (or leave it unset)")
+    replicas = book.fixed_replicas or saved or book.canonical_replicas
+    lanes = rank_lanes(replicas, book.rank, book.world_size, book.mapping) or [0]
+    return {KEY: {str(lane): "" for lane in lanes}}
 
 
-def _saved_replicas(frame: FrameType) -> int | None:
-    """The lane count of the checkpoint DCP is loading: its lane entries, from its metadata."""
+def _saved_replicas(frame: FrameType, owner: object, *, fixed: bool) -> int | None:
+    """The lane count of the checkpoint DCP is loading, counted from its metadata's lane entries
+    (of this loader's top-level key when the checkpoint holds several zephon loaders); None
+    when unknown. Several loaders of different counts need ``fixed`` lane counts."""
     read = getattr(frame.f_locals.get("storage_reader"), "read_metadata", None)
     if not callable(read):
         return None
-    keys = getattr(read(), "state_dict_metadata", {})
+    try:
+        keys = getattr(read(), "state_dict_metadata", {})
+    except (OSError, ValueError, RuntimeError) as error:
+        log.warning("zephon: cannot read the DCP checkpoint's metadata (%s); the loader keeps its lane count", error)
+        return None
     counts: dict[str, int] = {}
     for key in keys:
         match = _LANE_KEY.fullmatch(key)
         if match:
             counts[match.group(1)] = counts.get(match.group(1), 0) + 1
-    if len(counts) != 1:
-        log.debug("zephon: the checkpoint holds %d zephon loaders' lanes; the loader keeps its lane count", len(counts))
-        return None
-    return next(iter(counts.values()))
+    top = frame.f_locals.get("state_dict")
+    mine = [key for key, value in top.items() if value is owner] if isinstance(top, dict) else []
+    if mine and mine[0] in counts:
+        return counts[mine[0]]
+    if len(set(counts.values())) > 1:
+        if fixed:
+            return None
+        raise ValueError(f"the DCP checkpoint holds zephon loaders of different lane counts {counts}, and this one "
+                         "is not a top-level entry of the state dict: build each loader with its "
+                         "canonical_replicas")
+    return next(iter(counts.values()), None)
 
 
 def is_dcp_form(state: Any) -> bool:
     return isinstance(state, dict) and list(state) == [KEY]
 
 
-def from_dcp(state: dict[str, Any]) -> LoaderStateDict | None:
-    """The lanes DCP loaded, merged into one state (None when the rank reads no lane)."""
+def from_dcp(state: dict[str, Any]) -> LoaderStateDict:
+    """The lanes DCP loaded, merged into one state."""
     lanes = state[KEY]
-    if not isinstance(lanes, dict):
-        raise ValueError(f"the DCP entry {KEY!r} must map lanes to their states, got {type(lanes).__name__}")
-    states = [_lane_state(key, text) for key, text in sorted(lanes.items())]
-    return merge_states(states) if states else None
+    if not isinstance(lanes, dict) or not lanes:
+        raise ValueError(f"the DCP entry {KEY!r} must map lanes to their states, got {show(lanes)}")
+    return merge_states(_lane_state(key, text) for key, text in sorted(lanes.items()))
 
 
 def _lane_state(key: Any, text: Any) -> Any:

@@ -391,7 +391,7 @@ class DataLoader(tud.DataLoader[Bundle]):
         loads on M."""
         caller = dcp_caller()
         if caller is not None:
-            return cast(LoaderStateDict, dcp_state_dict(self._zephon_book, lambda: self._state(lag), caller))
+            return cast(LoaderStateDict, dcp_state_dict(self._zephon_book, lambda: self._state(lag), caller, self))
         if (sys._getframe(1).f_globals.get("__name__", "").startswith(("lightning.", "pytorch_lightning."))
                 and not self._countable()):  # Lightning fetches ahead of its step when a loader has no length
             log_once("zephon: Lightning saves this DataLoader's state in its checkpoints, but it fetches a batch "
@@ -408,8 +408,10 @@ class DataLoader(tud.DataLoader[Bundle]):
             if lag:
                 raise ValueError(f"state_dict(lag={lag}): no iteration is running, so there are no batches to step "
                                  "back over; lag=0 is the state after the last batch received")
-            return self._zephon_book.state(self._entries(), num_workers=self.num_workers, operators=self._operators())
-        return self._zephon_book.state(live.entries(lag), num_workers=self.num_workers, operators=live.operators(lag))
+            return self._zephon_book.state(self._entries(), num_workers=self.num_workers, operators=self._operators(),
+                                           batch_size=self.batch_size)
+        return self._zephon_book.state(live.entries(lag), num_workers=self.num_workers, operators=live.operators(lag),
+                                       batch_size=self.batch_size)
 
     def check_state_dict(self, state: Any) -> None:
         """Raise ``ValueError`` unless ``state`` restores into this loader (nothing changes)."""
@@ -423,8 +425,6 @@ class DataLoader(tud.DataLoader[Bundle]):
         Also takes what ``torch.distributed.checkpoint.load`` loaded for this loader."""
         if is_dcp_form(state):
             state = from_dcp(state)
-            if state is None:
-                return  # this rank reads no lane
         self._zephon_book.load(state)
         if self._zephon_live is not None:
             self._zephon_live.settle()
