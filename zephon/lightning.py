@@ -72,6 +72,7 @@ class DataModule(pl.LightningDataModule):
         self._restored = state_dict.get(KEY)
         if self.loader is not None and self._restored is not None:
             self.loader.load_state_dict(self._restored)
+            self._yielded = self._trained = 0  # an iteration of an earlier fit no longer counts
 
 
 class _Feed:
