@@ -40,12 +40,15 @@ extensions = [
     )
     for name in KERNELS
 ]
+SHARED = "zephon._ext._cyutility"  # Cython's utility code (memoryviews, ...) once, not in every kernel
+extensions.append(Extension(SHARED, [str(SOURCES / "_cyutility.c")], extra_compile_args=["-O3"], extra_link_args=STRIP))
 
 JOBS = os.cpu_count() or 1  # Cython and the C compiler run this many kernels at once
 
 setup(
     packages=find_packages(include=["zephon", "zephon.*"]) + ["zephon._ext"],
     package_dir={"zephon._ext": str(SOURCES)},
-    ext_modules=cythonize(extensions, language_level=3, include_path=[interface_tree()], nthreads=JOBS),
+    ext_modules=cythonize(extensions, language_level=3, include_path=[interface_tree()], nthreads=JOBS,
+                          shared_utility_qualified_name=SHARED),
     options={"build_ext": {"parallel": JOBS}},
 )
