@@ -18,17 +18,20 @@ $(BIN)/python:
 # demo's with zephon's own dependencies alone (.core), the tests' with the test and docs
 # tools (.installed).
 BUILD_INPUTS := pyproject.toml setup.py $(wildcard _ext/*.pyx _ext/*.pxd _ext/*.h)
+BUILD_REQUIRES := "setuptools>=77" "Cython>=3.0" "numpy>=1.26"  # pyproject.toml's build-system requires
 REQUIREMENTS := requirements/test.txt requirements/docs.txt
 CORE := $(VENV)/.core
 INSTALLED := $(VENV)/.installed
 $(CORE): $(BIN)/python $(BUILD_INPUTS)
 	rm -rf zephon/_ext
-	$(BIN)/python -m pip install --quiet -e .
+	$(BIN)/python -m pip install --quiet $(BUILD_REQUIRES)
+	$(BIN)/python -m pip install --quiet --no-build-isolation -e .
 	touch $@
 
 $(INSTALLED): $(BIN)/python $(BUILD_INPUTS) $(REQUIREMENTS)
 	rm -rf zephon/_ext
-	$(BIN)/python -m pip install --quiet -e . $(addprefix -r ,$(REQUIREMENTS))
+	$(BIN)/python -m pip install --quiet $(BUILD_REQUIRES)
+	$(BIN)/python -m pip install --quiet --no-build-isolation -e . $(addprefix -r ,$(REQUIREMENTS))
 	touch $@ $(CORE)
 
 install: $(INSTALLED)

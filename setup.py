@@ -28,7 +28,9 @@ def interface_tree() -> str:
     return str(INTERFACE)
 
 
-extensions = [
+SHARED = "zephon._ext._cyutility"  # Cython's utility code (memoryviews, ...) once, not in every kernel
+extensions = [Extension(SHARED, [str(SOURCES / "_cyutility.c")], extra_compile_args=["-O3"], extra_link_args=STRIP)]
+extensions += [
     Extension(
         f"zephon._ext.{name}",
         [str(SOURCES / f"{name}.pyx")],
@@ -39,9 +41,7 @@ extensions = [
         depends=[str(SOURCES / "feistel.h")],  # cimported through perm.pxd by every kernel
     )
     for name in KERNELS
-]
-SHARED = "zephon._ext._cyutility"  # Cython's utility code (memoryviews, ...) once, not in every kernel
-extensions.append(Extension(SHARED, [str(SOURCES / "_cyutility.c")], extra_compile_args=["-O3"], extra_link_args=STRIP))
+]  # the shared module first: it is the largest, and the build runs JOBS at a time in this order
 
 JOBS = os.cpu_count() or 1  # Cython and the C compiler run this many kernels at once
 
