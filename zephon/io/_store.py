@@ -2,9 +2,9 @@
 
 Checkpoint directories are kept in one. A file is written whole or not at all: on a local
 disk through :func:`zephon.io.atomic.write_atomically` (temporary file, fsync, rename), in
-object storage (pyarrow's S3, GCS and Azure filesystems) as one upload (an object appears once its upload completes; a
-writer killed before leaves nothing), on any other filesystem as a temporary file moved onto
-the name once written. Listings of object stores are consistent after a write on S3, GCS and
+object storage (pyarrow's S3, GCS and Azure filesystems) as one upload (an object appears once
+its upload completes; a writer killed before leaves nothing), on any other filesystem as a
+temporary file moved onto the name once written. Listings of object stores are consistent after a write on S3, GCS and
 Azure, which the checkpoint directory relies on (a file written is listed).
 """
 from __future__ import annotations

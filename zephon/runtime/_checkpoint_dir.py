@@ -22,14 +22,13 @@ refuses a directory with another run's steps, or with complete steps after the o
 """
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
 import os
 import re
 from dataclasses import dataclass
 from typing import Any
 
+from zephon.core.checkpoint import digest
 from zephon.io import Store
 from zephon.limits import MAX_REPLICAS
 from zephon.runtime._book import ATTEMPT
@@ -106,8 +105,7 @@ def _group_of(parsed: LoaderState) -> tuple[int, _Group]:
 
 def _attempt(topology: dict[str, Any]) -> str:
     """What a rank's file names of the job that saved it (see the module docstring)."""
-    reading = [topology.get(ATTEMPT), topology.get("batch_size"), topology.get("mapping")]
-    return hashlib.sha256(json.dumps(reading).encode()).hexdigest()[:16]
+    return digest({"reading": [topology.get(ATTEMPT), topology.get("batch_size"), topology.get("mapping")]})[:16]
 
 
 def _check_arguments(step: Any, keep: Any) -> None:
@@ -272,16 +270,22 @@ def load_checkpoint_dir(directory: str | os.PathLike[str], step: int | None = No
     steps = _one_run(store, _steps(store))
     chosen = _chosen(store, steps, step)
     state = _read(store, f"{chosen.folder}/{MARKER}")
-    parsed = parse_state(state)
-    lanes = sorted(set(range(parsed.canonical_replicas)) - set(parsed.entries))
-    wrong = (f"is of run {(parsed.run or '')[:16]}, the folder's is {chosen.run}" if (parsed.run or "")[:16] != chosen.run
-             else f"lacks lanes {_ranges(lanes)}" if lanes else None)
+    wrong = _marker_problem(parse_state(state), chosen)
     if wrong:
         raise ValueError(f"{store.uri_of(chosen.folder + '/' + MARKER)} is not the marker of its step: it {wrong}; it "
                          "was changed since zephon wrote it: load an earlier step")
     if expect is not None:
         expect.check_state_dict(state)
     return state
+
+
+def _marker_problem(marker: LoaderState, step: _Step) -> str | None:
+    """Why a marker is not that of ``step`` (another run's, or lacking lanes); None when it is."""
+    run = (marker.run or "")[:16]
+    if run != step.run:
+        return f"is of run {run}, the folder's is {step.run}"
+    lanes = sorted(set(range(marker.canonical_replicas)) - set(marker.entries))
+    return f"lacks lanes {_ranges(lanes)}" if lanes else None
 
 
 def _chosen(store: Store, steps: list[_Step], step: int | None) -> _Step:

@@ -5,7 +5,9 @@ from typing import Any
 
 from zephon.limits import MAX_REPLICAS, show
 from zephon.runtime._packed import initial_operator
-from zephon.runtime._state import DatasetRecord, dataset_fingerprints, make_state, missing_lanes, parse_state, run_fingerprint
+from zephon.runtime._state import (
+    DatasetRecord, dataset_fingerprints, make_state, missing_lanes, parse_state, run_fingerprint,
+)
 from zephon.work.migration import Migration, lane_state, migrate_lanes
 
 
