@@ -6,7 +6,7 @@ allocators in zephon/core/alloc.py. Compiled with -ffp-contract=off so the accum
 double arithmetic matches Python bit for bit. schedule.pxd declares the ``Schedule`` struct,
 ``_walk`` and the ``Scheduler`` class for kernels that walk a lane themselves (lookup.pyx).
 """
-from libc.math cimport floor, fmax, modf
+from libc.math cimport floor, fmax, ldexp, modf
 from cpython.exc cimport PyErr_CheckSignals
 from libc.stdint cimport INT64_MAX, int64_t, uint64_t
 from libc.stdlib cimport free, malloc
@@ -152,6 +152,7 @@ cdef bint _update_weights(Schedule* s, int64_t* positions) noexcept nogil:
         s.shares[c] = s.weights[c] * <double>s.chunk_size
     if s.allocator == FIXED:
         _fixed_quotas(s)
+    _prepare_exact(s)
     return True
 
 
@@ -248,13 +249,18 @@ cdef int64_t _skip_quiet(Schedule* s, double* acc, int64_t* epochs, int64_t* pos
     """Skip up to ``count`` chunks in which no dataset reaches the end of its pass.
 
     Such chunks need only the allocator: the end-of-pass checks cannot fire. Stops before the
-    first chunk that would drain or overrun a dataset and returns how many were skipped.
+    first chunk that would drain or overrun a dataset and returns how many were skipped. A long
+    stretch is skipped as a block (``_skip_block``); ``quotas`` then hold no chunk's quotas.
     """
-    cdef int64_t skipped = 0
+    cdef int64_t skipped = 0, block
     cdef Py_ssize_t c
     if s.stop_after > 0 and _passes_done(s, epochs, positions, -1):
         return 0
     while skipped < count:
+        if count - skipped >= BLOCK_MIN:
+            block = _skip_block(s, acc, positions, count - skipped)
+            if block >= 0:
+                return skipped + block
         for c in range(s.n):
             s.saved[c] = acc[c]
         _allocate(s, acc, quotas)
@@ -267,6 +273,164 @@ cdef int64_t _skip_quiet(Schedule* s, double* acc, int64_t* epochs, int64_t* pos
             positions[c] += quotas[c]
         skipped += 1
     return skipped
+
+
+cdef extern from *:
+    """
+    typedef __int128 zephon_int128;
+    """
+    ctypedef long long int128 "zephon_int128"  # C's 128-bit integer (gcc, clang): Cython sees a long long
+
+
+cdef enum:
+    BLOCK_MIN = 16  # fewer quiet chunks than this are stepped one by one (a block costs about as much)
+
+
+cdef int64_t _grid_of(double x) noexcept nogil:
+    """The smallest m in 0..52 with x·2^m a whole number, or -1."""
+    cdef int m
+    cdef double scaled
+    for m in range(53):
+        scaled = ldexp(x, m)
+        if scaled == floor(scaled):
+            return m
+    return -1
+
+
+cdef void _prepare_exact(Schedule* s) noexcept nogil:
+    """With the weights: each active share's grid 2^-m and its units there, and whether the
+    accumulator's arithmetic is exact on them (``s.exact``): every share >= 1, with m <= 52 and
+    (share + 2)·2^m <= 2^53, so that ``acc + share`` (acc in [-1, 2] on the grid) is a double."""
+    cdef Py_ssize_t c
+    cdef int64_t m
+    s.exact = s.allocator == ACCUMULATOR
+    for c in range(s.n):
+        s.grid[c], s.units[c] = 0, 0
+        if s.weights[c] == 0.0:
+            continue
+        m = _grid_of(s.shares[c]) if s.shares[c] >= 1.0 else -1
+        if m < 0 or <int64_t>ldexp(s.shares[c], <int>m) + (<int64_t>2 << m) > (<int64_t>1 << 53):
+            s.exact = False
+            continue
+        s.grid[c], s.units[c] = m, <int64_t>ldexp(s.shares[c], <int>m)
+
+
+cdef bint _on_grid(Schedule* s, const double* acc) noexcept nogil:
+    """The accumulators lie on their shares' grids, in [-1, 2], and no inactive one holds a
+    remainder (the next chunk would zero them all)."""
+    cdef Py_ssize_t c
+    cdef double scaled
+    for c in range(s.n):
+        if s.weights[c] == 0.0:
+            if acc[c] != 0.0:
+                return False
+            continue
+        scaled = ldexp(acc[c], <int>s.grid[c])
+        if not (-1.0 <= acc[c] <= 2.0) or scaled != floor(scaled):
+            return False
+    return True
+
+
+cdef int64_t _regular_for(Schedule* s, const double* acc, int64_t count) noexcept nogil:
+    """The most chunks (<= count) whose corrections are all regular (a deficit in 0..active
+    datasets): while sum(acc) + t·(sum(shares) - chunk_size) stays in [-1, 1), on the finest grid."""
+    cdef Py_ssize_t c
+    cdef int64_t top = 0
+    cdef int128 total = 0, drift, one, bound
+    for c in range(s.n):
+        if s.weights[c] > 0.0 and s.grid[c] > top:
+            top = s.grid[c]
+    one = (<int128>1) << top
+    drift = -((<int128>s.chunk_size) << top)
+    for c in range(s.n):
+        if s.weights[c] > 0.0:
+            total += (<int128><int64_t>ldexp(acc[c], <int>s.grid[c])) << (top - s.grid[c])
+            drift += (<int128>s.units[c]) << (top - s.grid[c])
+    if total + drift < -one or total + drift >= one:
+        return 0
+    if drift == 0:
+        return count
+    bound = (one - 1 - total) // drift if drift > 0 else (total + one) // (-drift)
+    return <int64_t>bound if bound < count else count
+
+
+cdef int _accumulate_ahead(Schedule* s, const double* acc, const int64_t* positions, int64_t n) noexcept nogil:
+    """AccumulatorAllocator.allocate_many: the cumulative quotas of ``n`` (>= 1) regular chunks into
+    ``s.ahead`` and the accumulators after them into ``s.saved``. Returns 1 if no dataset reaches
+    the end of its pass in them, 0 if one does, -1 if a correction is not regular."""
+    cdef Py_ssize_t c, i, count = _active_order(s)
+    cdef int64_t m
+    cdef int128 x, deficit = (<int128>n) * s.chunk_size
+    for c in range(s.n):
+        s.ahead[c], s.saved[c] = 0, 0.0
+        if s.weights[c] > 0.0:
+            m = s.grid[c]
+            x = <int128><int64_t>ldexp(acc[c], <int>m) + (<int128>n) * s.units[c]
+            s.ahead[c] = <int64_t>(x >> m)
+            s.saved[c] = ldexp(<double><int64_t>(x - ((<int128>s.ahead[c]) << m)), -<int>m)
+            s.keys[c] = -s.saved[c]
+            deficit -= s.ahead[c]
+    if deficit < 0 or deficit > count:
+        return -1
+    _rank(s, count, <Py_ssize_t>deficit)
+    for i in range(<Py_ssize_t>deficit):
+        c = s.order[i]
+        s.ahead[c] += 1
+        s.saved[c] -= 1.0
+    for c in range(s.n):
+        if s.ahead[c] > 0 and positions[c] + s.ahead[c] >= s.totals[c]:
+            return 0
+    return 1
+
+
+cdef int64_t _skip_fixed(Schedule* s, int64_t* positions, int64_t count) noexcept nogil:
+    """Skip up to ``count`` quiet chunks of the fixed allocator (the same quotas in each)."""
+    cdef Py_ssize_t c
+    for c in range(s.n):
+        if s.fixed[c] > 0:
+            if s.totals[c] - positions[c] - 1 < 0:
+                return 0
+            if (s.totals[c] - positions[c] - 1) // s.fixed[c] < count:
+                count = (s.totals[c] - positions[c] - 1) // s.fixed[c]
+    for c in range(s.n):
+        positions[c] += count * s.fixed[c]
+    return count
+
+
+cdef int64_t _skip_block(Schedule* s, double* acc, int64_t* positions, int64_t count) noexcept nogil:
+    """Skip up to ``count`` quiet chunks at once, in closed form: how many (fewer when the next is
+    not quiet), or -1 where no closed form holds (the caller steps them one by one)."""
+    cdef Py_ssize_t c
+    cdef int64_t lo = 0, hi, mid
+    cdef int quiet
+    if s.allocator == FIXED:
+        return _skip_fixed(s, positions, count)
+    if not s.exact or not _on_grid(s, acc):
+        return -1
+    count = _regular_for(s, acc, count)
+    if count == 0:
+        return -1
+    quiet = _accumulate_ahead(s, acc, positions, count)
+    if quiet < 0:
+        return -1
+    if quiet == 0:  # the quiet chunks end before ``count``: find where
+        hi = count
+        while hi - lo > 1:
+            mid = lo + (hi - lo) // 2
+            quiet = _accumulate_ahead(s, acc, positions, mid)
+            if quiet < 0:
+                return -1
+            if quiet == 1:
+                lo = mid
+            else:
+                hi = mid
+        if lo == 0 or _accumulate_ahead(s, acc, positions, lo) != 1:
+            return 0
+        count = lo
+    for c in range(s.n):
+        positions[c] += s.ahead[c]
+        acc[c] = s.saved[c]
+    return count
 
 
 cdef enum:
@@ -367,11 +531,12 @@ cdef class Scheduler:
         s.carry = &self.carry[0]
         s.saved = <double*>malloc(3 * n * sizeof(double))
         s.order = <Py_ssize_t*>malloc(n * sizeof(Py_ssize_t))
-        s.fixed = <int64_t*>malloc(n * sizeof(int64_t))
+        s.fixed = <int64_t*>malloc(4 * n * sizeof(int64_t))
         if s.saved == NULL or s.order == NULL or s.fixed == NULL:
             self._close(s)
             raise MemoryError()
         s.shares, s.keys, s.weights, s.retired = s.saved + n, s.saved + 2 * n, weights, -1
+        s.grid, s.units, s.ahead = s.fixed + n, s.fixed + 2 * n, s.fixed + 3 * n
         return 0
 
     cdef void _close(self, Schedule* s) noexcept:

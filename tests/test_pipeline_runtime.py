@@ -24,6 +24,7 @@ from zephon.runtime import (
     save_checkpoint,
 )
 from zephon.core.checkpoint import sealed
+from zephon.runtime._lanes import rank_lanes
 from zephon.runtime._stream import DELIVERED
 
 
@@ -133,6 +134,17 @@ def test_ledger_restores_every_lane_on_any_grouping(cfg, data):
         for pointer, _ in drain(LaneMux(source, lanes, replicas, entries, source.component_ids()), [4]):
             seen[owner[pointer]].append(pointer)
     assert seen == reference
+
+@given(st.integers(0, 300), st.integers(1, 64), st.sampled_from(["contiguous", "interleaved"]))
+def test_ranks_share_the_lanes_once_each_and_evenly(replicas, world, mapping):
+    parts = [rank_lanes(replicas, rank, world, mapping) for rank in range(world)]
+    assert sorted(lane for part in parts for lane in part) == list(range(replicas))
+    assert all(part == sorted(part) for part in parts)
+    assert max(map(len, parts)) - min(map(len, parts)) <= 1
+    if mapping == "contiguous":  # rank r holds the lanes i with i * world // replicas == r
+        assert parts == [[i for i in range(replicas) if i * world // replicas == r] for r in range(world)]
+    else:
+        assert parts == [list(range(r, replicas, world)) for r in range(world)]
 
 
 def test_round_robin_order_and_turn_flags():

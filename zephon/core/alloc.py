@@ -19,6 +19,7 @@ below) and reproduced bit for bit by the kernel.
 from __future__ import annotations
 
 import math
+from fractions import Fraction
 from typing import Any, Protocol, Sequence, runtime_checkable
 
 from zephon.limits import show
@@ -89,6 +90,44 @@ class AccumulatorAllocator(_Settingless):
             acc[c] -= quotas[c]
         _correct(quotas, acc, active, chunk_size - sum(quotas))
         return tuple(quotas), tuple(acc)
+
+    def allocate_many(self, state: Sequence[float], weights: Sequence[float], chunk_size: int,
+                      n: int) -> tuple[Quotas, tuple[float, ...]] | None:
+        """``n`` (>= 1) chunks at constant weights at once: the quotas summed over them and the state
+        after them, or None where this closed form does not hold (call ``allocate`` n times).
+
+        It holds where every active share ``w·cs`` is >= 1 and lies, with its accumulator, on a
+        grid 2^-m where the double arithmetic is exact, and every correction on the way is a
+        regular one. Then dataset c's remainder is the fractional part of ``acc + n·share`` and
+        the corrected datasets are those with the largest remainders (derivation in
+        docs/performance.md). The kernel skips other lanes' chunks so.
+        """
+        active = [c for c, w in enumerate(weights) if w > 0.0]
+        shares = {c: Fraction(weights[c] * chunk_size) for c in active}
+        if any(state[c] != 0.0 for c, w in enumerate(weights) if w == 0.0) or not all(
+                _exact_on_grid(shares[c], state[c]) for c in active):
+            return None
+        start, drift = sum(Fraction(state[c]) for c in active), sum(shares.values()) - chunk_size
+        if not all(-1 <= start + t * drift < 1 for t in (1, n)):
+            return None
+        quotas, acc = [0] * len(state), [0.0] * len(state)
+        for c in active:
+            x = Fraction(state[c]) + n * shares[c]
+            quotas[c], acc[c] = math.floor(x), float(x - math.floor(x))
+        deficit = n * chunk_size - sum(quotas)
+        if not 0 <= deficit <= len(active):
+            return None
+        for c in sorted(active, key=lambda c: (-acc[c], c))[:deficit]:
+            quotas[c] += 1
+            acc[c] -= 1.0
+        return tuple(quotas), tuple(acc)
+
+
+def _exact_on_grid(share: Fraction, acc: float) -> bool:
+    """``acc + share`` is a double for every ``acc`` in [-1, 2] on ``share``'s grid 2^-m (m <= 52),
+    and this ``acc`` lies there: ``share`` >= 1 and (share + 2)·2^m <= 2^53."""
+    m = share.denominator.bit_length() - 1
+    return share >= 1 and m <= 52 and (share + 2) * 2**m <= 2**53 and -1 <= acc <= 2 and (acc * 2**m).is_integer()
 
 
 def _correct(quotas: list[int], acc: list[float], active: list[int], d: int) -> None:

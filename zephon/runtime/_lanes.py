@@ -28,7 +28,7 @@ def share(items: Sequence[int], part: int, parts: int, mapping: str) -> list[int
     n = len(items)
     if mapping == INTERLEAVED:
         return list(items[part::parts])
-    return [items[i] for i in range(n) if (i * parts) // n == part]
+    return list(items[-(-part * n // parts):-(-(part + 1) * n // parts)])  # i with (i * parts) // n == part
 
 
 def rank_lanes(canonical_replicas: int, rank: int, world_size: int, mapping: str) -> list[int]:
