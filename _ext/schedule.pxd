@@ -19,6 +19,12 @@ cdef enum:
     ALL_DONE = -1  # every dataset is done or none is active (else _walk returns the ending dataset)
 
 
+cdef struct Ranked:
+    # A dataset and its sort key, for ranking many datasets by (key, index) with qsort.
+    double key
+    Py_ssize_t index
+
+
 cdef struct Schedule:
     # One walk's view of a Scheduler (Scheduler._open fills it, Scheduler._close frees it).
     Py_ssize_t n
@@ -42,6 +48,7 @@ cdef struct Schedule:
     double* saved  # scratch: accumulators at chunk start
     double* keys  # scratch: sort keys
     Py_ssize_t* order  # scratch: ranked dataset indices
+    Ranked* ranked  # scratch: for ranking by sorting
 
 
 cdef Py_ssize_t _walk(Schedule* s, int64_t lane, int64_t replicas, int routing, uint64_t lane_key,

@@ -9,19 +9,39 @@ double arithmetic matches Python bit for bit. schedule.pxd declares the ``Schedu
 from libc.math cimport floor, fmax, ldexp, modf
 from cpython.exc cimport PyErr_CheckSignals
 from libc.stdint cimport INT64_MAX, int64_t, uint64_t
-from libc.stdlib cimport free, malloc
+from libc.stdlib cimport free, malloc, qsort
 
 import numpy as np
 from zephon._ext._keys cimport derive
 from zephon._ext.perm cimport Perm, perm_apply, perm_invert, perm_make
 
 
+cdef enum:
+    SELECT_MAX = 8  # up to this many smallest are picked by selection; more, by sorting all
+
+
+cdef int _by_key(const void* a, const void* b) noexcept nogil:
+    cdef const Ranked* x = <const Ranked*>a
+    cdef const Ranked* y = <const Ranked*>b
+    if x.key != y.key:
+        return -1 if x.key < y.key else 1
+    return -1 if x.index < y.index else (1 if x.index > y.index else 0)
+
+
 cdef void _rank(Schedule* s, Py_ssize_t count, Py_ssize_t want) noexcept nogil:
     """Move the ``want`` smallest of s.order[:count] by (s.keys[c], c) to the front, in order.
 
-    A selection sort: datasets are few and usually one or two ranks are needed.
+    A selection sort when few are needed (datasets are usually few, one or two ranks needed);
+    a sort of all of them otherwise, so that many datasets cost count·log(count), not count·want.
     """
     cdef Py_ssize_t i, j, best, a, b
+    if want > SELECT_MAX:
+        for i in range(count):
+            s.ranked[i].key, s.ranked[i].index = s.keys[s.order[i]], s.order[i]
+        qsort(s.ranked, count, sizeof(Ranked), _by_key)
+        for i in range(count):
+            s.order[i] = s.ranked[i].index
+        return
     for i in range(want if want < count else count):
         best = i
         for j in range(i + 1, count):
@@ -532,7 +552,8 @@ cdef class Scheduler:
         s.saved = <double*>malloc(3 * n * sizeof(double))
         s.order = <Py_ssize_t*>malloc(n * sizeof(Py_ssize_t))
         s.fixed = <int64_t*>malloc(4 * n * sizeof(int64_t))
-        if s.saved == NULL or s.order == NULL or s.fixed == NULL:
+        s.ranked = <Ranked*>malloc(n * sizeof(Ranked))
+        if s.saved == NULL or s.order == NULL or s.fixed == NULL or s.ranked == NULL:
             self._close(s)
             raise MemoryError()
         s.shares, s.keys, s.weights, s.retired = s.saved + n, s.saved + 2 * n, weights, -1
@@ -543,6 +564,7 @@ cdef class Scheduler:
         free(s.saved)
         free(s.order)
         free(s.fixed)
+        free(s.ranked)
 
     cdef Py_ssize_t _step(self, Schedule* s, int64_t* g, double* acc, int64_t* epochs, int64_t* positions,
                           int64_t* tails, int64_t* out) noexcept nogil:
