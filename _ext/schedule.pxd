@@ -41,7 +41,7 @@ cdef struct Schedule:
     Py_ssize_t retired  # drained redistributing datasets the weights were computed for; -1: none yet
     double* shares  # weights[c] * chunk_size, with the weights
     int64_t* fixed  # FixedAllocator's quotas, with the weights
-    bint exact  # the accumulator's arithmetic is exact on the grids below, with the weights
+    int exact  # the accumulator's arithmetic is exact on the grids below (1), not (0), not known yet (-1)
     int64_t* grid  # per dataset, m: its share is a multiple of 2^-m (with the weights)
     int64_t* units  # per dataset, its share as a multiple of 2^-m
     int64_t* ahead  # scratch: cumulative quotas of a block skip

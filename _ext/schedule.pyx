@@ -6,7 +6,7 @@ allocators in zephon/core/alloc.py. Compiled with -ffp-contract=off so the accum
 double arithmetic matches Python bit for bit. schedule.pxd declares the ``Schedule`` struct,
 ``_walk`` and the ``Scheduler`` class for kernels that walk a lane themselves (lookup.pyx).
 """
-from libc.math cimport floor, fmax, ldexp, modf
+from libc.math cimport floor, fmax, frexp, ldexp, modf
 from cpython.exc cimport PyErr_CheckSignals
 from libc.stdint cimport INT64_MAX, int64_t, uint64_t
 from libc.stdlib cimport free, malloc, qsort
@@ -172,7 +172,7 @@ cdef bint _update_weights(Schedule* s, int64_t* positions) noexcept nogil:
         s.shares[c] = s.weights[c] * <double>s.chunk_size
     if s.allocator == FIXED:
         _fixed_quotas(s)
-    _prepare_exact(s)
+    s.exact = -1  # the grids are found when a block is first skipped (_prepare_exact)
     return True
 
 
@@ -265,14 +265,17 @@ cdef int64_t _next_own(int64_t g, int64_t lane, int64_t replicas, int routing, u
 
 
 cdef int64_t _skip_quiet(Schedule* s, double* acc, int64_t* epochs, int64_t* positions, int64_t* quotas,
-                        int64_t count) noexcept nogil:
+                        int64_t count, int64_t steps, int64_t* work) noexcept nogil:
     """Skip up to ``count`` chunks in which no dataset reaches the end of its pass.
 
-    Such chunks need only the allocator: the end-of-pass checks cannot fire. Stops before the
-    first chunk that would drain or overrun a dataset and returns how many were skipped. A long
-    stretch is skipped as a block (``_skip_block``); ``quotas`` then hold no chunk's quotas.
+    Such chunks need only the allocator: the end-of-pass checks cannot fire. Long stretches go
+    as blocks (``_skip_block``, O(datasets) each); at most ``steps`` chunks are stepped one by
+    one. Each chunk stepped and each block adds one to ``work[0]``. Returns how many were
+    skipped: fewer than ``count`` before a chunk that would drain or overrun a dataset, when
+    ``steps`` run out, or when a block stops early (the caller then plans the next chunk in
+    full, which is always right). ``quotas`` hold the last chunk's quotas if it was stepped.
     """
-    cdef int64_t skipped = 0, block
+    cdef int64_t skipped = 0, block, stepped = 0
     cdef Py_ssize_t c
     if s.stop_after > 0 and _passes_done(s, epochs, positions, -1):
         return 0
@@ -280,7 +283,10 @@ cdef int64_t _skip_quiet(Schedule* s, double* acc, int64_t* epochs, int64_t* pos
         if count - skipped >= BLOCK_MIN:
             block = _skip_block(s, acc, positions, count - skipped)
             if block >= 0:
+                work[0] += 1
                 return skipped + block
+        if stepped == steps:
+            return skipped
         for c in range(s.n):
             s.saved[c] = acc[c]
         _allocate(s, acc, quotas)
@@ -292,6 +298,8 @@ cdef int64_t _skip_quiet(Schedule* s, double* acc, int64_t* epochs, int64_t* pos
         for c in range(s.n):
             positions[c] += quotas[c]
         skipped += 1
+        stepped += 1
+        work[0] += 1
     return skipped
 
 
@@ -307,37 +315,37 @@ cdef enum:
 
 
 cdef int64_t _grid_of(double x) noexcept nogil:
-    """The smallest m in 0..52 with x·2^m a whole number, or -1."""
-    cdef int m
-    cdef double scaled
-    for m in range(53):
-        scaled = ldexp(x, m)
-        if scaled == floor(scaled):
-            return m
-    return -1
+    """The smallest m >= 0 with x·2^m a whole number (x > 0), or -1 past 52."""
+    cdef int e
+    cdef int64_t whole = <int64_t>ldexp(frexp(x, &e), 53), m = 53 - e  # x = whole·2^-m, whole < 2^53
+    while m > 0 and whole % 2 == 0:
+        whole //= 2
+        m -= 1
+    return m if m <= 52 else -1
 
 
 cdef void _prepare_exact(Schedule* s) noexcept nogil:
-    """With the weights: each active share's grid 2^-m and its units there, and whether the
-    accumulator's arithmetic is exact on them (``s.exact``): every share >= 1, with m <= 52 and
-    (share + 2)·2^m <= 2^53, so that ``acc + share`` (acc in [-1, 2] on the grid) is a double."""
+    """For the current weights: each active share's grid 2^-m and its units there, and whether
+    the accumulator's arithmetic is exact on them (``s.exact``): every share >= 1 on a grid with
+    m <= 52 and (share + 1)·2^m <= 2^53, so that ``acc + share`` is a double for any ``acc`` in
+    [-1, 1) on the grid (where every chunk after the first leaves it; ``_on_grid`` checks the first)."""
     cdef Py_ssize_t c
     cdef int64_t m
-    s.exact = s.allocator == ACCUMULATOR
+    s.exact = 1
     for c in range(s.n):
         s.grid[c], s.units[c] = 0, 0
         if s.weights[c] == 0.0:
             continue
         m = _grid_of(s.shares[c]) if s.shares[c] >= 1.0 else -1
-        if m < 0 or <int64_t>ldexp(s.shares[c], <int>m) + (<int64_t>2 << m) > (<int64_t>1 << 53):
-            s.exact = False
-            continue
+        if m < 0 or <int64_t>ldexp(s.shares[c], <int>m) + (<int64_t>1 << m) > (<int64_t>1 << 53):
+            s.exact = 0
+            return
         s.grid[c], s.units[c] = m, <int64_t>ldexp(s.shares[c], <int>m)
 
 
 cdef bint _on_grid(Schedule* s, const double* acc) noexcept nogil:
-    """The accumulators lie on their shares' grids, in [-1, 2], and no inactive one holds a
-    remainder (the next chunk would zero them all)."""
+    """The accumulators lie on their shares' grids, in [-1, 2], with ``acc + share`` a double,
+    and no inactive one holds a remainder (the next chunk would zero them all)."""
     cdef Py_ssize_t c
     cdef double scaled
     for c in range(s.n):
@@ -346,7 +354,8 @@ cdef bint _on_grid(Schedule* s, const double* acc) noexcept nogil:
                 return False
             continue
         scaled = ldexp(acc[c], <int>s.grid[c])
-        if not (-1.0 <= acc[c] <= 2.0) or scaled != floor(scaled):
+        if not (-1.0 <= acc[c] <= 2.0) or scaled != floor(scaled) or \
+                <int64_t>scaled + s.units[c] > (<int64_t>1 << 53):
             return False
     return True
 
@@ -364,7 +373,7 @@ cdef int64_t _regular_for(Schedule* s, const double* acc, int64_t count) noexcep
     drift = -((<int128>s.chunk_size) << top)
     for c in range(s.n):
         if s.weights[c] > 0.0:
-            total += (<int128><int64_t>ldexp(acc[c], <int>s.grid[c])) << (top - s.grid[c])
+            total += (<int128><int64_t>ldexp(acc[c], <int>s.grid[c])) * ((<int128>1) << (top - s.grid[c]))
             drift += (<int128>s.units[c]) << (top - s.grid[c])
     if total + drift < -one or total + drift >= one:
         return 0
@@ -425,6 +434,8 @@ cdef int64_t _skip_block(Schedule* s, double* acc, int64_t* positions, int64_t c
     cdef int quiet
     if s.allocator == FIXED:
         return _skip_fixed(s, positions, count)
+    if s.exact < 0:
+        _prepare_exact(s)
     if not s.exact or not _on_grid(s, acc):
         return -1
     count = _regular_for(s, acc, count)
@@ -448,13 +459,14 @@ cdef int64_t _skip_block(Schedule* s, double* acc, int64_t* positions, int64_t c
             return 0
         count = lo
     for c in range(s.n):
-        positions[c] += s.ahead[c]
-        acc[c] = s.saved[c]
+        if s.weights[c] > 0.0:  # an inactive accumulator stays as it is (0.0 or -0.0)
+            positions[c] += s.ahead[c]
+            acc[c] = s.saved[c]
     return count
 
 
 cdef enum:
-    PAUSED = -3  # _walk_some passed its budget of chunks before the lane's own one
+    PAUSED = -3  # _walk_some passed its budget of work before the lane's own one
 
 
 cdef void _draw_starts(Schedule* s, int64_t* start_epochs, int64_t* start_positions) noexcept nogil:
@@ -480,7 +492,8 @@ cdef Py_ssize_t _walk_some(Schedule* s, int64_t lane, int64_t replicas, int rout
                            int64_t* quotas, int64_t* start_epochs, int64_t* start_positions,
                            int64_t budget) noexcept nogil:
     """``_walk``, or ``PAUSED`` at a chunk boundary (the state arrays at global chunk g[0]) once
-    ``budget`` chunks of other lanes are behind, so that a caller can answer Ctrl-C.
+    ``budget`` units of work on other lanes' chunks are behind (a chunk stepped or planned, a
+    block skipped: each O(datasets)), so that a caller can answer Ctrl-C.
 
     Quiet chunks (no dataset reaches the end of its pass) take the allocator-only path, the
     lane's own chunk included; the others take the full end-of-pass checks. The starts written are
@@ -488,20 +501,20 @@ cdef Py_ssize_t _walk_some(Schedule* s, int64_t lane, int64_t replicas, int rout
     walk, which only counts samples, skips that).
     """
     cdef Py_ssize_t c, status
+    cdef int64_t work = 0
     cdef int64_t own = _next_own(g[0], lane, replicas, routing, lane_key)
-    cdef int64_t stop = own if budget >= own - g[0] else g[0] + budget  # no pause at or after ``own``
     while True:
-        if g[0] >= stop and g[0] < own:
+        if work >= budget and g[0] < own:
             return PAUSED
         if not _update_weights(s, positions):
             return ALL_DONE
         if g[0] < own:
-            g[0] += _skip_quiet(s, acc, epochs, positions, quotas, stop - g[0])
+            g[0] += _skip_quiet(s, acc, epochs, positions, quotas, own - g[0], budget - work, &work)
         if g[0] == own:
             for c in range(s.n):
                 start_epochs[c] = epochs[c]
                 start_positions[c] = positions[c]
-            if _skip_quiet(s, acc, epochs, positions, quotas, 1) == 1:
+            if _skip_quiet(s, acc, epochs, positions, quotas, 1, 1, &work) == 1:
                 return PLANNED
         status = _plan_chunk(s, acc, epochs, positions, tails, quotas)
         if status != PLANNED:
@@ -513,6 +526,7 @@ cdef Py_ssize_t _walk_some(Schedule* s, int64_t lane, int64_t replicas, int rout
         if g[0] == own:
             return PLANNED
         g[0] += 1
+        work += 1
 
 
 cdef class Scheduler:
@@ -581,8 +595,9 @@ cdef class Scheduler:
         the pass and position where each dataset's draw starts; ``weights`` the active weights. Returns
         ``(ended, g, dataset)``: the chunk's global index, or where the stream ends and which
         dataset ended it (-1: every dataset done / none active); after an end the state
-        arrays hold no meaningful state. Other lanes' chunks are skipped ``budget`` at a time
-        without the GIL, with a check for signals (Ctrl-C) between stretches.
+        arrays hold no meaningful state. Other lanes' chunks are skipped without the GIL in
+        stretches of ``budget`` units of work (each O(datasets)), with a check for signals
+        (Ctrl-C) between them.
         """
         cdef Schedule s
         cdef Py_ssize_t status
@@ -604,6 +619,25 @@ cdef class Scheduler:
         if status == PLANNED:
             return False, g, -1
         return True, g, status
+
+    def skip_quiet(self, double[::1] acc, int64_t[::1] epochs, int64_t[::1] positions, int64_t count):
+        """Skip up to ``count`` quiet chunks from the state in the arrays (moved in place), as a
+        lane skips other lanes' chunks. Returns ``(skipped, work)``: the chunks skipped, and the
+        chunks stepped one by one plus the blocks skipped. For tests: a block is exactly
+        ``AccumulatorAllocator.allocate_many`` (or the fixed quotas) over its chunks."""
+        cdef Schedule s
+        cdef Py_ssize_t n = self.totals.shape[0]
+        cdef int64_t skipped = 0, work = 0
+        cdef int64_t[::1] quotas = np.empty(n, dtype=np.int64)
+        cdef double[::1] weights = np.empty(n, dtype=np.float64)
+        if acc.shape[0] != n or epochs.shape[0] != n or positions.shape[0] != n:
+            raise ValueError(f"skip_quiet: the state arrays need {n} entries, one per dataset")
+        self._open(&s, &weights[0])
+        with nogil:
+            if _update_weights(&s, &positions[0]):
+                skipped = _skip_quiet(&s, &acc[0], &epochs[0], &positions[0], &quotas[0], count, count, &work)
+        self._close(&s)
+        return skipped, work
 
     def index(self, int64_t chunk_index, double[::1] acc, int64_t[::1] epochs, int64_t[::1] positions,
               int64_t[::1] tails, int64_t own, int64_t samples, int64_t every, int64_t[:, ::1] snap_ints,

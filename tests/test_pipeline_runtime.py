@@ -145,6 +145,8 @@ def test_ranks_share_the_lanes_once_each_and_evenly(replicas, world, mapping):
         assert parts == [[i for i in range(replicas) if i * world // replicas == r] for r in range(world)]
     else:
         assert parts == [list(range(r, replicas, world)) for r in range(world)]
+    with pytest.raises(ValueError, match="does not exist"):
+        rank_lanes(replicas, world, world, mapping)
 
 
 def test_round_robin_order_and_turn_flags():

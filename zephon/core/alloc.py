@@ -110,7 +110,7 @@ class AccumulatorAllocator(_Settingless):
         start, drift = sum(Fraction(state[c]) for c in active), sum(shares.values()) - chunk_size
         if not all(-1 <= start + t * drift < 1 for t in (1, n)):
             return None
-        quotas, acc = [0] * len(state), [0.0] * len(state)
+        quotas, acc = [0] * len(state), list(state)
         for c in active:
             x = Fraction(state[c]) + n * shares[c]
             quotas[c], acc[c] = math.floor(x), float(x - math.floor(x))
@@ -124,10 +124,12 @@ class AccumulatorAllocator(_Settingless):
 
 
 def _exact_on_grid(share: Fraction, acc: float) -> bool:
-    """``acc + share`` is a double for every ``acc`` in [-1, 2] on ``share``'s grid 2^-m (m <= 52),
-    and this ``acc`` lies there: ``share`` >= 1 and (share + 2)·2^m <= 2^53."""
+    """``acc + share`` is a double for this ``acc`` and for every one in [-1, 1) on ``share``'s
+    grid 2^-m (m <= 52), and this ``acc`` lies on it in [-1, 2]: ``share`` >= 1 and
+    (share + 1)·2^m <= 2^53."""
     m = share.denominator.bit_length() - 1
-    return share >= 1 and m <= 52 and (share + 2) * 2**m <= 2**53 and -1 <= acc <= 2 and (acc * 2**m).is_integer()
+    return (share >= 1 and m <= 52 and (share + 1) * 2**m <= 2**53 and -1 <= acc <= 2
+            and (acc * 2**m).is_integer() and (acc + share) * 2**m <= 2**53)
 
 
 def _correct(quotas: list[int], acc: list[float], active: list[int], d: int) -> None:

@@ -23,7 +23,7 @@ from zephon.core.cache import scheduler
 from zephon.core.config import CARRY, REDISTRIBUTE, REPEAT, STOP, DatasetPlan, SourceConfig
 
 
-WALK_STEPS = 1 << 21  # chunks x datasets a kernel walk plans between checks for Ctrl-C (a few ms)
+WALK_STEPS = 1 << 21  # work (chunks planned, blocks skipped) x datasets a kernel walk does between checks for Ctrl-C
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

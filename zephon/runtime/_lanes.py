@@ -25,6 +25,8 @@ def check_mapping(mapping: object) -> str:
 
 def share(items: Sequence[int], part: int, parts: int, mapping: str) -> list[int]:
     """The items of ``part`` (of ``parts``) under ``mapping``; order kept, parts are disjoint."""
+    if not 0 <= part < parts:
+        raise ValueError(f"part {part} of {parts} does not exist: it must be in 0 .. {parts - 1}")
     n = len(items)
     if mapping == INTERLEAVED:
         return list(items[part::parts])
