@@ -9,6 +9,7 @@ the same lane, a copy unpickled in a worker):
 | :func:`plan_memo` | a :class:`DatasetPlan` | the cursor's shard tables and pass layouts, token cost lookups |
 | :func:`costs` | a :class:`DatasetPlan` | int64 cost units of one draw per shard (token mode) |
 | :func:`scheduler` | a :class:`SourceConfig` | the scheduling kernel (``None`` when Python plans) |
+| :func:`fingerprint_json` | a :class:`SourceConfig` | its fingerprint as canonical JSON (a lane seals a state per chunk) |
 | :func:`memoised` | any hashable key | a named table of another core module (e.g. a stream index's lookup kernel) |
 
 Each cache keeps its most recently used entries up to a bound; dropping one only costs
@@ -77,6 +78,7 @@ _MEMOS = Bounded(PLANS)
 _COSTS = Bounded(PLANS)
 _SCHEDULERS = Bounded(CONFIGS)
 _TABLES = Bounded(TABLES)
+_FINGERPRINTS = Bounded(CONFIGS)
 
 
 def plan_memo(plan: DatasetPlan) -> dict[Any, Any]:
@@ -97,6 +99,11 @@ def scheduler(config: SourceConfig) -> Scheduler | None:
     return _SCHEDULERS.get(config, lambda: _make_scheduler(config))
 
 
+def fingerprint_json(config: SourceConfig, encode: Callable[[Any], str]) -> str:
+    """``encode(config.fingerprint())``, made once per config (``encode``: the checkpoint's canonical JSON)."""
+    return _FINGERPRINTS.get(config, lambda: encode(config.fingerprint()))
+
+
 def memoised(key: Hashable, build: Callable[[], T]) -> T:
     """A table another core module derives from values in ``key`` (kept among the last ``TABLES``)."""
     return _TABLES.get(key, build)
@@ -104,7 +111,7 @@ def memoised(key: Hashable, build: Callable[[], T]) -> T:
 
 def clear() -> None:
     """Forget every derived table (they are rebuilt on next use)."""
-    for cache in (_MEMOS, _COSTS, _SCHEDULERS, _TABLES):
+    for cache in (_MEMOS, _COSTS, _SCHEDULERS, _TABLES, _FINGERPRINTS):
         cache.clear()
 
 

@@ -21,6 +21,7 @@ import math
 from typing import Any, Final, Mapping, TypedDict, TypeVar, cast
 
 from zephon.core import alloc as allocators
+from zephon.core import cache
 from zephon.core.config import CARRY, ORIGINS, PINNED, REPEAT, DatasetPlan, SourceConfig
 from zephon.core.schedule import CursorState, SourceState
 from zephon.core.tokens import deficit_bound
@@ -142,7 +143,7 @@ def state_to_json(state: SourceState, config: SourceConfig) -> StaticMixtureStat
         checkpoint[KEY_STATE][KEY_REQUEUE] = [list(r) for r in state.requeue]
     if config.token_mode and config.primed:
         checkpoint[KEY_RATIOS] = {d.name: _ratio_to_json(d) for d in config.datasets}
-    return sealed(checkpoint)
+    return sealed(checkpoint, {KEY_FINGERPRINT: cache.fingerprint_json(config, canonical)})
 
 
 def _ratio_to_json(plan: DatasetPlan) -> TokenRatioDict:
