@@ -64,6 +64,24 @@ def test_source_config_refuses_what_kernels_cannot_run(change, error, words):
         dataclasses.replace(_config(), **change)
 
 
+@pytest.mark.parametrize("lane, replicas", [(0, 1), (3, 4), (4095, 4096)])
+def test_for_lane_is_the_config_rebuilt_with_the_binding(lane, replicas):
+    config = _config(seed=5)
+    bound, rebuilt = config.for_lane(lane, replicas), dataclasses.replace(config, lane=lane, canonical_replicas=replicas)
+    assert bound == rebuilt and hash(bound) == hash(rebuilt) and bound.lane_binding == (lane, replicas)
+    assert (bound.normalised, bound.chunk_key, bound.lane_key) == (rebuilt.normalised, rebuilt.chunk_key,
+                                                                   rebuilt.lane_key)
+    assert config.lane is None and pickle.loads(pickle.dumps(bound)) == bound
+
+
+@pytest.mark.parametrize("lane, replicas, words", [(2, 2, "lane must be < canonical_replicas"),
+                                                   (-1, 2, "lane must be >= 0"), (0, 0, "canonical_replicas must be >= 1"),
+                                                   (True, 2, "lane must be an int")])
+def test_for_lane_refuses_a_binding_that_does_not_exist(lane, replicas, words):
+    with pytest.raises((ValueError, TypeError), match=words):
+        _config().for_lane(lane, replicas)
+
+
 def test_a_paused_dataset_has_weight_zero_but_not_every_one():
     config = _config()
     paused = dataclasses.replace(config, datasets=(dataclasses.replace(config.datasets[0], weight=0.0),

@@ -13,7 +13,7 @@ from __future__ import annotations
 import hashlib
 import math
 import numbers
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 import numpy as np
@@ -65,6 +65,18 @@ def shard_digest(shard_ids: np.ndarray, shard_counts: np.ndarray) -> str:
 
 def _refuse_type(owner: str, name: str, value: Any, expected: str) -> TypeError:
     return TypeError(f"{owner}.{name} must be {expected}, got {value!r} ({type(value).__name__})")
+
+
+def _check_binding(owner: str, lane: Any, replicas: Any) -> None:
+    """A lane binding: both None (the template), or lane ``0 <= lane < replicas``."""
+    if (lane is None) != (replicas is None):
+        raise ValueError(f"{owner}: lane and canonical_replicas are set together (a lane clone) or not at "
+                         f"all (the template), got lane={lane!r}, canonical_replicas={replicas!r}")
+    if lane is not None:
+        _check_int(owner, "canonical_replicas", replicas, 1)
+        _check_int(owner, "lane", lane, 0)
+        if lane >= replicas:
+            raise ValueError(f"{owner}.lane must be < canonical_replicas={replicas}, got {lane!r}")
 
 
 def _check_int(owner: str, name: str, value: Any, minimum: int | None = None, optional: bool = False) -> None:
@@ -269,15 +281,18 @@ class SourceConfig:
         if self.weight_order and sorted(self.weight_order) != list(range(len(self.datasets))):
             raise ValueError(f"{owner}.weight_order must be () or a permutation of range({len(self.datasets)}), "
                              f"got {self.weight_order!r}")
-        if (self.lane is None) != (self.canonical_replicas is None):
-            raise ValueError(f"{owner}: lane and canonical_replicas are set together (a lane clone) or not at "
-                             f"all (the template), got lane={self.lane!r}, canonical_replicas={self.canonical_replicas!r}")
-        if self.lane is not None:
-            _check_int(owner, "canonical_replicas", self.canonical_replicas, 1)
-            _check_int(owner, "lane", self.lane, 0)
-            if self.lane >= self.canonical_replicas:  # type: ignore[operator]  # both ints, checked above
-                raise ValueError(f"{owner}.lane must be < canonical_replicas={self.canonical_replicas}, "
-                                 f"got {self.lane!r}")
+        _check_binding(owner, self.lane, self.canonical_replicas)
+
+    def for_lane(self, lane: int, replicas: int) -> SourceConfig:
+        """This config as lane ``lane`` of ``replicas``. Only the binding is checked: everything
+        else was checked (and derived) when this config was made, and is carried over."""
+        _check_binding("SourceConfig", lane, replicas)
+        out = object.__new__(SourceConfig)
+        for f in fields(self):
+            object.__setattr__(out, f.name, getattr(self, f.name))
+        object.__setattr__(out, "lane", lane)
+        object.__setattr__(out, "canonical_replicas", replicas)
+        return out
 
     @property
     def primed(self) -> bool:

@@ -6,7 +6,6 @@ new state.
 """
 from __future__ import annotations
 
-import dataclasses
 import os
 from typing import Any, Callable, Mapping, Sequence
 
@@ -96,7 +95,7 @@ class StaticMixtureWorkSource(MixtureShell):
 
     @staticmethod
     def _core_bind(config: SourceConfig, lane: int, replicas: int) -> SourceConfig:
-        return dataclasses.replace(config, lane=lane, canonical_replicas=replicas)
+        return config.for_lane(lane, replicas)
 
     def __init__(
         self,
