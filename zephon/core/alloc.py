@@ -113,7 +113,8 @@ class AccumulatorAllocator(_Settingless):
         quotas, acc = [0] * len(state), list(state)
         for c in active:
             x = Fraction(state[c]) + n * shares[c]
-            quotas[c], acc[c] = math.floor(x), float(x - math.floor(x))
+            quotas[c] = math.floor(x)
+            acc[c] = float(x - quotas[c])
         deficit = n * chunk_size - sum(quotas)
         if not 0 <= deficit <= len(active):
             return None
