@@ -77,10 +77,10 @@ def test_ledger_at_any_turn_restores_the_rest_exactly(cfg, data):
     replicas, sizes = cfg["replicas"], [n * cfg["unit"] for n in cfg["sizes"]]
     lanes = sorted(data.draw(st.sets(st.integers(0, replicas - 1), min_size=1)))
     start = initial_entries(source, lanes, replicas)
-    tracker, turns = Tracker(start), [0]
+    tracker, turns = Tracker(start, source, replicas), [0]
     stream = drain(mux_of(source, lanes, replicas, start, cfg), sizes, tracker, turns)
     cuts = sorted(data.draw(st.lists(st.sampled_from(turns), min_size=1, max_size=5)))
-    folded = Tracker(start)
+    folded = Tracker(start, source, replicas)
     folded.extend(*mux_of(source, lanes, replicas, start, cfg).drain())
     replay = mux_of(source, lanes, replicas, start, cfg)
     replay.take(len(stream) + cfg["unit"])
@@ -120,7 +120,7 @@ def test_ledger_restores_every_lane_on_any_grouping(cfg, data):
     reference = lane_streams(source, replicas)
     owner = {p: lane for lane, pointers in reference.items() for p in pointers}
     start = initial_entries(source, range(replicas), replicas)
-    tracker = Tracker(start)
+    tracker = Tracker(start, source, replicas)
     stream = drain(mux_of(source, range(replicas), replicas, start, cfg), [n * cfg["unit"] for n in cfg["sizes"]],
                    tracker)
     cut = data.draw(st.integers(0, len(stream)))
@@ -153,7 +153,7 @@ def test_round_robin_order_and_turn_flags():
     source = make_source(chunk_size=3)
     start = initial_entries(source, [0, 1, 2], 3)
     mux = LaneMux(source, [0, 1, 2], 3, start, source.component_ids())
-    tracker = Tracker(start)
+    tracker = Tracker(start, source, 3)
     pointers, _, _ = mux.take(7)
     tracker.extend(*mux.drain())
     ref = lane_streams(source, 3)
@@ -169,7 +169,7 @@ def test_a_turn_of_two_runs_on_into_the_lanes_next_chunk():
     source = make_source(chunk_size=3)
     start = initial_entries(source, [0, 1], 2)
     mux = LaneMux(source, [0, 1], 2, start, source.component_ids(), unit=2)
-    tracker = Tracker(start)
+    tracker = Tracker(start, source, 2)
     pointers, _, turns = mux.take(8)
     tracker.extend(*mux.drain())
     ref = lane_streams(source, 2)

@@ -39,7 +39,9 @@ from zephon.core.cache import scheduler
 from zephon.core.chunk import WorkChunk
 from zephon.core.config import DatasetPlan, SourceConfig
 from zephon.core.cursor import shard_runs
-from zephon.core.schedule import CursorState, Ended, Planned, SourceState, initial_state, plan_next, state_arrays
+from zephon.core.schedule import (
+    CursorState, Ended, Planned, SourceState, Token, initial_state, plan_next, state_arrays, state_of_token, state_token,
+)
 from zephon.core.routing import Routing
 from zephon.core.requeue import past_region, region_samples, step_region
 from zephon.core.step import at_start, first_chunk_error, materialize
@@ -167,6 +169,20 @@ class PhasedState:
     @property
     def chunk_index(self) -> int:
         return self.inner.chunk_index
+
+
+PhasedToken = tuple[int, Token, Token | None]
+
+
+def phased_token(state: PhasedState) -> PhasedToken:
+    """``state`` as plain numbers (see ``zephon.core.schedule.state_token``)."""
+    return state.phase, state_token(state.inner), None if state.origin is None else state_token(state.origin)
+
+
+def phased_of_token(token: PhasedToken) -> PhasedState:
+    """The state ``phased_token`` made ``token`` of."""
+    phase, inner, origin = token
+    return PhasedState(phase, state_of_token(inner), None if origin is None else state_of_token(origin))
 
 
 def initial_phased_state(config: PhasedConfig) -> PhasedState:

@@ -56,6 +56,23 @@ class SourceState:
     requeue: tuple[tuple[int, int, int, int], ...] = ()  # samples served first (zephon.core.requeue)
 
 
+Token = tuple[int, Any, tuple[tuple[int, int, int], ...], tuple[tuple[int, int, int, int], ...]]
+
+
+def state_token(state: SourceState) -> Token:
+    """``state`` as plain numbers: a reader records one per chunk and sends it between
+    processes, where the dataclasses would cost ten times as much to pickle."""
+    cursors = tuple((c.epoch, c.position, c.tails) for c in state.cursors)
+    return state.chunk_index, state.alloc, cursors, state.requeue
+
+
+def state_of_token(token: Token) -> SourceState:
+    """The state ``state_token`` made ``token`` of."""
+    chunk_index, alloc, cursors, requeue = token
+    return SourceState(chunk_index=chunk_index, alloc=alloc, requeue=requeue,
+                       cursors=tuple(CursorState(epoch=e, position=p, tails=t) for e, p, t in cursors))
+
+
 def initial_state(config: SourceConfig) -> SourceState:
     """The state at the start of the stream."""
     n = len(config.datasets)

@@ -66,7 +66,7 @@ class PackedLane:
         state, consumed, _ = entry
         start = {lane: (state, consumed, 0)}
         self._mux = LaneMux(pipeline.source, [lane], replicas, start, pipeline.vocabulary, readahead)
-        self._tracker = Tracker(start)
+        self._tracker = Tracker(start, pipeline.source, replicas)
         self._window: deque[Doc | None] = deque()  # documents from the base on (None: dropped by a filter)
         self._ahead: deque[Doc | None] = deque()  # materialized, not fed yet
         self._base = self._fed = 0  # lane positions: the window's start, the next document to feed

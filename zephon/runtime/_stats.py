@@ -19,6 +19,7 @@ from zephon.work import DatasetCoverage, PhasedMixtureWorkSource, StaticMixtureW
 
 log = logging.getLogger("zephon")
 REDISTRIBUTE = "redistribute"
+FEW_KINDS = 8  # up to this many component ids, a comparison pass per id is faster than np.bincount
 
 
 class DatasetStatsDict(DatasetCoverage):
@@ -52,6 +53,15 @@ class TokensDict(TypedDict):
     dropped: int  # tokens of lanes' last partial sequences that pack(final="drop") dropped
     target: dict[str, float] | None  # ensure_mixture's target shares (None without it)
     late: dict[str, int] | None  # strict ensure_mixture, per component: times it was behind with none of it queued
+
+
+def component_counts(ids: np.ndarray, kinds: int) -> np.ndarray:
+    """How many of ``ids`` are each component id ``0 .. kinds - 1`` (int64). np.bincount casts
+    the ids and scans them twice; a few counts of equality are cheaper, and the trainer counts
+    every sample the loop receives."""
+    if kinds <= FEW_KINDS:
+        return np.array([np.count_nonzero(ids == k) for k in range(kinds)], dtype=np.int64)
+    return np.bincount(ids, minlength=kinds)[:kinds]
 
 
 def _plans(template: Any) -> list[Any]:
@@ -137,13 +147,12 @@ class LoaderStats:
     def count(self, components: np.ndarray) -> None:
         """The loop received samples of these component ids."""
         if len(components):
-            self.delivered += np.bincount(components, minlength=len(self.delivered))[:len(self.delivered)]
+            self.delivered += component_counts(components, len(self.delivered))
 
-    def observe(self, states: Iterable[Mapping[str, Any]]) -> None:
-        """Chunk-start states the readers reported: log new passes and drained datasets once."""
-        for state in states:
-            if _chunk_index(state) > _chunk_index(self._latest):
-                self._latest = state
+    def observe(self, state: Mapping[str, Any]) -> None:
+        """A chunk-start state a reader reported: log new passes and drained datasets once."""
+        if _chunk_index(state) > _chunk_index(self._latest):
+            self._latest = state
         cursors = _cursors(self._latest)
         if cursors is None:
             return

@@ -15,11 +15,13 @@ records two kinds of facts, by position:
 * a :class:`Segment` — from ``start`` on, turns of ``unit`` samples visit ``lanes`` in order,
   beginning with ``lanes[first]`` (it changes only when a lane ends, so there are few);
 * an :class:`Event` — at ``position`` a lane started a new chunk whose chunk-start state is
-  ``state`` (or, for a lane that ended, the state that returns ``None``).
+  ``state`` (or, for a lane that ended, the state that returns ``None``), as the source's
+  cheap ``state_token()``.
 
 :class:`Tracker` turns those facts into the **ledger** at any position ``p``: per lane, the
 lane source's state at the start of the chunk in flight and how many samples of that chunk
-were consumed. The ledger is all a checkpoint holds; restoring loads the state, regenerates
+were consumed. Only the states a caller asks for are sealed into ``state_dict()`` form
+(:class:`Sealer`), so a reader does not seal one per chunk. The ledger is all a checkpoint holds; restoring loads the state, regenerates
 the chunk and skips the consumed samples. Facts are positioned, so a producer may run ahead
 of its consumer (prefetch) without changing the ledger at ``p``.
 
@@ -111,7 +113,10 @@ class Event:
 
     position: int
     lane: int
-    state: Mapping[str, Any]  # the source's state_dict()
+    state: Any  # the source's state_token() (or a state_dict(): either seals to the same state)
+
+    def __reduce__(self) -> tuple[type[Event], tuple[int, int, Any]]:
+        return Event, (self.position, self.lane, self.state)  # a reader sends one per chunk: the default costs 3x
 
 
 class _Lane:
@@ -210,14 +215,14 @@ class LaneMux:
         """Every lane has ended and every sample was handed out."""
         return not self._active and not self._pending
 
-    def _pull(self, slot: _Lane) -> tuple[Mapping[str, Any], WorkChunk | None]:
+    def _pull(self, slot: _Lane) -> tuple[Any, WorkChunk | None]:
         """The lane's next chunk and the state before it (taken from ``ahead`` if pulled early)."""
         slot.fed = slot.ahead is not None
         if slot.ahead is not None:
             state, chunk, slot.source = slot.ahead
             slot.ahead = None
             return state, chunk
-        return slot.source.state_dict(), slot.source.next_chunk()
+        return slot.source.state_token(), slot.source.next_chunk()
 
     def _read_ahead(self, slot: _Lane, start: int) -> None:
         """Feed the readahead the chunk in flight from ``start`` (unless fed as a next chunk) and the next one."""
@@ -245,8 +250,8 @@ class LaneMux:
             return offset - start if current == chunk and offset is not None else 1 << 62
         return taken
 
-    def _load_chunk(self, slot: _Lane) -> Mapping[str, Any] | None:
-        """Pull the lane's next non-empty chunk; its chunk-start state, or None at the end."""
+    def _load_chunk(self, slot: _Lane) -> Any:
+        """Pull the lane's next non-empty chunk; its chunk-start state (token), or None at the end."""
         while True:
             state, chunk = self._pull(slot)
             slot.chunks += 1
@@ -273,7 +278,7 @@ class LaneMux:
             if at == len(slot.pointers):
                 state = self._load_chunk(slot)
                 if state is None:
-                    self._events.append(Event(self._frontier + got, slot.lane, slot.source.state_dict()))
+                    self._events.append(Event(self._frontier + got, slot.lane, slot.source.state_token()))
                     del self._offsets[slot.lane]
                     break
                 self._events.append(Event(self._frontier + got, slot.lane, state))
@@ -391,15 +396,45 @@ class LaneMux:
         return segments, events
 
 
+class Sealer:
+    """Lane states recorded as ``state_token()`` turned into ``state_dict()`` form, for the ledger
+    entries a caller asks for (a checkpoint, a count). Each lane gets a clone of ``template``
+    (lane of ``canonical_replicas``), restored to its starting ``entries`` state, the first time one of its tokens is sealed;
+    states already in ``state_dict()`` form pass through, and a lane's last sealed token is
+    remembered (a packed lane asks for the same one turn after turn)."""
+
+    def __init__(self, template: WorkSource, canonical_replicas: int, entries: Mapping[int, Entry]):
+        self._template, self._replicas = template, canonical_replicas
+        self._starts = {lane: state for lane, (state, _, _) in entries.items()}
+        self._clones: dict[int, WorkSource] = {}
+        self._last: dict[int, tuple[Any, Mapping[str, Any]]] = {}
+
+    def __call__(self, lane: int, state: Any) -> Mapping[str, Any]:
+        if isinstance(state, Mapping):
+            return state
+        last = self._last.get(lane)
+        if last is not None and last[0] is state:
+            return last[1]
+        clone = self._clones.get(lane)
+        if clone is None:
+            clone = self._clones[lane] = self._template.clone_for_lane(lane, self._replicas)
+            clone.load_state_dict(self._starts[lane])
+        sealed = clone.state_from_token(state)
+        self._last[lane] = (state, sealed)
+        return sealed
+
+
 class Tracker:
     """The ledger of a reader's lanes at any position, from its starting entries and the facts.
 
     ``extend`` adds the facts a :class:`LaneMux` drained (in order); ``entries_at(p)`` is the
-    ledger once the first ``p`` samples are consumed, with the ``DELIVERED`` turn flag;
+    ledger once the first ``p`` samples are consumed, with the ``DELIVERED`` turn flag and its
+    states sealed (``sealer``, over clones of ``template``'s lanes of ``canonical_replicas``);
     ``fold(p)`` forgets what lies before ``p`` (positions below it can no longer be asked for).
     """
 
-    def __init__(self, entries: Mapping[int, Entry]):
+    def __init__(self, entries: Mapping[int, Entry], template: WorkSource, canonical_replicas: int):
+        self.sealer = Sealer(template, canonical_replicas, entries)
         self._base = {lane: (state, consumed) for lane, (state, consumed, _) in entries.items()}
         self._flags = {lane: flags & DELIVERED for lane, (_, _, flags) in entries.items()}
         self._base_position = 0
@@ -432,6 +467,11 @@ class Tracker:
         return set(current.delivered(position))
 
     def entries_at(self, position: int) -> dict[int, Entry]:
+        return {lane: (self.sealer(lane, state), consumed, flags)
+                for lane, (state, consumed, flags) in self._tokens_at(position).items()}
+
+    def _tokens_at(self, position: int) -> dict[int, Entry]:
+        """:meth:`entries_at` with the states as recorded (tokens, unsealed)."""
         if position < self._base_position:
             raise ValueError(f"position {position} was folded away (ledger starts at {self._base_position})")
         latest: dict[int, Event] = {}
@@ -452,7 +492,7 @@ class Tracker:
     def fold(self, position: int) -> None:
         if position == self._base_position:
             return
-        entries = self.entries_at(position)
+        entries = self._tokens_at(position)
         self._base = {lane: (state, consumed) for lane, (state, consumed, _) in entries.items()}
         self._flags = {lane: flags for lane, (_, _, flags) in entries.items()}
         self._base_position = position
@@ -476,7 +516,7 @@ class ItemStream(Iterator[Any]):
         self._pipeline = pipeline
         self._mux = LaneMux(pipeline.source, lanes, canonical_replicas, entries, pipeline.vocabulary,
                             pipeline.readahead())
-        self._tracker = Tracker({lane: entries[lane] for lane in lanes})
+        self._tracker = Tracker({lane: entries[lane] for lane in lanes}, pipeline.source, canonical_replicas)
         self._block = block or (4096 if pipeline.pointer_only else 256)
         self._items: list[Any] = []
         self._next = 0

@@ -51,7 +51,7 @@ class _Reader:
 
     def __init__(self, template: WorkSource, lanes: Sequence[int], replicas: int, entries: Mapping[int, Entry]):
         self._mux = LaneMux(template, lanes, replicas, entries, template.component_ids())
-        self._tracker = Tracker({lane: entries[lane] for lane in lanes})
+        self._tracker = Tracker({lane: entries[lane] for lane in lanes}, template, replicas)
         self._segments: list[Segment] = []
         self.position = 0
 

@@ -42,7 +42,7 @@ from zephon.torch._topology import current_worker
 from zephon.torch._workers import freeze_inherited, guard_worker
 
 POINTER_BUNDLE = 16384  # samples per bundle on the pointer fast path (they stay in cache as the trainer splits them)
-SLOT_BUNDLE = 65536  # samples per shared-memory slot: fewer bundles, each with its fixed cost to the trainer
+SLOT_BUNDLE = 131072  # samples per shared-memory slot: fewer bundles, each with its fixed cost to the trainer
 PIPE_BYTES = 1 << 20  # the workers' result pipe, widened to this (Linux's default ceiling for a user)
 SHIP_BYTES = 256 << 10  # tensors up to this size cross from workers as numpy arrays (``ship``)
 RECORD_BUNDLE = 2048  # samples per bundle when records are read
@@ -88,7 +88,7 @@ class Bundle:
         self.components: np.ndarray | None = None  # component ids of the units' samples, back to back
         self.bounds: list[int] | None = None  # unit k holds samples [bounds[k], bounds[k+1]); None: one per unit
         self.stop = start  # absolute position after the bundle's last sample
-        self.skipped: list[int] | None = None  # batches: samples drop_last dropped that each batch passes over
+        self.skipped: list[int] | None = None  # batches: samples drop_last dropped that each passes over (None: none)
         self.shipped = False  # the units' tensors travel as numpy arrays (``ship``); ``land`` restores them
         self.dropped: list[int] | None = None  # batches of records: items a filter dropped from each
         self.slot: tuple[int, int, int] | None = None  # from a worker: where its pointers wait (``_slots.take``)
@@ -213,7 +213,7 @@ def _next_bundle(mux: LaneMux, plan: Plan, worker: int, slots: Slots | None) -> 
         return _slot_bundle(mux, plan, worker, slots, slot) if slot is not None else _piped(mux, plan, worker, slots)
     start = mux.position
     pieces, turns = mux.take_pieces(plan.bundle_size)
-    bundle, keep, spans = _framed(mux, plan, worker, start, sum(len(c) for _, c in pieces), turns)
+    bundle, keep = _framed(mux, plan, worker, start, sum(len(c) for _, c in pieces), turns)
     pointers, components = joined(pieces)
     if keep is not None:
         pointers, components = pointers[keep], components[keep]
@@ -222,7 +222,7 @@ def _next_bundle(mux: LaneMux, plan: Plan, worker: int, slots: Slots | None) -> 
     elif plan.batch_size is None:
         _items(bundle, plan, pointers, components)
     else:
-        _batches(bundle, plan, pointers, components, spans)
+        _batches(bundle, plan, pointers, components)
     return bundle
 
 
@@ -230,7 +230,7 @@ def _slot_bundle(mux: LaneMux, plan: Plan, worker: int, slots: Slots, slot: int)
     """A bundle of pointers written into the claimed ``slot``, which it carries in their place."""
     start = mux.position
     n, turns = _fill(mux, slots, worker, slot, plan.bundle_size)
-    bundle, keep, _ = _framed(mux, plan, worker, start, n, turns)
+    bundle, keep = _framed(mux, plan, worker, start, n, turns)
     if keep is not None:
         slots.compact(worker, slot, n, keep)
     bundle.slot = slots.carried(slot, n if keep is None else len(keep))
@@ -247,19 +247,32 @@ def _piped(mux: LaneMux, plan: Plan, worker: int, slots: Slots) -> Bundle:
 
 
 def _framed(mux: LaneMux, plan: Plan, worker: int, start: int, n: int, turns: np.ndarray
-            ) -> tuple[Bundle, np.ndarray | None, list[tuple[int, int]]]:
-    """The bundle of the ``n`` samples just taken from position ``start``, with its ledger
-    facts; batched, also its batches' ends and bounds, the rows they keep (None: all) and
-    their spans in those rows."""
+            ) -> tuple[Bundle, np.ndarray | None]:
+    """The bundle of the ``n`` samples just taken from position ``start`` (in ``turns``), with
+    its ledger facts; batched, also its batches' ends and ``bounds`` (one batch per turn;
+    ``drop_last`` drops the short ones) and the rows the kept batches hold (None: all)."""
     bundle = Bundle(worker, start, *mux.drain(), mux.exhausted)
     bundle.stop = start + n
     if plan.batch_size is None:
-        return bundle, None, []
-    spans = batch_spans(turns, plan.batch_size, plan.drop_last)
-    bundle.ends, bundle.skipped = _ends(spans, start, n)
-    keep, spans = _kept_rows(spans, n)
-    bundle.bounds = [0, *(b for _, b in spans)]
-    return bundle, keep, spans
+        return bundle, None
+    ends = np.cumsum(turns)
+    begins = ends - turns
+    if plan.drop_last:
+        full = turns == plan.batch_size
+        begins, ends = begins[full], ends[full]
+    sizes = ends - begins
+    bounds = np.concatenate([[0], np.cumsum(sizes)])
+    bundle.bounds = bounds.tolist()
+    bundle.ends = (ends + start).tolist()
+    if len(begins) == len(turns):
+        return bundle, None
+    if bundle.ends:  # the last batch passes over the rest of the bundle, which drop_last dropped
+        bundle.ends[-1] = start + n
+    skipped = begins - np.concatenate([[0], ends[:-1]])
+    if len(skipped):
+        skipped[-1] += n - ends[-1]
+    bundle.skipped = skipped.tolist()
+    return bundle, np.arange(bounds[-1], dtype=np.int64) + np.repeat(begins - bounds[:-1], sizes)
 
 
 def _fill(mux: LaneMux, slots: Slots, worker: int, slot: int, part: int) -> tuple[int, np.ndarray]:
@@ -275,34 +288,6 @@ def _fill(mux: LaneMux, slots: Slots, worker: int, slot: int, part: int) -> tupl
     return n, np.concatenate(turns)
 
 
-def batch_spans(turns: np.ndarray, size: int, drop_last: bool) -> list[tuple[int, int]]:
-    """The ``[a, b)`` sample ranges of a bundle's batches: one per turn (a lane's last may be
-    short, and ``drop_last`` drops it)."""
-    bounds = np.concatenate([[0], np.cumsum(turns)]).tolist()
-    return [(a, b) for a, b in zip(bounds[:-1], bounds[1:]) if not (drop_last and b - a < size)]
-
-
-def _ends(spans: list[tuple[int, int]], start: int, n: int) -> tuple[list[int], list[int]]:
-    """Each kept batch's absolute end, the last one's at the bundle's end, and the samples
-    ``drop_last`` dropped that each passes over (before it; after it, for the last)."""
-    ends = [start + b for _, b in spans]
-    skipped = [a - (spans[k - 1][1] if k else 0) for k, (a, _) in enumerate(spans)]
-    if spans:
-        skipped[-1] += n - spans[-1][1]
-        ends[-1] = start + n
-    return ends, skipped
-
-
-def _kept_rows(spans: list[tuple[int, int]], n: int) -> tuple[np.ndarray | None, list[tuple[int, int]]]:
-    """The rows of these ``n`` samples that the kept batches hold (None: all of them) and the
-    batches' spans once only those rows are left, back to back."""
-    if sum(b - a for a, b in spans) == n:
-        return None, spans
-    keep = np.concatenate([np.arange(a, b) for a, b in spans]) if spans else np.zeros(0, dtype=np.int64)
-    bounds = np.cumsum([0] + [b - a for a, b in spans]).tolist()
-    return keep, list(zip(bounds[:-1], bounds[1:]))
-
-
 def _items(bundle: Bundle, plan: Plan, pointers: np.ndarray, components: np.ndarray) -> None:
     """An unbatched bundle of records: one unit per sample."""
     start, n = bundle.start, len(pointers)
@@ -312,10 +297,11 @@ def _items(bundle: Bundle, plan: Plan, pointers: np.ndarray, components: np.ndar
     bundle.units, bundle.ends, bundle.components = items, list(range(start + 1, start + n + 1)), components
 
 
-def _batches(bundle: Bundle, plan: Plan, pointers: np.ndarray, components: np.ndarray,
-             spans: list[tuple[int, int]]) -> None:
+def _batches(bundle: Bundle, plan: Plan, pointers: np.ndarray, components: np.ndarray) -> None:
     """A reader's batches of these samples, the component ids of what each holds (at the
-    bundle's ``bounds``) and, with filter steps, the items a filter dropped from each."""
+    bundle's ``bounds``, set anew) and, with filter steps, the items a filter dropped from each."""
+    assert bundle.bounds is not None  # _framed cut the samples into batches
+    spans = list(zip(bundle.bounds[:-1], bundle.bounds[1:]))
     if plan.columnar:
         bundle.units = [columnar_batch(plan.pipeline, pointers[a:b], components[a:b]) for a, b in spans]
         bundle.components = components

@@ -80,7 +80,9 @@ class _Cursor:
 def _tracker(plan: Plan, lanes: list[int]) -> Tracker | Snapshots:
     """The ledger of one reader's lanes: from snapshots when packed, else from positioned facts."""
     entries = {lane: plan.entries[lane] for lane in lanes}
-    return Tracker(entries) if plan.pipeline.packing is None else Snapshots(entries, plan.operators)
+    if plan.pipeline.packing is None:
+        return Tracker(entries, plan.pipeline.source, plan.replicas)
+    return Snapshots(entries, plan.operators)
 
 
 def _pointer_items(bundle: Bundle, pipeline: Pipeline) -> list[Any]:
@@ -180,7 +182,9 @@ class LoaderIterator:
                         self._stats.watch_late(snapshot.lane, snapshot.operator)
             else:
                 tracker.extend(bundle.segments, cast(list[Event], bundle.events))
-            self._stats.observe(event.state for event in bundle.events)
+            if bundle.events:  # the bundle's latest chunk start: news of passes and drained datasets
+                last = bundle.events[-1]
+                self._stats.observe(tracker.sealer(last.lane, last.state) if isinstance(tracker, Tracker) else last.state)
             cursor = self._cursors[worker] = _Cursor(bundle, self._plan.pipeline, self._plan.batch_size)
             if not cursor.count:  # nothing to yield (drop_last dropped every batch): the loop passes over it
                 self._stats.drop_last += bundle.stop - self._positions[worker]

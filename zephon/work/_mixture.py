@@ -3,8 +3,9 @@
 A subclass names its core: ``_core_step`` (the pure step), ``_core_initial`` (the state at the
 start), ``_core_remaining`` (samples left from a state), ``_core_index`` / ``_core_sample`` /
 ``_core_samples`` (random access), ``_core_indexable``, ``_core_bind`` (the config bound to a
-lane) and ``_core_with_ratios`` (token ratios set and checked). Everything else (lanes,
-priming, ``len``, lookups and their argument checks) lives here once.
+lane), ``_core_to_json`` (a state's checkpoint), ``_core_token`` / ``_core_of_token`` (a state as
+plain numbers and back) and ``_core_with_ratios`` (token ratios set and checked). Everything else
+(lanes, priming, ``len``, lookups and their argument checks) lives here once.
 """
 from __future__ import annotations
 
@@ -69,6 +70,9 @@ class MixtureShell(WorkSource):
     _core_bind: Callable[[Any, int, int], Any]
     _core_coverage: Callable[[Any, Any], dict[str, DatasetCoverage]]
     _core_end: Callable[[Any, Any], tuple[Any, int | None]]
+    _core_to_json: Callable[[Any, Any], Any]
+    _core_token: Callable[[Any], tuple[Any, ...]]
+    _core_of_token: Callable[[tuple[Any, ...]], Any]
 
     _history: tuple[MigrationRecord, ...] = ()  # the migrations this run went through (zephon.work.migrate)
     _end: tuple[Any, tuple[Any, int | None]] = (None, (None, None))  # (the lane's state at its end, _core_end's)
@@ -80,6 +84,20 @@ class MixtureShell(WorkSource):
         self._config, self._datasets, self._estimation = config, tuple(datasets), estimation
         self._state = self._core_initial(config)
         self._index: Indexed | None = None  # built on first random access
+
+    def state_token(self) -> tuple[Any, ...]:
+        """The core state as a tuple of plain numbers (a few per dataset)."""
+        return self._core_token(self._state)
+
+    def state_from_token(self, token: tuple[Any, ...]) -> Any:
+        """The checkpoint of the state ``token`` holds, under this source's settings (see ``state_dict``)."""
+        if type(token) is not tuple:
+            raise TypeError(f"state_from_token takes what state_token() returns (a tuple), got {type(token).__name__}")
+        return self._checkpoint(self._core_of_token(token))
+
+    def _checkpoint(self, state: Any) -> Any:
+        """The sealed checkpoint of core ``state``, with the run's migration history."""
+        return self._with_history(self._core_to_json(state, self._config))
 
     @property
     def config(self) -> Any:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 import numbers
 from dataclasses import dataclass
-from typing import Any, Final, Mapping, Sequence, TypedDict
+from typing import Any, Final, Mapping, Sequence, TypedDict, cast
 
 from zephon.core import checkpoint, coverage, phases
 from zephon.core.config import SourceConfig
@@ -168,6 +168,12 @@ class PhasedMixtureWorkSource(MixtureShell):
     _core_indexable = staticmethod(phases.supports_indexing)
     _core_bind = staticmethod(phases.bind)
     _core_end = staticmethod(phases.stream_end_phased)
+    _core_token = staticmethod(phases.phased_token)
+    _core_of_token = staticmethod(phases.phased_of_token)
+
+    @staticmethod
+    def _core_to_json(state: PhasedState, config: PhasedConfig) -> PhasedMixtureStateDict:
+        return state_to_json(state, config)  # defined below the class
 
     @staticmethod
     def _core_coverage(state: PhasedState, config: PhasedConfig) -> dict[str, coverage.DatasetCoverage]:
@@ -216,7 +222,7 @@ class PhasedMixtureWorkSource(MixtureShell):
     def state_dict(self) -> PhasedMixtureStateDict:
         """The checkpoint: the phase, the static checkpoint inside it and the phases' fingerprint
         (see :class:`~zephon.work.PhasedMixtureStateDict` for its keys)."""
-        return self._with_history(state_to_json(self._state, self._config))
+        return cast(PhasedMixtureStateDict, self._checkpoint(self._state))
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Restore a checkpoint (strict: same datasets, settings and phases, same lane).

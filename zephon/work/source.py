@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import abc
 import copy
-from typing import Any, Mapping
+from typing import Any, Mapping, cast
 
 import numpy as np
 
@@ -67,6 +67,18 @@ class WorkSource(abc.ABC):
     @abc.abstractmethod
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Restore a checkpoint; the source then continues exactly as the saved one would."""
+
+    def state_token(self) -> Any:
+        """The state before the next chunk, as cheaply as the source can give it and picklable:
+        readers record one per chunk and seal only the few a checkpoint needs, with
+        ``state_from_token``. The default is ``state_dict()`` itself."""
+        return self.state_dict()
+
+    def state_from_token(self, token: Any) -> Mapping[str, Any]:
+        """The ``state_dict()`` of the moment ``state_token()`` returned ``token``; called on a
+        clone of the same lane restored to a state of the same run. The default returns the
+        token (``state_dict()``'s value)."""
+        return cast(Mapping[str, Any], token)  # the default token is the state dict itself
 
     @property
     def lane_id(self) -> int | None:

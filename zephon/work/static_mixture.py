@@ -7,11 +7,11 @@ new state.
 from __future__ import annotations
 
 import os
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence, cast
 
 from zephon.core import checkpoint, counting, coverage, index
 from zephon.core.config import SourceConfig
-from zephon.core.schedule import initial_state
+from zephon.core.schedule import initial_state, state_of_token, state_token
 from zephon.core.step import step, stream_end
 from zephon.core.tokens import token_shares, with_ratios
 from zephon.io import Dataset
@@ -92,6 +92,9 @@ class StaticMixtureWorkSource(MixtureShell):
     _core_indexable = staticmethod(index.supports_indexing)
     _core_coverage = staticmethod(coverage.coverage)
     _core_end = staticmethod(stream_end)
+    _core_to_json = staticmethod(checkpoint.state_to_json)
+    _core_token = staticmethod(state_token)
+    _core_of_token = staticmethod(state_of_token)
 
     @staticmethod
     def _core_bind(config: SourceConfig, lane: int, replicas: int) -> SourceConfig:
@@ -163,7 +166,7 @@ class StaticMixtureWorkSource(MixtureShell):
         """The checkpoint: plain JSON, tagged, versioned and sealed with a digest (see
         :class:`~zephon.work.StaticMixtureStateDict` for its keys); about a kilobyte for a few
         datasets, whatever the position."""
-        return self._with_history(checkpoint.state_to_json(self._state, self._config))
+        return cast(checkpoint.StaticMixtureStateDict, self._checkpoint(self._state))
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Restore a checkpoint; a token-mode one brings its ratios (nothing is measured again).

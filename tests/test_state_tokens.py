@@ -1,0 +1,71 @@
+"""State tokens: a reader records one per chunk, a ledger seals the few a checkpoint needs.
+
+A token travels between processes by pickle; sealed by the ledger's clone of the lane (restored
+to the lane's starting state), it must be exactly the ``state_dict()`` of its moment, whatever
+the source's settings, phases, migration history or kept sample orders.
+"""
+import json
+import pickle
+
+import pytest
+from helpers import three_datasets
+from hypothesis import given
+from hypothesis import strategies as st
+
+from zephon import Dataset, StaticMixtureWorkSource
+from zephon.runtime import Sealer
+from zephon.testing import phased_sources, sources
+from zephon.work import migrate
+from zephon.work.tokens import TokenEstimation
+
+
+def _assert_tokens_seal_to_state_dicts(template, lane, replicas, start, chunks):
+    source = template.clone_for_lane(lane, replicas)
+    source.load_state_dict(start)
+    sealer = Sealer(template, replicas, {lane: (start, 0, 0)})
+    for _ in range(chunks):
+        token = pickle.loads(pickle.dumps(source.state_token()))
+        assert sealer(lane, token) == source.state_dict()
+        if source.next_chunk() is None:
+            break
+    token = source.state_token()
+    assert sealer(lane, token) is sealer(lane, token)  # a lane's last sealed token is remembered
+    assert sealer(lane, start) is start  # a state dict passes through
+
+
+@given(st.one_of(sources(), phased_sources()), st.integers(1, 4), st.integers(0, 40), st.data())
+def test_every_chunks_token_seals_to_the_state_dict_of_its_moment(template, replicas, chunks, data):
+    lane = data.draw(st.integers(0, replicas - 1))
+    start = template.clone_for_lane(lane, replicas).state_dict()
+    _assert_tokens_seal_to_state_dicts(template, lane, replicas, start, chunks)
+
+
+def test_a_migrated_lane_seals_its_history_and_kept_orders():
+    data = three_datasets()
+    old = StaticMixtureWorkSource(data, {"web": 2, "code": 1, "math": 1}, chunk_size=12, seed=9,
+                                  exhausted_policy="repeat").clone_for_lane(0, 1)
+    for _ in range(3):
+        old.next_chunk()
+    new = StaticMixtureWorkSource([data[2], data[0]], {"math": 1, "web": 1}, chunk_size=5, seed=10,
+                                  shuffle_within_shard=True, exhausted_policy="repeat")
+    start = json.loads(json.dumps(migrate(old.state_dict(), new).state))
+    assert {"orders", "migrations"} <= set(start)
+    _assert_tokens_seal_to_state_dicts(new, 0, 1, start, 12)
+
+
+def test_a_token_mode_lane_seals_its_ratios():
+    data = [Dataset.from_counts("a", [50] * 4, raw_bytes=[3000] * 4),
+            Dataset.from_counts("b", [40, 60], raw_bytes=[9000, 30000])]
+    template = StaticMixtureWorkSource(data, {"a": 0.6, "b": 0.4}, chunk_size=16, seed=5,
+                                       token_estimation=TokenEstimation(primer={"a": 0.2, "b": 0.25}))
+    template.prime()
+    start = template.clone_for_lane(1, 2).state_dict()
+    assert "token_ratios" in start
+    _assert_tokens_seal_to_state_dicts(template, 1, 2, start, 20)
+
+
+def test_a_token_of_another_kind_is_refused():
+    source = StaticMixtureWorkSource(three_datasets(), {"web": 1, "code": 1, "math": 1},
+                                     chunk_size=4).clone_for_lane(0, 1)
+    with pytest.raises(TypeError, match="what state_token"):
+        source.state_from_token(source.state_dict())
