@@ -172,6 +172,7 @@ class LaneMux:
                  entries: Mapping[int, Entry], vocabulary: Mapping[str, int], readahead: Any = None,
                  unit: int = 1):
         self._vocabulary = vocabulary
+        self._names_ids: tuple[tuple[str, ...] | None, np.ndarray | None] = (None, None)  # see _ids_of
         self._template, self._replicas, self.readahead = template, canonical_replicas, readahead
         self._unit = unit
         self._offsets: dict[int, int] = {}  # lane -> samples of its current chunk already generated
@@ -179,7 +180,7 @@ class LaneMux:
         self._frontier = 0  # samples generated
         self._carry: deque[Piece] = deque()
         self._pending = 0  # samples in the carry
-        self._turns: list[int] = []  # lengths of the turns in the carry (unit > 1)
+        self._turns: deque[tuple[int, int]] = deque()  # the carry's turns (unit > 1) in runs: (length, count)
         self._segments: list[Segment] = []
         self._events: list[Event] = []
         first: list[_Lane] = []
@@ -260,14 +261,23 @@ class LaneMux:
             if len(chunk):
                 break
         pointers, local = chunk.read_order()
-        try:
-            ids = np.array([self._vocabulary[name] for name in chunk.component_names], dtype=np.int64)
-        except KeyError as error:
-            raise ValueError(f"lane {slot.lane} emitted component {error.args[0]!r}, which component_ids() "
-                             f"does not declare ({sorted(self._vocabulary)})") from None
-        same = len(ids) and ids[0] == 0 and (np.diff(ids) == 1).all()  # chunk ids are already the vocabulary's
-        slot.pointers, slot.components = pointers, local if same else ids[local]
+        ids = self._ids_of(slot.lane, chunk.component_names)
+        slot.pointers, slot.components = pointers, local if ids is None else ids[local]
         return state
+
+    def _ids_of(self, lane: int, names: tuple[str, ...]) -> np.ndarray | None:
+        """The vocabulary's ids of a chunk's component names (None: the chunk's own ids are
+        already those); the last names' are remembered (most chunks of a mixture repeat them)."""
+        if names == self._names_ids[0]:
+            return self._names_ids[1]
+        try:
+            ids = np.array([self._vocabulary[name] for name in names], dtype=np.int64)
+        except KeyError as error:
+            raise ValueError(f"lane {lane} emitted component {error.args[0]!r}, which component_ids() "
+                             f"does not declare ({sorted(self._vocabulary)})") from None
+        same = len(ids) and ids[0] == 0 and (np.diff(ids) == 1).all()
+        self._names_ids = (names, None if same else ids)
+        return self._names_ids[1]
 
     def _turn_of(self, slot: _Lane, want: int) -> int:
         """Generate up to ``want`` samples of the lane's turn, pulling its next chunks as needed
@@ -297,7 +307,7 @@ class LaneMux:
         self._frontier += got
         self._pending += got
         if got and self._unit > 1:
-            self._turns.append(got)
+            self._add_turns(got, 1)
         if slot.lane in self._offsets:
             self._turn = (self._turn + 1) % len(self._active)
             return got
@@ -331,7 +341,7 @@ class LaneMux:
             self._offsets[slot.lane] += span
         self._carry.append((pointers, components))
         if unit > 1:
-            self._turns.extend([unit] * (rounds * m))
+            self._add_turns(unit, rounds * m)
         self._frontier += span * m
         self._pending += span * m
         return span * m
@@ -362,17 +372,36 @@ class LaneMux:
             k = min(n, self._pending)
             turns = np.ones(k, dtype=np.int64)
         else:
-            k = count = 0
-            while count < len(self._turns) and (k + self._turns[count] <= n or not count):
-                k += self._turns[count]
-                count += 1
-            turns = np.array(self._turns[:count], dtype=np.int64)
-            del self._turns[:count]
+            k, turns = self._whole_turns(n)
         pieces = self._cut(k)
         self.position += k
         if not k and self.exhausted and self.readahead is not None:  # the end (else closed when collected)
             self.readahead.close()
         return pieces, turns
+
+    def _add_turns(self, length: int, count: int) -> None:
+        """Record ``count`` more turns of ``length`` samples in the carry."""
+        if self._turns and self._turns[-1][0] == length:
+            count += self._turns.pop()[1]
+        self._turns.append((length, count))
+
+    def _whole_turns(self, n: int) -> tuple[int, np.ndarray]:
+        """Remove the carry's first whole turns that fit in ``n`` samples (one at least): their
+        samples and lengths."""
+        lengths, counts, k = [], [], 0
+        while self._turns:
+            length, count = self._turns[0]
+            fit = min(count, (n - k) // length) or (0 if lengths else 1)
+            if not fit:
+                break
+            lengths.append(length)
+            counts.append(fit)
+            k += length * fit
+            if fit < count:
+                self._turns[0] = (length, count - fit)
+                break
+            self._turns.popleft()
+        return k, np.repeat(np.array(lengths, dtype=np.int64), counts)
 
     def _cut(self, k: int) -> list[Piece]:
         """The first ``k`` samples of the carry, removed from it."""
