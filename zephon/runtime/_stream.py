@@ -388,7 +388,9 @@ class LaneMux:
     def _whole_turns(self, n: int) -> tuple[int, np.ndarray]:
         """Remove the carry's first whole turns that fit in ``n`` samples (one at least): their
         samples and lengths."""
-        lengths, counts, k = [], [], 0
+        lengths: list[int] = []
+        counts: list[int] = []
+        k = 0
         while self._turns:
             length, count = self._turns[0]
             fit = min(count, (n - k) // length) or (0 if lengths else 1)
