@@ -13,7 +13,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from zephon import Dataset, StaticMixtureWorkSource
-from zephon.runtime import Sealer
+from zephon.runtime import LaneMux, Sealer, initial_entries
 from zephon.testing import phased_sources, sources
 from zephon.work import migrate
 from zephon.work.tokens import TokenEstimation
@@ -69,3 +69,13 @@ def test_a_token_of_another_kind_is_refused():
                                      chunk_size=4).clone_for_lane(0, 1)
     with pytest.raises(TypeError, match="what state_token"):
         source.state_from_token(source.state_dict())
+
+
+def test_an_overridden_token_that_is_a_mapping_is_refused():
+    class DictTokens(StaticMixtureWorkSource):
+        def state_token(self):
+            return {"chunk": self.state.chunk_index}
+
+    template = DictTokens(three_datasets(), {"web": 1, "code": 1, "math": 1}, chunk_size=4)
+    with pytest.raises(TypeError, match="must not be one"):
+        LaneMux(template, [0], 1, initial_entries(template, [0], 1), template.component_ids())

@@ -9,6 +9,8 @@ import logging
 
 import pytest
 from helpers import lane_streams
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import zephon.torch as zt
 from zephon import Dataset, Pipeline, StaticMixtureWorkSource
@@ -194,3 +196,21 @@ def test_a_finite_source_that_cannot_count_is_said_once(caplog):
         loader = zt.DataLoader(Pipeline(source), batch_size=5, canonical_replicas=7, rank=0, world_size=3)
         assert list(loader) and loader.stats()["even_batches"] is None
     assert sum("cannot count its remaining samples" in r.message for r in caplog.records) == 1
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.lists(st.integers(5, 70), min_size=3, max_size=3), st.integers(1, 12), st.integers(0, 50),
+       st.sampled_from([None, 1, 4]), st.lists(st.sampled_from(["repeat", "redistribute"]), min_size=3, max_size=3))
+def test_stats_name_every_redistributed_dataset_the_run_drained(rows, chunk_size, seed, batch_size, policies):
+    """A bundle holds chunk starts of several lanes; the furthest of them says what was drained."""
+    names = ["big", "small", "mid"]
+    datasets = [Dataset.from_counts(name, [n]) for name, n in zip(names, rows)]
+    source = StaticMixtureWorkSource(datasets, dict(zip(names, (0.6, 0.2, 0.2))), chunk_size=chunk_size, seed=seed,
+                                     exhausted_policy=dict(zip(names, policies)), max_repeats=1)
+    loader = zt.DataLoader(Pipeline(source), batch_size=batch_size, num_workers=0)
+    for _ in loader:
+        pass
+    stats = loader.stats()
+    drained = {name for name, entry in stats["datasets"].items()
+               if entry["policy"] == "redistribute" and entry["passes_completed"] >= 1}
+    assert set(stats["redistributed"]) == drained

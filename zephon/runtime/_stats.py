@@ -149,10 +149,11 @@ class LoaderStats:
         if len(components):
             self.delivered += component_counts(components, len(self.delivered))
 
-    def observe(self, state: Mapping[str, Any]) -> None:
-        """A chunk-start state a reader reported: log new passes and drained datasets once."""
-        if _chunk_index(state) > _chunk_index(self._latest):
-            self._latest = state
+    def observe(self, states: Iterable[Mapping[str, Any]]) -> None:
+        """Chunk-start states the readers reported: log new passes and drained datasets once."""
+        for state in states:
+            if _chunk_index(state) > _chunk_index(self._latest):
+                self._latest = state
         cursors = _cursors(self._latest)
         if cursors is None:
             return

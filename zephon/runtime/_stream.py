@@ -223,7 +223,7 @@ class LaneMux:
             state, chunk, slot.source = slot.ahead
             slot.ahead = None
             return state, chunk
-        return slot.source.state_token(), slot.source.next_chunk()
+        return _token(slot.source), slot.source.next_chunk()
 
     def _read_ahead(self, slot: _Lane, start: int) -> None:
         """Feed the readahead the chunk in flight from ``start`` (unless fed as a next chunk) and the next one."""
@@ -288,7 +288,7 @@ class LaneMux:
             if at == len(slot.pointers):
                 state = self._load_chunk(slot)
                 if state is None:
-                    self._events.append(Event(self._frontier + got, slot.lane, slot.source.state_token()))
+                    self._events.append(Event(self._frontier + got, slot.lane, _token(slot.source)))
                     del self._offsets[slot.lane]
                     break
                 self._events.append(Event(self._frontier + got, slot.lane, state))
@@ -425,6 +425,16 @@ class LaneMux:
         segments, events = self._segments, self._events
         self._segments, self._events = [], []
         return segments, events
+
+
+def _token(source: WorkSource) -> Any:
+    """``source.state_token()``. A ledger takes a mapping for the ``state_dict()`` itself, so
+    only the default ``state_token`` may return one."""
+    token = source.state_token()
+    if isinstance(token, Mapping) and type(source).state_token is not WorkSource.state_token:
+        raise TypeError(f"{type(source).__name__}.state_token() returned a mapping: a token other than "
+                        "state_dict() itself must not be one (zephon takes a mapping for the sealed state)")
+    return token
 
 
 class Sealer:

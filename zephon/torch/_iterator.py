@@ -85,6 +85,15 @@ def _tracker(plan: Plan, lanes: list[int]) -> Tracker | Snapshots:
     return Snapshots(entries, plan.operators)
 
 
+def _latest_states(tracker: Tracker | Snapshots, events: list[Event] | list[Snapshot]) -> list[Mapping[str, Any]]:
+    """Each lane's latest chunk-start state among a bundle's ``events``, sealed: the furthest
+    the bundle reached is one of them (the stats' news of passes and drained datasets)."""
+    latest = {event.lane: event.state for event in events}
+    if isinstance(tracker, Snapshots):
+        return list(latest.values())
+    return [tracker.sealer(lane, state) for lane, state in latest.items()]
+
+
 def _pointer_items(bundle: Bundle, pipeline: Pipeline) -> list[Any]:
     """The items of an unbatched bundle of pointers, as the loop receives them."""
     assert bundle.pointers is not None and bundle.components is not None  # the pointer fast path
@@ -182,9 +191,7 @@ class LoaderIterator:
                         self._stats.watch_late(snapshot.lane, snapshot.operator)
             else:
                 tracker.extend(bundle.segments, cast(list[Event], bundle.events))
-            if bundle.events:  # the bundle's latest chunk start: news of passes and drained datasets
-                last = bundle.events[-1]
-                self._stats.observe(tracker.sealer(last.lane, last.state) if isinstance(tracker, Tracker) else last.state)
+            self._stats.observe(_latest_states(tracker, bundle.events))
             cursor = self._cursors[worker] = _Cursor(bundle, self._plan.pipeline, self._plan.batch_size)
             if not cursor.count:  # nothing to yield (drop_last dropped every batch): the loop passes over it
                 self._stats.drop_last += bundle.stop - self._positions[worker]

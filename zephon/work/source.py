@@ -71,7 +71,8 @@ class WorkSource(abc.ABC):
     def state_token(self) -> Any:
         """The state before the next chunk, as cheaply as the source can give it and picklable:
         readers record one per chunk and seal only the few a checkpoint needs, with
-        ``state_from_token``. The default is ``state_dict()`` itself."""
+        ``state_from_token``. The default is ``state_dict()`` itself; an override must not
+        return a mapping (a mapping is taken for the sealed state)."""
         return self.state_dict()
 
     def state_from_token(self, token: Any) -> Mapping[str, Any]:
