@@ -27,6 +27,8 @@ from zephon.runtime import (
 from zephon.torch._bundles import Bundle, Plan, pointer_tensor
 from zephon.torch._workers import WorkerDiedError, dead_worker
 
+OBSERVE_EVERY = 8  # bundles between the stats' looks at the readers' chunk starts (see LoaderIterator._observe)
+
 
 class _Cursor:
     """The main process's place in one bundle: its units, ready to hand out, and how many of
@@ -85,15 +87,6 @@ def _tracker(plan: Plan, lanes: list[int]) -> Tracker | Snapshots:
     return Snapshots(entries, plan.operators)
 
 
-def _latest_states(tracker: Tracker | Snapshots, events: list[Event] | list[Snapshot]) -> list[Mapping[str, Any]]:
-    """Each lane's latest chunk-start state among a bundle's ``events``, sealed: the furthest
-    the bundle reached is one of them (the stats' news of passes and drained datasets)."""
-    latest = {event.lane: event.state for event in events}
-    if isinstance(tracker, Snapshots):
-        return list(latest.values())
-    return [tracker.sealer(lane, state) for lane, state in latest.items()]
-
-
 def _pointer_items(bundle: Bundle, pipeline: Pipeline) -> list[Any]:
     """The items of an unbatched bundle of pointers, as the loop receives them."""
     assert bundle.pointers is not None and bundle.components is not None  # the pointer fast path
@@ -130,6 +123,8 @@ class LoaderIterator:
         self._rotation = deque(readers[first:] + readers[:first])
         self._recent: deque[tuple[int, int]] = deque(maxlen=MAX_LAG)  # last units yielded: (reader, position before)
         self.yielded = 0  # units yielded by this iteration
+        self._unobserved: dict[int, dict[int, Any]] = {w: {} for w in readers}  # see _observe
+        self._pulled = 0  # bundles pulled
 
     def __iter__(self) -> LoaderIterator:
         return self
@@ -191,7 +186,10 @@ class LoaderIterator:
                         self._stats.watch_late(snapshot.lane, snapshot.operator)
             else:
                 tracker.extend(bundle.segments, cast(list[Event], bundle.events))
-            self._stats.observe(_latest_states(tracker, bundle.events))
+            self._unobserved[worker].update((event.lane, event.state) for event in bundle.events)
+            self._pulled += 1
+            if self._pulled % OBSERVE_EVERY == 0:
+                self._observe()
             cursor = self._cursors[worker] = _Cursor(bundle, self._plan.pipeline, self._plan.batch_size)
             if not cursor.count:  # nothing to yield (drop_last dropped every batch): the loop passes over it
                 self._stats.drop_last += bundle.stop - self._positions[worker]
@@ -210,9 +208,23 @@ class LoaderIterator:
             self._pending[bundle.worker].append(bundle.land())  # at once: it frees the worker's slot
         return pending.popleft()
 
+    def _observe(self) -> None:
+        """Show the stats each lane's latest chunk start since the last call (the furthest the
+        readers reached is one of them): their news of passes and drained datasets. Sealing a
+        state costs tens of microseconds, so this runs every ``OBSERVE_EVERY`` bundles and
+        whenever the stats are read."""
+        for worker, pending in self._unobserved.items():
+            tracker = self._trackers[worker]
+            if isinstance(tracker, Tracker):
+                self._stats.observe([tracker.sealer(lane, state) for lane, state in pending.items()])
+            else:
+                self._stats.observe(pending.values())
+            pending.clear()
+
     def settle(self) -> None:
         """Count every unit the loop received (and the batches) into the stats: they are counted
         a bundle at a time."""
+        self._observe()
         for cursor in self._cursors.values():
             if cursor is not None:
                 cursor.settle(self._stats)
