@@ -214,3 +214,16 @@ def test_stats_name_every_redistributed_dataset_the_run_drained(rows, chunk_size
     drained = {name for name, entry in stats["datasets"].items()
                if entry["policy"] == "redistribute" and entry["passes_completed"] >= 1}
     assert set(stats["redistributed"]) == drained
+
+
+def test_a_new_pass_is_said_while_the_loader_runs(caplog):
+    """The stats look at the readers' chunk starts every few bundles, not only when read."""
+    datasets = [Dataset.from_counts("small", [5000]), Dataset.from_counts("big", [10 ** 7])]
+    source = StaticMixtureWorkSource(datasets, {"small": 0.5, "big": 0.5}, chunk_size=4096, seed=1,
+                                     exhausted_policy="repeat")
+    loader = zt.DataLoader(Pipeline(source), batch_size=256, num_workers=0, canonical_replicas=1)
+    it = iter(loader)
+    with caplog.at_level(logging.INFO, logger="zephon"):
+        for _ in range(2048):  # 512 Ki samples: several looks
+            next(it)
+    assert any("'small' starts pass 2" in r.message for r in caplog.records)
