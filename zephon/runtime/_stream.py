@@ -21,9 +21,10 @@ records two kinds of facts, by position:
 :class:`Tracker` turns those facts into the **ledger** at any position ``p``: per lane, the
 lane source's state at the start of the chunk in flight and how many samples of that chunk
 were consumed. Only the states a caller asks for are sealed into ``state_dict()`` form
-(:class:`Sealer`), so a reader does not seal one per chunk. The ledger is all a checkpoint holds; restoring loads the state, regenerates
-the chunk and skips the consumed samples. Facts are positioned, so a producer may run ahead
-of its consumer (prefetch) without changing the ledger at ``p``.
+(:class:`Sealer`), so a reader does not seal one per chunk. The ledger is all a checkpoint
+holds; restoring loads the state, regenerates the chunk and skips the consumed samples. Facts
+are positioned, so a producer may run ahead of its consumer (prefetch) without changing the
+ledger at ``p``.
 
 Turn flags make a resume on the *same* topology exact batch for batch, not only lane for
 lane: ``DELIVERED`` marks the lanes that already gave their turn of the current round. A
@@ -439,10 +440,11 @@ def _token(source: WorkSource) -> Any:
 
 class Sealer:
     """Lane states recorded as ``state_token()`` turned into ``state_dict()`` form, for the ledger
-    entries a caller asks for (a checkpoint, a count). Each lane gets a clone of ``template``
-    (lane of ``canonical_replicas``), restored to its starting ``entries`` state, the first time one of its tokens is sealed;
-    states already in ``state_dict()`` form pass through, and a lane's last sealed token is
-    remembered (a packed lane asks for the same one turn after turn)."""
+    entries a caller asks for (a checkpoint, a count, the stats). Each lane gets a clone of
+    ``template`` (lane of ``canonical_replicas``), restored to its starting ``entries`` state,
+    the first time one of its tokens is sealed; states already in ``state_dict()`` form pass
+    through, and a lane's last sealed token is remembered (a packed lane asks for the same one
+    turn after turn)."""
 
     def __init__(self, template: WorkSource, canonical_replicas: int, entries: Mapping[int, Entry]):
         self._template, self._replicas = template, canonical_replicas

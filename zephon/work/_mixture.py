@@ -3,9 +3,9 @@
 A subclass names its core: ``_core_step`` (the pure step), ``_core_initial`` (the state at the
 start), ``_core_remaining`` (samples left from a state), ``_core_index`` / ``_core_sample`` /
 ``_core_samples`` (random access), ``_core_indexable``, ``_core_bind`` (the config bound to a
-lane), ``_core_to_json`` (a state's checkpoint), ``_core_token`` / ``_core_of_token`` (a state as
-plain numbers and back) and ``_core_with_ratios`` (token ratios set and checked). Everything else
-(lanes, priming, ``len``, lookups and their argument checks) lives here once.
+lane), ``_core_to_json`` (a state's checkpoint), ``_core_token`` / ``_core_of_token`` (a state
+as plain numbers and back) and ``_core_with_ratios`` (token ratios set and checked).
+Everything else (lanes, priming, ``len``, lookups and their argument checks) lives here once.
 """
 from __future__ import annotations
 
