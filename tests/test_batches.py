@@ -30,11 +30,11 @@ mixtures = st.lists(st.floats(0.05, 1.0), min_size=1, max_size=4).map(
 
 
 @settings(max_examples=25)
-@given(mixtures, st.integers(1, 200), st.integers(1, 9), st.integers(1, 40), st.sampled_from([None, 1, 3]),
+@given(mixtures, st.integers(1, 178), st.integers(1, 9), st.integers(1, 40), st.sampled_from([None, 1, 3]),
        st.integers(0, 2**32))
 def test_every_full_batch_holds_each_component_within_two_of_its_share(weights, chunk_size, replicas, batch_size,
                                                                        world, seed):
-    datasets = [Dataset.from_counts(name, [57, 91, 30]) for name in weights]
+    datasets = [Dataset.from_counts(name, [57, 91, 30]) for name in weights]  # 178: one chunk's draw at most
     source = StaticMixtureWorkSource(datasets, weights, chunk_size=chunk_size, seed=seed, exhausted_policy="repeat",
                                      shuffle_within_shard=True)
     ranks = [(None, None)] if world is None else [(rank, world) for rank in range(world)]

@@ -199,7 +199,7 @@ def test_a_finite_source_that_cannot_count_is_said_once(caplog):
 
 
 @settings(max_examples=25, deadline=None)
-@given(st.lists(st.integers(5, 70), min_size=3, max_size=3), st.integers(1, 12), st.integers(0, 50),
+@given(st.lists(st.integers(12, 70), min_size=3, max_size=3), st.integers(1, 12), st.integers(0, 50),
        st.sampled_from([None, 1, 4]), st.lists(st.sampled_from(["repeat", "redistribute"]), min_size=3, max_size=3))
 def test_stats_name_every_redistributed_dataset_the_run_drained(rows, chunk_size, seed, batch_size, policies):
     """A bundle holds chunk starts of several lanes; the furthest of them says what was drained."""
