@@ -17,6 +17,7 @@ Each rank logs what it trained on to ``--out/seen.<rank>.jsonl`` (step, then the
 every sequence: pointer, component and token span).
 """
 import argparse
+import gc
 import json
 import os
 import signal
@@ -151,6 +152,8 @@ def main():
     print(f"rank {rank}: finished after step {step}, loss {loss.item():.3f}; tokens "
           f"{loader.stats()['tokens']['received']}", flush=True)
     if dist.is_initialized():
+        del ddp  # DDP's reducer holds the process group: if it let go last, at exit, torch could deadlock
+        gc.collect()
         dist.destroy_process_group()
 
 

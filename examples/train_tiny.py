@@ -16,6 +16,7 @@ step N, as a crash would. ``--checkpoint`` chooses how:
   folder per step (DCP writes the folder's ``.metadata`` last: a folder with it is complete).
 """
 import argparse
+import gc
 import os
 
 import numpy as np
@@ -161,6 +162,8 @@ def main():
             break
 
     if dist.is_initialized():
+        del model  # DDP's reducer holds the process group: if it let go last, at exit, torch could deadlock
+        gc.collect()
         dist.barrier()  # every rank leaves together: none tears its connections down under a peer still working
         dist.destroy_process_group()
 
