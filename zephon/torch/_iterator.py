@@ -214,6 +214,8 @@ class LoaderIterator:
         state costs tens of microseconds, so this runs every ``OBSERVE_EVERY`` bundles and
         whenever the stats are read."""
         for worker, pending in self._unobserved.items():
+            if not pending:
+                continue
             tracker = self._trackers[worker]
             if isinstance(tracker, Tracker):
                 self._stats.observe([tracker.sealer(lane, state) for lane, state in pending.items()])
