@@ -9,6 +9,8 @@ import time
 
 import numpy as np
 import pytest
+from hypothesis import assume, given
+from hypothesis import strategies as st
 from helpers import three_datasets
 
 from zephon import Dataset, StaticMixtureWorkSource
@@ -152,10 +154,37 @@ def test_resealed_states_are_still_checked_with_exact_types(path, value, words):
         _lane().load_state_dict(sealed(state))
 
 
+def _moved_on(state, chunks, chunk_size=10):
+    """``state`` with ``chunks`` more chunks' samples read, all from the first dataset (a state
+    the stream never reaches in order, but one that agrees with its chunk index)."""
+    first = three_datasets()[0]
+    total = int(first.counts().sum())
+    cursor = state["state"]["cursors"][first.name]
+    read = cursor["epoch"] * total + cursor["position"] + chunks * chunk_size
+    cursor["epoch"], cursor["position"] = (read - 1) // total, (read - 1) % total + 1
+    state["state"]["chunk_index"] += chunks
+    return state
+
+
+@given(steps=st.integers(0, 20), shift=st.integers(-20, 20).filter(bool), replicas=st.integers(1, 3),
+       tail=st.sampled_from(["carry", "drop"]))
+def test_a_resealed_state_whose_chunk_disagrees_with_its_cursors_is_refused(steps, shift, replicas, tail):
+    lane = _lane(replicas, replicas - 1, pass_tail=tail)
+    for _ in range(steps):
+        lane.next_chunk()
+    state = json.loads(json.dumps(lane.state_dict()))
+    assume(state["state"]["chunk_index"] + shift >= 0)
+    state["state"]["chunk_index"] += shift
+    fresh = _lane(replicas, replicas - 1, pass_tail=tail)
+    before = fresh.state
+    with pytest.raises(ValueError, match=r"checkpoint is at chunk \d+, but its cursors have read .*corrupted"):
+        fresh.load_state_dict(sealed(state))
+    assert fresh.state == before
+
+
 def test_counters_near_the_limit_restore_and_continue_without_overflow():
     for replicas, lane in ((1, 0), (3, 1)):
-        state = json.loads(json.dumps(_lane(replicas, lane).state_dict()))
-        state["state"]["chunk_index"] = MAX_CHUNK_INDEX - 100
+        state = _moved_on(json.loads(json.dumps(_lane(replicas, lane).state_dict())), MAX_CHUNK_INDEX - 100)
         restored = _lane(replicas, lane)
         restored.load_state_dict(sealed(state))
         for _ in range(3):

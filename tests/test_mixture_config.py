@@ -132,6 +132,13 @@ def test_a_toml_file_loads_with_paths_relative_to_it(tmp_path):
     ({"datasets": [{"name": "a", "counts": [5]}], "mixture": {"a": 1}, "token_estimation": {"tokenizer": "x"}},
      ValueError, "unknown keys \\['tokenizer'\\]"),
     ({"datasets": [{"name": "a", "counts": [50]}], "mixture": {"a": 1}, "chunk_size": 0}, ValueError, "chunk_size"),
+    ({"datasets": [{"name": "a", "counts": [[5, 6], [7]]}], "mixture": {"a": 1}}, TypeError,
+     r"Dataset 'a': counts must be a 1-D sequence of ints, got \[\[5, 6\], \[7\]\]"),
+    ({"datasets": [{"name": "a", "counts": [5, [6]]}], "mixture": {"a": 1}}, TypeError, "Dataset 'a': counts must"),
+    ({"datasets": [{"name": "a", "counts": [5, 6], "shard_ids": [[0], [1, 2]]}], "mixture": {"a": 1}}, TypeError,
+     "Dataset 'a': shard_ids must"),
+    ({"datasets": [{"name": "a", "counts": [5, 6], "raw_bytes": [[9], 9]}], "mixture": {"a": 1}}, TypeError,
+     "Dataset 'a': raw_bytes must"),
 ])
 def test_bad_configs_raise_naming_the_key(config, error, words):
     with pytest.raises(error, match=words):

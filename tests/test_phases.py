@@ -221,6 +221,30 @@ def test_a_resealed_state_whose_chunk_lies_past_its_phase_is_refused():
     make().load_state_dict(state)  # the real one restores
 
 
+@given(steps=st.integers(1, 12), back=st.integers(1, 12), replicas=st.integers(1, 3), token_mode=st.booleans())
+def test_a_resealed_state_moved_back_is_refused(steps, back, replicas, token_mode):
+    from zephon.core.checkpoint import sealed
+
+    data = [Dataset.from_records(n, [[{"text": "x" * (k + 1) * size} for k in range(20)] for _ in range(3)])
+            for n, size in (("web", 2), ("math", 9))]
+    extra = {"token_estimation": TokenEstimation(primer=0.5)} if token_mode else {}
+    template = PhasedMixtureWorkSource(data, [Phase({"web": 1}, until_chunk=3), Phase({"web": 1, "math": 2})],
+                                       chunk_size=8, stop_after_passes=None, exhausted_policy="repeat", **extra)
+    template.prime()
+    lane = template.clone_for_lane(replicas - 1, replicas)
+    for _ in range(steps):
+        lane.next_chunk()
+    state = json.loads(json.dumps(lane.state_dict()))
+    inner = state["inner"]
+    g = inner["state"]["chunk_index"]
+    assume(g - back >= 0 and (not token_mode or g - back < template.phase_starts()[state["phase"]]))
+    moved = {**inner["state"], "chunk_index": g - back}
+    forged = sealed({**state, "inner": sealed({**inner, "state": moved})})
+    with pytest.raises(ValueError, match=r"checkpoint is (in phase \d+ )?at chunk .*corrupted"):
+        template.clone_for_lane(replicas - 1, replicas).load_state_dict(forged)
+    template.clone_for_lane(replicas - 1, replicas).load_state_dict(state)  # the real one restores
+
+
 def test_a_phase_that_ends_exactly_at_the_walk_limit_still_resolves(monkeypatch):
     from zephon.core import phases as core_phases
 

@@ -59,6 +59,16 @@ def test_a_scalar_max_repeats_applies_to_the_repeating_datasets_without_a_warnin
     assert len(b_pointers) == 4 * 10  # the first pass and three repeats, then the stream ends
 
 
+@pytest.mark.parametrize("unset", [{"max_repeats": {"a": None}}, {"reshuffle_on_repeat": {"a": True}},
+                                   {"pass_tail": {"a": "carry"}}, {"max_repeats": None}])
+def test_a_setting_given_its_unset_value_does_not_warn(unset):
+    data = [Dataset.from_counts("a", [50]), Dataset.from_counts("b", [10])]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        StaticMixtureWorkSource(data, {"a": 0.5, "b": 0.5}, chunk_size=4,
+                                exhausted_policy={"a": "stop", "b": "repeat"}, **unset)
+
+
 @pytest.mark.parametrize("kwargs, message", [
     ({"exhausted_policy": "stop", "max_repeats": 3}, "max_repeats=3 has no effect on .a.: its policy is .stop."),
     ({"exhausted_policy": {"a": "stop", "b": "repeat"}, "max_repeats": {"a": 2}}, r"max_repeats\['a'\]=2"),

@@ -344,8 +344,6 @@ def _raising(record):
 
 @pytest.mark.parametrize("measure, cause", [
     (_raising, r"could be tokenized.*the first skipped record raised KeyError: 'no such field: body'"),
-    (lambda record: 10**30, r"raised ValueError: a record's token count must be in 0 \.\. \d+"),
-    (lambda record: -5, r"got -5"),
     (lambda record: 0, r"measured 0 tokens per byte, outside 0"),
 ])
 def test_records_that_cannot_be_counted_fall_back_and_the_warning_names_why(short_and_long, tmp_path, monkeypatch,
@@ -356,6 +354,34 @@ def test_records_that_cannot_be_counted_fall_back_and_the_warning_names_why(shor
     with pytest.warns(RuntimeWarning, match=f"'short' falls back .*{cause}"):
         source.prime()
     assert source.config.datasets[0].ratio_origin == "fallback"
+
+
+@pytest.mark.parametrize("measure, got", [
+    (lambda record: -5, "got -5"),
+    (lambda record: -1 if len(record["text"]) % 3 == 0 else len(record["text"]), "got -1"),
+    (lambda record: 10**30, "got 10+"),
+    (lambda record: float("nan"), "got nan"),
+    (lambda record: "12", "got '12'"),
+    (lambda record: True, "got True"),
+])
+def test_a_measure_that_returns_no_count_is_refused_naming_the_dataset(short_and_long, tmp_path, monkeypatch,
+                                                                       measure, got):
+    monkeypatch.setenv("ZEPHON_CACHE_DIR", str(tmp_path))
+    data = [Dataset.from_path("short", short_and_long["short"])]
+    source = StaticMixtureWorkSource(data, {"short": 1}, chunk_size=64, token_estimation=TokenEstimation(measure=measure))
+    before = source.config
+    with pytest.raises(ValueError, match=rf"dataset 'short': the token measure is wrong .*{got}.*fix the measure"):
+        source.prime()
+    assert source.config == before and not list(tmp_path.rglob("token-ratios/*"))
+
+
+def test_a_measure_may_estimate_fractional_counts(short_and_long, tmp_path, monkeypatch):
+    monkeypatch.setenv("ZEPHON_CACHE_DIR", str(tmp_path))
+    data = [Dataset.from_path("short", short_and_long["short"])]
+    estimate = TokenEstimation(measure=lambda record: len(record["text"]) / 4)
+    source = StaticMixtureWorkSource(data, {"short": 1}, chunk_size=64, token_estimation=estimate)
+    source.prime()
+    assert source.config.datasets[0].ratio_origin == "measured"
 
 
 def test_a_checkpoint_made_under_one_pinned_ratio_is_refused_by_a_source_that_pins_another():

@@ -108,6 +108,24 @@ def lane_of(config: SourceConfig, g: int) -> int:
     return config.routing.lane_of(config.lane_key, g, replicas)
 
 
+def check_drawn(state: SourceState, config: SourceConfig, start: SourceState) -> None:
+    """Refuse a state whose chunk index disagrees with what its cursors have read since ``start``
+    (a state of the same stream): in sample mode with no dataset redistributing, every chunk
+    draws exactly ``chunk_size`` samples, so no stream reaches such a state."""
+    if config.token_mode or any(d.policy == REDISTRIBUTE for d in config.datasets):
+        return
+    drawn = _read(config, state.cursors) - _read(config, start.cursors)
+    chunks = state.chunk_index - start.chunk_index
+    if drawn != chunks * config.chunk_size:
+        raise ValueError(f"checkpoint is at chunk {state.chunk_index}, but its cursors have read {drawn} samples "
+                         f"since chunk {start.chunk_index}, not {chunks} x {config.chunk_size}; no stream reaches "
+                         "this state, the checkpoint is corrupted")
+
+
+def _read(config: SourceConfig, cursors: tuple[CursorState, ...]) -> int:
+    return sum(c.epoch * d.total + c.position - c.tails for c, d in zip(cursors, config.datasets))
+
+
 def active_weights(config: SourceConfig, cursors: tuple[CursorState, ...]) -> tuple[float, ...]:
     """Weights normalised over the active datasets (redistributing drained ones retire).
 

@@ -33,7 +33,10 @@ def _nothing() -> None:
 
 def _int_array(parameter: str, name: str, values: Any, limit: int, fix: str) -> np.ndarray:
     """``values`` as int64, each in ``[0, limit]``, or a ``TypeError``/``ValueError`` naming ``parameter``."""
-    array = np.asarray(values)
+    try:
+        array = np.asarray(values)
+    except (ValueError, TypeError):  # ragged nesting: numpy cannot even shape it
+        array = np.empty((0, 0))
     if array.ndim == 1 and array.dtype == object and all(isinstance(v, int) and not isinstance(v, bool) for v in values):
         array = np.array([max(min(v, limit + 1), -1) for v in values], dtype=np.int64)  # out of int64: clipped, refused
     if array.ndim != 1 or (array.size and array.dtype.kind not in "iu"):

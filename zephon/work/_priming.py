@@ -35,7 +35,7 @@ from zephon.io.atomic import write_atomically
 from zephon.limits import MAX_TOKEN_RATIO
 from zephon.io.catalog import cache_root
 from zephon.io.progress import Progress
-from zephon.work.tokens import TokenEstimation
+from zephon.work.tokens import TokenCountError, TokenEstimation
 
 MIN_MEASURED = 32  # fewer tokenized records than this (or than the calibration asks for, if fewer) falls back
 
@@ -109,6 +109,11 @@ def measure_ratio(dataset: Dataset, dataset_id: int, estimation: TokenEstimation
         for record in records:
             try:
                 tokens.append(estimation.count_tokens(record))
+            except TokenCountError as error:
+                bar.close()
+                what = "measure" if estimation.measure is not None else "tokenizer"
+                raise ValueError(f"dataset {dataset.name!r}: the token {what} is wrong for a record of shard "
+                                 f"{int(dataset.ids()[k])}: {error}; fix the {what}") from None
             except Exception as error:  # a record the tokenizer cannot handle is skipped, counted and named
                 skipped += 1
                 first_error = first_error or f"{type(error).__name__}: {str(error)[:200]}"

@@ -220,7 +220,7 @@ def _warn_no_effect(plans: list[DatasetPlan], shuffles: bool, max_repeats: Any, 
                     pass_tail: Any) -> None:
     """Warn about given settings that cannot change the stream."""
     def repeats_not(d: DatasetPlan) -> str | None:
-        return f"its policy is {d.policy!r}" if d.policy != REPEAT else None
+        return f"its policy is {d.policy!r}" if d.policy != REPEAT and d.max_repeats is not None else None
 
     def tail_useless(d: DatasetPlan) -> str | None:
         never_repeats = d.policy != REPEAT or d.max_repeats == 0

@@ -14,6 +14,7 @@ from typing import Any, Final, Mapping, Sequence, TypedDict, cast
 from zephon.core import checkpoint, coverage, phases
 from zephon.core.config import SourceConfig
 from zephon.core.phases import PhasedConfig, PhasedState
+from zephon.core.schedule import check_drawn
 from zephon.core.tokens import token_shares, with_ratios
 from zephon.io import Dataset
 from zephon.limits import (
@@ -246,7 +247,7 @@ class PhasedMixtureWorkSource(MixtureShell):
         origin = state.get(KEY_ORIGIN)
         restored = PhasedState(p, checkpoint.state_from_json(inner, config.phases[p]),
                                None if origin is None else checkpoint.parse_state(origin, config.base))
-        _check_in_phase(config, restored)
+        _check_in_phase(config, restored, migrated=bool(history))
         self._state = restored
         self._config, self._index, self._history = config, None, history
 
@@ -351,12 +352,19 @@ def with_orders(config: PhasedConfig, orders: Any) -> PhasedConfig:
     return phases.with_phases(config, tuple(checkpoint.with_orders(phase, orders) for phase in config.phases))
 
 
-def _check_in_phase(config: PhasedConfig, state: PhasedState) -> None:
-    """A restored state's chunk lies before its phase's end (the digest is over the state alone,
-    so a re-sealed state could name any chunk; chunks before a phase's start are a migrated
-    stream's requeued ones)."""
+def _check_in_phase(config: PhasedConfig, state: PhasedState, migrated: bool) -> None:
+    """A restored state's chunk lies in its phase and agrees with its cursors (the digest is over
+    the state alone, so a re-sealed state could name any chunk). A migrated stream re-serves
+    its requeued samples first, before its phase 0 starts, and drew its cursors under another
+    mixture: only its phase's end bounds it."""
     p, g = state.phase, state.inner.chunk_index
     start, end = phases.phase_start(config, p, state.origin), phases.phase_end(config, p, state.origin)
     if start is None or (end is not None and g > end):
         where = "is never reached" if start is None else f"ends at chunk {end}"
         raise ValueError(f"checkpoint is in phase {p} at chunk {g}, but phase {p} {where}; the checkpoint is corrupted")
+    if migrated or state.inner.requeue:
+        return
+    if g < start.chunk_index:
+        raise ValueError(f"checkpoint is in phase {p} at chunk {g}, but phase {p} starts at chunk "
+                         f"{start.chunk_index}; the checkpoint is corrupted")
+    check_drawn(state.inner, config.phases[p], start.state)

@@ -11,7 +11,7 @@ from typing import Any, Callable, Mapping, Sequence, cast
 
 from zephon.core import checkpoint, counting, coverage, index
 from zephon.core.config import SourceConfig
-from zephon.core.schedule import initial_state, state_of_token, state_token
+from zephon.core.schedule import SourceState, check_drawn, initial_state, state_of_token, state_token
 from zephon.core.step import step, stream_end
 from zephon.core.tokens import token_shares, with_ratios
 from zephon.io import Dataset
@@ -181,7 +181,7 @@ class StaticMixtureWorkSource(MixtureShell):
         config = checkpoint.with_orders(self._config, state.get(checkpoint.KEY_ORDERS))
         ratios = checkpoint.ratios_from_json(state, config)
         config = self._core_with_ratios(ratios, config) if ratios else config
-        self._state = checkpoint.state_from_json(state, config)
+        self._state = _restored(state, config, migrated=bool(history))
         self._config, self._index, self._history = config, None, history
 
     def remaining_by_lane(self, states: Mapping[int, Mapping[str, Any]], replicas: int) -> dict[int, int]:
@@ -200,7 +200,7 @@ class StaticMixtureWorkSource(MixtureShell):
                 continue
             checkpoint.check_header(state, self._config)
             check_lane_header(state, lane, replicas)
-            core[lane] = checkpoint.state_from_json(state, self._config)
+            core[lane] = _restored(state, self._config, migrated=checkpoint.KEY_MIGRATIONS in state)
         counts = counting.remaining_by_lane(self._config, core, lambda lane: self._core_bind(self._config, lane, replicas),
                                             replicas)
         return {**counts, **alone}
@@ -211,3 +211,12 @@ class StaticMixtureWorkSource(MixtureShell):
         config = with_ratios(config or self._config, ratios)
         check_liveness(config.datasets, config.chunk_size, config.allocator, token_shares(config.datasets))
         return config
+
+
+def _restored(state: Mapping[str, Any], config: SourceConfig, migrated: bool) -> SourceState:
+    """The checked state of a checkpoint; one of a stream never migrated must agree with what
+    its cursors read (a migrated one drew them under another mixture)."""
+    restored = checkpoint.state_from_json(state, config)
+    if not (migrated or restored.requeue or checkpoint.KEY_ORDERS in state):
+        check_drawn(restored, config, initial_state(config))
+    return restored

@@ -17,6 +17,10 @@ from zephon.work._portable import by_value
 MEASURE = "measure"
 
 
+class TokenCountError(ValueError):
+    """A tokenizer or ``measure`` returned what cannot be a record's token count (its bug, not the record's)."""
+
+
 def _positive(parameter: str, value: Any) -> float:
     if isinstance(value, bool) or not isinstance(value, numbers.Real) or not (math.isfinite(value) and float(value) > 0):
         raise ValueError(f"TokenEstimation {parameter} must be a positive finite number, got {value!r}")
@@ -52,7 +56,7 @@ class TokenEstimation:
     primer: str | float | Mapping[str, float] = MEASURE
     tokenizer: Any = None
     text_field: str = "text"
-    measure: Callable[[Any], int] | None = None
+    measure: Callable[[Any], float] | None = None
     calibration_samples: int = 2048
     calibration_shards_min: int = 4
     calibration_shards_max: int = 16
@@ -98,10 +102,12 @@ class TokenEstimation:
     def can_measure(self) -> bool:
         return self.tokenizer is not None or self.measure is not None
 
-    def count_tokens(self, record: Any) -> int:
-        """Tokens of one record (raises if the record cannot be tokenized)."""
+    def count_tokens(self, record: Any) -> float:
+        """Tokens of one record (raises if the record cannot be tokenized, ``TokenCountError``
+        if the tokenizer or ``measure`` returns something that is not a count: a ``measure``
+        may estimate, so a fractional count is taken as it is)."""
         if self.measure is not None:
-            count = int(self.measure(record))
+            count = self.measure(record)
         else:
             text = record[self.text_field] if isinstance(record, Mapping) else record
             if not isinstance(text, str):
@@ -109,7 +115,7 @@ class TokenEstimation:
             encode = self.tokenizer.encode if hasattr(self.tokenizer, "encode") else self.tokenizer
             ids = encode(text)
             count = len(getattr(ids, "ids", ids))
-        if not 0 <= count <= MAX_RECORD_TOKENS:
-            raise ValueError(f"a record's token count must be in 0 .. {MAX_RECORD_TOKENS} "
-                             f"(zephon.limits.MAX_RECORD_TOKENS), got {show(count)}")
-        return count
+        if isinstance(count, bool) or not isinstance(count, numbers.Real) or not 0 <= count <= MAX_RECORD_TOKENS:
+            raise TokenCountError(f"a record's token count must be a number in 0 .. {MAX_RECORD_TOKENS} "
+                                  f"(zephon.limits.MAX_RECORD_TOKENS), got {show(count)}")
+        return float(count)
