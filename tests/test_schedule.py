@@ -99,6 +99,28 @@ def test_a_forked_allocator_runs_in_python_with_the_same_quotas(kwargs):
     assert restored.next_chunk() == fork.next_chunk()
 
 
+class _Sloppy(_Fork):
+    """A fork whose quotas break the protocol: one short of ``chunk_size``, or one too many."""
+
+    name = "sloppy"
+
+    def __init__(self, off):
+        self.off = off
+
+    def allocate(self, state, weights, chunk_size):
+        quotas, acc = super().allocate(state, weights, chunk_size)
+        return (*quotas[:-1], quotas[-1] + self.off), acc
+
+
+@pytest.mark.parametrize("off", [-1, 1])
+def test_an_allocator_whose_quotas_do_not_fill_the_chunk_is_named(off):
+    data = [Dataset.from_counts("a", [50]), Dataset.from_counts("b", [50])]
+    source = StaticMixtureWorkSource(data, {"a": 1, "b": 1}, chunk_size=8, allocation=_Sloppy(off)).clone_for_lane(0, 1)
+    with pytest.raises(ValueError, match=r"allocator 'sloppy' returned quotas .* summing to chunk_size=8.*fix its allocate"):
+        source.next_chunk()
+    assert source.state_dict()["state"]["chunk_index"] == 0
+
+
 ALLOCATORS = [AccumulatorAllocator(), FixedAllocator(), _Fork()]
 weight_vectors = st.lists(st.floats(0.01, 1.0) | st.just(0.0), min_size=1, max_size=6).filter(any)
 

@@ -69,6 +69,16 @@ def test_a_setting_given_its_unset_value_does_not_warn(unset):
                                 exhausted_policy={"a": "stop", "b": "repeat"}, **unset)
 
 
+@pytest.mark.parametrize("unset", [{}, {"max_repeats": None}, {"max_repeats": {"a": None}},
+                                   {"max_repeats": {"a": None, "b": None}}, {"exhausted_policy": {}}])
+def test_settings_that_set_nothing_keep_the_one_pass_default(unset):
+    data = [Dataset.from_counts("a", [50]), Dataset.from_counts("b", [10])]
+    source = StaticMixtureWorkSource(data, {"a": 0.5, "b": 0.5}, chunk_size=4, **unset)
+    assert source.config.stop_after_passes == 1
+    samples = sum(len(c) for c in collect(source.clone_for_lane(0, 1)))
+    assert samples >= 100  # 'a' completes its pass of 50, 'b' repeats to keep the mixture
+
+
 @pytest.mark.parametrize("kwargs, message", [
     ({"exhausted_policy": "stop", "max_repeats": 3}, "max_repeats=3 has no effect on .a.: its policy is .stop."),
     ({"exhausted_policy": {"a": "stop", "b": "repeat"}, "max_repeats": {"a": 2}}, r"max_repeats\['a'\]=2"),

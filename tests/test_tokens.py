@@ -363,6 +363,8 @@ def test_records_that_cannot_be_counted_fall_back_and_the_warning_names_why(shor
     (lambda record: float("nan"), "got nan"),
     (lambda record: "12", "got '12'"),
     (lambda record: True, "got True"),
+    (lambda record: np.bool_(True), "got np.True_"),
+    (lambda record: np.array([3, 4]), r"got array\(\[3, 4\]\)"),
 ])
 def test_a_measure_that_returns_no_count_is_refused_naming_the_dataset(short_and_long, tmp_path, monkeypatch,
                                                                        measure, got):
@@ -375,13 +377,27 @@ def test_a_measure_that_returns_no_count_is_refused_naming_the_dataset(short_and
     assert source.config == before and not list(tmp_path.rglob("token-ratios/*"))
 
 
-def test_a_measure_may_estimate_fractional_counts(short_and_long, tmp_path, monkeypatch):
+@pytest.mark.parametrize("measure", [
+    lambda record: len(record["text"]) / 4,
+    lambda record: np.int64(len(record["text"])),
+    lambda record: np.ones(len(record["text"]), dtype=np.int32).sum(),
+    lambda record: np.array(len(record["text"]) / 3),
+])
+def test_a_measure_may_estimate_fractional_counts_and_return_numpy_scalars(short_and_long, tmp_path, monkeypatch,
+                                                                           measure):
     monkeypatch.setenv("ZEPHON_CACHE_DIR", str(tmp_path))
     data = [Dataset.from_path("short", short_and_long["short"])]
-    estimate = TokenEstimation(measure=lambda record: len(record["text"]) / 4)
-    source = StaticMixtureWorkSource(data, {"short": 1}, chunk_size=64, token_estimation=estimate)
+    source = StaticMixtureWorkSource(data, {"short": 1}, chunk_size=64, token_estimation=TokenEstimation(measure=measure))
     source.prime()
     assert source.config.datasets[0].ratio_origin == "measured"
+
+
+def test_a_measure_may_return_a_torch_scalar():
+    import torch
+    estimate = TokenEstimation(measure=lambda record: torch.ones(len(record)).sum())
+    assert estimate.count_tokens("abcde") == 5.0
+    with pytest.raises(ValueError, match="must be a number"):
+        TokenEstimation(measure=lambda record: torch.tensor(True)).count_tokens("abc")
 
 
 def test_a_checkpoint_made_under_one_pinned_ratio_is_refused_by_a_source_that_pins_another():

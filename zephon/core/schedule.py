@@ -21,6 +21,7 @@ import numpy as np
 
 from zephon.core.cache import scheduler
 from zephon.core.config import CARRY, REDISTRIBUTE, REPEAT, STOP, DatasetPlan, SourceConfig
+from zephon.limits import show
 
 
 WALK_STEPS = 1 << 21  # work (chunks planned, blocks skipped) x datasets a kernel walk does between checks for Ctrl-C
@@ -192,7 +193,7 @@ def plan_chunk_reference(config: SourceConfig, alloc: Any, cursors: tuple[Cursor
     while restart:
         restart = False
         allocated, new_alloc = config.allocator.allocate(alloc, weights, config.chunk_size)
-        quotas = list(allocated)
+        quotas = _checked_quotas(config, allocated, weights)
         for c, d in enumerate(config.datasets):
             remaining = d.total - now[c].position
             if remaining >= quotas[c]:
@@ -214,6 +215,18 @@ def plan_chunk_reference(config: SourceConfig, alloc: Any, cursors: tuple[Cursor
     if config.stop_after_passes is not None and passes_done(config, now):
         return Ended(-1, None)
     return tuple(quotas), tuple(now), weights, new_alloc, advance(config, now, quotas)
+
+
+def _checked_quotas(config: SourceConfig, allocated: Any, weights: tuple[float, ...]) -> list[int]:
+    """The allocator's quotas, refused unless they are what the allocator protocol promises."""
+    quotas = list(allocated)
+    ok = (len(quotas) == len(weights) and all(isinstance(q, (int, np.integer)) and q >= 0 for q in quotas)
+          and sum(quotas) == config.chunk_size and all(q == 0 for q, w in zip(quotas, weights) if w == 0.0))
+    if not ok:
+        raise ValueError(f"allocator {config.allocator.name!r} returned quotas {show(allocated)} for weights "
+                         f"{show(weights)}: they must be {len(weights)} counts >= 0 summing to chunk_size="
+                         f"{config.chunk_size}, 0 where the weight is 0; fix its allocate()")
+    return [int(q) for q in quotas]
 
 
 def can_carry(plan: DatasetPlan, cursor: CursorState, quota: int) -> bool:

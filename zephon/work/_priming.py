@@ -38,6 +38,7 @@ from zephon.io.progress import Progress
 from zephon.work.tokens import TokenCountError, TokenEstimation
 
 MIN_MEASURED = 32  # fewer tokenized records than this (or than the calibration asks for, if fewer) falls back
+RATIO_CACHE_VERSION = 2  # 2: a measure's fractional counts are summed as they are (1 truncated them)
 
 logger = logging.getLogger("zephon")
 
@@ -149,7 +150,7 @@ def _cache_path(dataset: Dataset, estimation: TokenEstimation, seed: int) -> Pat
     if fingerprint is None:
         return None
     settings = {
-        "seed": seed, "dataset": dataset.name, "data": fingerprint,
+        "version": RATIO_CACHE_VERSION, "seed": seed, "dataset": dataset.name, "data": fingerprint,
         "tokenizer": tokenizer_identity(estimation.measure if estimation.measure is not None else estimation.tokenizer),
         "text_field": estimation.text_field, "samples": estimation.calibration_samples,
         "shards": [estimation.calibration_shards_min, estimation.calibration_shards_max],

@@ -175,10 +175,17 @@ def _allocator(allocation: Any) -> Allocator:
 def _stopping(exhausted_policy: Any, max_repeats: Any, stop_after_passes: Any) -> tuple[int | None, str]:
     """``stop_after_passes`` and the default policy, from which arguments were given."""
     if stop_after_passes == AUTO:
-        passes = None if (exhausted_policy is not None or max_repeats is not None) else 1
+        passes = None if (_given(exhausted_policy) or _given(max_repeats)) else 1
     else:
         passes = None if stop_after_passes is None else _int("stop_after_passes", stop_after_passes, 1, "2", MAX_PASSES)
     return passes, (REPEAT if passes is not None else STOP)
+
+
+def _given(value: Any) -> bool:
+    """Whether a per-dataset setting sets anything: a mapping of only None values sets nothing."""
+    if isinstance(value, Mapping):
+        return any(v is not None for v in value.values())
+    return value is not None
 
 
 def _check_stopping(passes: int | None, policies: list[str], repeats: list[int | None], names: list[str]) -> None:

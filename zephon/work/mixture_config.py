@@ -130,7 +130,7 @@ def _per_dataset(key: str, config: Mapping[str, Any], entries: list[Mapping[str,
 
 
 def source_arguments(config: Mapping[str, Any], *, tokenizer: Any = None,
-                     measure: Callable[[Any], int] | None = None) -> dict[str, Any]:
+                     measure: Callable[[Any], float] | None = None) -> dict[str, Any]:
     """The constructor's keyword arguments described by ``config`` (datasets built, nothing read)."""
     _check_keys("mixture config", config, TOP_KEYS)
     entries = config.get(KEY_DATASETS)

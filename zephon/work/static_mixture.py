@@ -131,7 +131,7 @@ class StaticMixtureWorkSource(MixtureShell):
 
     @classmethod
     def from_config(cls, config: Mapping[str, Any] | str | os.PathLike[str], *, tokenizer: Any = None,
-                    measure: Callable[[Any], int] | None = None) -> StaticMixtureWorkSource:
+                    measure: Callable[[Any], float] | None = None) -> StaticMixtureWorkSource:
         """Build the source a mixture config describes (see :mod:`zephon.work.mixture_config`).
 
         Parameters

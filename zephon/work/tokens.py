@@ -115,7 +115,21 @@ class TokenEstimation:
             encode = self.tokenizer.encode if hasattr(self.tokenizer, "encode") else self.tokenizer
             ids = encode(text)
             count = len(getattr(ids, "ids", ids))
-        if isinstance(count, bool) or not isinstance(count, numbers.Real) or not 0 <= count <= MAX_RECORD_TOKENS:
+        value = _as_count(count)
+        if value is None or not 0 <= value <= MAX_RECORD_TOKENS:
             raise TokenCountError(f"a record's token count must be a number in 0 .. {MAX_RECORD_TOKENS} "
                                   f"(zephon.limits.MAX_RECORD_TOKENS), got {show(count)}")
+        return value
+
+
+def _as_count(count: Any) -> float | None:
+    """``count`` as a float when it is one number (an int, a float, a numpy or torch scalar such
+    as ``mask.sum()``), None for anything else (a bool, a string, an array of several values)."""
+    if isinstance(count, (bool, str, bytes)) or getattr(count, "ndim", 0) != 0:
+        return None
+    if str(getattr(count, "dtype", "")) in ("bool", "torch.bool"):
+        return None
+    try:
         return float(count)
+    except (TypeError, ValueError):
+        return None
