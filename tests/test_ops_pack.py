@@ -28,7 +28,8 @@ def run(packing: Packing, docs, cut=None, take=3):
             base = packing.oldest(state)
             base = k + 1 if base is None else base
             data = packing.to_json(state, base, k + 1 - base)
-            assert packing.documents_needed(data) <= k + 1 - base
+            held = packing.documents_held(data)
+            assert (held is None) == (k + 1 == base) and (held is None or held[0] == 0 and held[1] <= k + 1 - base)
             state = packing.from_json(data, docs[base:k + 1])
     state, dropped = packing.finish(state)
     got, state = packing.take(state, 10 ** 9)
@@ -160,7 +161,11 @@ def test_corrupted_states_are_refused():
     packing = Packing(pack.config(8, pad_id=0))
     docs = docs_of([5])
     with pytest.raises(ValueError, match="does not fit"):
-        packing.from_json({"open": [[[0, 0, 9]]], "ready": [], "rest": None}, docs)
+        packing.from_json({"open": [[[0, 0, 6]]], "ready": [], "rest": None}, docs)
+    with pytest.raises(ValueError, match="an open sequence of 9 tokens, outside 1 .. 7"):
+        packing.documents_held({"open": [[[0, 0, 9]]], "ready": [], "rest": None})
+    with pytest.raises(ValueError, match="every piece must be"):
+        packing.documents_held({"open": [], "ready": [], "rest": []})
     with pytest.raises(ValueError, match="pack state"):
         packing.from_json({"open": "x", "ready": []}, docs)
     with pytest.raises(ValueError, match="tokens, outside"):

@@ -11,6 +11,7 @@ from hypothesis import given, settings, strategies as st
 
 import zephon.torch as zt
 from zephon import Dataset, Pipeline, StaticMixtureWorkSource
+from zephon.core.checkpoint import sealed
 from zephon.runtime import PackedReader, Snapshots, initial_entries, initial_operator
 from zephon.work import TokenEstimation
 
@@ -312,11 +313,44 @@ def test_what_is_filtered_or_dropped_at_a_lanes_end_is_counted_once_when_receive
     assert resumed.stats()["filtered"] == 3
 
 
-def test_a_checkpoint_restores_only_into_the_same_packing_settings():
+def _other_tokenizer(p):
+    return Pipeline(p.source).tokenize(lambda text: [len(w) for w in text.split()], eos_id=0).pack(32, pad_id=0)
+
+
+@pytest.mark.parametrize("base, other, named", [
+    (pipeline, lambda: pipeline(seq_len=64), "pack.seq_len: 32 in the checkpoint, 64 now"),
+    (pipeline, lambda: pipeline(strategy="best_fit"), "pack.strategy: 'concat' in the checkpoint, 'best_fit' now"),
+    (pipeline, lambda: _other_tokenizer(pipeline()), r"tokenize\[0\]\.tokenizer: '.*words.*' in the checkpoint"),
+    (lambda: pipeline(mode="strict"), lambda: pipeline(mode="strict", tolerance=0.2),
+     "ensure_mixture.tolerance: '0.01' in the checkpoint, '0.2' now"),
+])
+def test_a_checkpoint_restores_only_into_the_same_packing_settings_and_names_those_that_differ(base, other, named):
+    _, state, _ = run(base(), cut=2)
+    loader = zt.DataLoader(other(), batch_size=3, canonical_replicas=4, even_batches=False)
+    with pytest.raises(ValueError, match=rf"packed with other settings \(.*{named}"):
+        loader.load_state_dict(state)
+    assert [sequence_keys(b) for b in loader] == [sequence_keys(b) for b in run(other())[0]]
+
+
+def test_a_report_only_mixture_rule_does_not_change_the_packing_settings():
     _, state, _ = run(pipeline(), cut=2)
-    for other in (pipeline(seq_len=64), pipeline(strategy="best_fit")):
-        with pytest.raises(ValueError, match="other settings"):
-            zt.DataLoader(other, batch_size=3, canonical_replicas=4).load_state_dict(state)
+    rest, _, _ = run(pipeline(mode="report"), state=state)
+    assert [sequence_keys(b) for b in rest] == [sequence_keys(b) for b in run(pipeline())[0][2:]]
+
+
+def _as_digest(state, digest):
+    """``state`` as checkpoints before the packer's settings were spelled out held it."""
+    operators = state["operators"]["pack"]["fields"]
+    return sealed({**state, "operators": {"pack": {"fields": {**operators, "packer": {"same": digest}}}}})
+
+
+def test_a_checkpoint_holding_the_settings_digest_still_restores_into_the_same_settings():
+    full, _, _ = run(pipeline())
+    _, state, _ = run(pipeline(), cut=2)
+    rest, _, _ = run(pipeline(), state=_as_digest(state, pipeline().packing.digest))
+    assert [sequence_keys(b) for b in rest] == [sequence_keys(b) for b in full[2:]]
+    with pytest.raises(ValueError, match="packed with other settings .seq_len, strategy"):
+        run(pipeline(), state=_as_digest(state, pipeline(seq_len=64).packing.digest))
 
 
 def test_a_lambda_tokenizer_reaches_spawned_workers():

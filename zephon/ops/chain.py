@@ -18,12 +18,29 @@ from zephon.work import tokenizer_identity
 State = PackState | StrictState
 
 
-def fingerprint(packing: PackConfig, mixing: MixtureConfig | None, tokenizers: Sequence[TokenizeConfig]) -> str:
-    """32 hex digits naming the settings that make a packed stream: a checkpoint's packer state
-    restores only where they are the same."""
+Settings = tuple[tuple[str, Any], ...]  # (name, JSON scalar) pairs, in a fixed order
+
+
+def settings(packing: PackConfig, mixing: MixtureConfig | None, tokenizers: Sequence[TokenizeConfig]) -> Settings:
+    """The settings that make a packed stream, one JSON scalar each: a checkpoint's packer state
+    restores only where they are the same, and a restore names those that differ. A mixture
+    rule counts only where it drives the packer (``mode="strict"``)."""
+    out: list[tuple[str, Any]] = [(f"pack.{key}", value) for key, value in asdict(packing).items()]
+    if mixing is not None and mixing.mode == mixture.STRICT:
+        out += [("ensure_mixture.shares", " ".join(repr(s) for s in mixing.shares)),
+                ("ensure_mixture.tolerance", repr(mixing.tolerance)), ("ensure_mixture.queue", mixing.queue)]
+    out.append(("tokenize.steps", len(tokenizers)))
+    for k, t in enumerate(tokenizers):
+        out += [(f"tokenize[{k}].tokenizer", tokenizer_identity(t.tokenizer)), (f"tokenize[{k}].field", t.field),
+                (f"tokenize[{k}].eos_id", t.eos_id)]
+    return tuple(out)
+
+
+def legacy_digest(packing: PackConfig, mixing: MixtureConfig | None, tokenizers: Sequence[TokenizeConfig]) -> str:
+    """What checkpoints written before the settings were spelled out held instead: 32 hex digits of them."""
     steps = [{"field": t.field, "eos_id": t.eos_id, "tokenizer": tokenizer_identity(t.tokenizer)} for t in tokenizers]
-    settings = {"pack": asdict(packing), "mixture": None if mixing is None else asdict(mixing), "tokenize": steps}
-    return hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:32]
+    old = {"pack": asdict(packing), "mixture": None if mixing is None else asdict(mixing), "tokenize": steps}
+    return hashlib.sha256(json.dumps(old, sort_keys=True).encode()).hexdigest()[:32]
 
 
 @dataclass(frozen=True)
@@ -32,7 +49,14 @@ class Packing:
 
     pack: PackConfig
     mixture: MixtureConfig | None = None
-    fingerprint: str = ""  # what makes its sequences: the settings, and the tokenize steps before it
+    settings: Settings = ()  # what makes its sequences: its settings and the tokenize steps before it
+    digest: str = ""  # the same, as checkpoints before the settings were spelled out held them
+
+    @classmethod
+    def of(cls, packing: PackConfig, mixing: MixtureConfig | None, tokenizers: Sequence[TokenizeConfig]) -> Packing:
+        """The packing stage after ``tokenizers``."""
+        return cls(packing, mixing, settings(packing, mixing, tokenizers), legacy_digest(packing, mixing, tokenizers))
+
     @property
     def strict(self) -> bool:
         return self.mixture is not None and self.mixture.mode == mixture.STRICT
@@ -75,9 +99,12 @@ class Packing:
             return mixture.state_to_json(state, base, window)
         return pack.state_to_json(state, base)
 
-    def documents_needed(self, data: Any) -> int:
-        """Documents from the base that a JSON state names (checks its form)."""
-        return mixture.documents_needed(data) if self.strict else pack.documents_needed(data)
+    def documents_held(self, data: Any) -> tuple[int, int] | None:
+        """The first and one past the last document (from the base) a JSON state holds, None
+        when it holds none; refuses a state this stage could not have made."""
+        if self.strict:
+            return mixture.documents_held(self.mixture, self.pack, data)  # type: ignore[arg-type]
+        return pack.documents_held(self.pack, data)
 
     def from_json(self, data: Any, docs: Sequence[Doc | None]) -> State:
         if self.strict:

@@ -163,41 +163,50 @@ def state_to_json(state: StrictState, base: int, window: int) -> dict[str, Any]:
             "placed": list(state.placed), "late": list(state.late), "ended": state.ended}
 
 
-def documents_needed(data: Any) -> int:
-    """How many documents from the base a JSON state refers to (checks its form)."""
-    keys = ["ended", "heads", "late", "pack", "placed", "queued"]
+def _checked(config: MixtureConfig, data: Any) -> tuple[np.ndarray, dict[int, int]]:
+    """The queued bitmap and the heads of a JSON state, refused unless this rule could have
+    made it (all that can be told without its documents)."""
+    keys, kinds = ["ended", "heads", "late", "pack", "placed", "queued"], len(config.shares)
     if not (isinstance(data, dict) and sorted(data) == keys and type(data["queued"]) is str
             and isinstance(data["heads"], list) and isinstance(data["placed"], list)
             and all(type(v) is int and v >= 0 for v in data["placed"]) and isinstance(data["late"], list)
-            and all(type(v) is int and v >= 0 for v in data["late"]) and type(data["ended"]) is bool):
-        raise ValueError(f"ensure_mixture state must be a dict of {keys}, got {show(data)}")
+            and all(type(v) is int and v >= 0 for v in data["late"]) and type(data["ended"]) is bool
+            and len(data["placed"]) == len(data["late"]) == kinds):
+        raise ValueError(f"ensure_mixture state must be a dict of {keys} ('placed' and 'late': {kinds} counts), "
+                         f"got {show(data)}")
     try:
         queued = np.unpackbits(np.frombuffer(base64.b64decode(data["queued"], validate=True), dtype=np.uint8))
     except ValueError:
         raise ValueError(f"ensure_mixture state: 'queued' is not a base64 bitmap: {show(data['queued'])}") from None
-    last = int(np.flatnonzero(queued)[-1]) + 1 if queued.any() else 0
-    return max(last, pack.documents_needed(data["pack"]))
+    heads: dict[int, int] = {}
+    for head in data["heads"]:
+        if not (isinstance(head, list) and len(head) == 2 and all(type(v) is int for v in head)
+                and 0 <= head[0] < len(queued) and head[1] > 0 and queued[head[0]] and head[0] not in heads):
+            raise ValueError(f"ensure_mixture state: a head must be [document, offset > 0] of a queued document, "
+                             f"once, got {show(head)}")
+        heads[head[0]] = head[1]
+    return queued, heads
+
+
+def documents_held(config: MixtureConfig, packing: PackConfig, data: Any) -> tuple[int, int] | None:
+    """The first and one past the last document (from the base) a JSON state holds, None when
+    it holds none; refuses a state this rule could not have made."""
+    queued = np.flatnonzero(_checked(config, data)[0]).tolist()
+    packed = pack.documents_held(packing, data["pack"])
+    ends = ([(queued[0], queued[-1] + 1)] if queued else []) + ([packed] if packed else [])
+    return (min(a for a, _ in ends), max(b for _, b in ends)) if ends else None
 
 
 def state_from_json(config: MixtureConfig, packing: PackConfig, data: Any, docs: Sequence[Doc | None]) -> StrictState:
     """The state of :func:`state_to_json`, with ``docs[i]`` the document ``i`` it names."""
-    documents_needed(data)
-    queued = np.unpackbits(np.frombuffer(base64.b64decode(data["queued"]), dtype=np.uint8))[:len(docs)]
-    heads = {}
-    for head in data["heads"]:
-        if not (isinstance(head, list) and len(head) == 2 and all(type(v) is int for v in head)):
-            raise ValueError(f"ensure_mixture state: a head must be [document, offset], got {show(head)}")
-        heads[head[0]] = head[1]
+    queued, heads = _checked(config, data)
     queues: list[tuple[Piece, ...]] = [()] * len(config.shares)
     for i in np.flatnonzero(queued).tolist():
-        doc = docs[i]
-        start = heads.pop(i, 0)
+        doc = docs[i] if i < len(docs) else None
+        start = heads.get(i, 0)
         if doc is None or doc.component >= len(queues) or not 0 <= start < len(doc.tokens):
             raise ValueError(f"ensure_mixture state: queued document {i} does not fit (the data or the tokenizer "
                              "changed since the checkpoint)")
         queues[doc.component] += (Piece(doc, start, len(doc.tokens)),)
-    if heads or len(data["placed"]) != len(config.shares) or len(data["late"]) != len(config.shares):
-        raise ValueError(f"ensure_mixture state: heads {show(heads)} name documents that are not queued, or "
-                         f"'placed' / 'late' do not have {len(config.shares)} components")
     return StrictState(pack.state_from_json(packing, data["pack"], docs), tuple(queues), tuple(data["placed"]),
                        data["ended"], tuple(data["late"]))

@@ -281,13 +281,14 @@ def state_to_json(state: PackState, base: int) -> dict[str, Any]:
 
 
 def _spans(data: Any) -> list[list[int]]:
-    """Every ``[document, start, end]`` a JSON state names (checks its form)."""
+    """Every ``[document, start, end]`` a JSON state names (checks their form)."""
     if not (isinstance(data, dict) and sorted(data) == ["open", "ready", "rest"]
             and all(isinstance(data[k], list) and all(isinstance(row, list) for row in data[k])
                     for k in ("open", "ready")) and (data["rest"] is None or isinstance(data["rest"], list))):
         raise ValueError(f"pack state must be {{'open': [rows], 'ready': [rows], 'rest': piece or null}}, got "
                          f"{show(data)}")
-    spans = [p for k in ("open", "ready") for row in data[k] for p in row] + ([data["rest"]] if data["rest"] else [])
+    rest = [] if data["rest"] is None else [data["rest"]]
+    spans = [p for k in ("open", "ready") for row in data[k] for p in row] + rest
     if not all(isinstance(p, list) and len(p) == 3 and all(type(v) is int and v >= 0 for v in p) and p[1] < p[2]
                for p in spans):
         raise ValueError(f"pack state: every piece must be [document, start, end] of ints, 0 <= start < end, got "
@@ -299,15 +300,35 @@ def _spans(data: Any) -> list[list[int]]:
     return spans
 
 
-def documents_needed(data: Any) -> int:
-    """How many documents from the base a JSON state refers to (checks its form)."""
-    return max((p[0] + 1 for p in _spans(data)), default=0)
+def _checked(config: PackConfig, data: Any) -> list[list[int]]:
+    """The pieces of a JSON state, refused unless this packer could have made it (all that can
+    be told without its documents)."""
+    spans, length = _spans(data), config.seq_len
+    for key, limit in (("open", length - 1), ("ready", length)):
+        for row in data[key]:
+            tokens = sum(end - start for _, start, end in row)
+            if not 0 < tokens <= limit:
+                raise ValueError(f"pack state: an {key} sequence of {tokens} tokens, outside 1 .. {limit}")
+    rest = data["rest"]
+    if rest is not None and (rest[2] - rest[1] < length or data["open"] and config.strategy == CONCAT):
+        raise ValueError(f"pack state: a rest of {rest[2] - rest[1]} tokens (at least seq_len={length}, and "
+                         "concat holds it only with no open sequence)")
+    if len(data["open"]) > (1 if config.strategy == CONCAT else config.pool):
+        raise ValueError(f"pack state: {len(data['open'])} open sequences, more than {config.strategy} keeps")
+    return spans
+
+
+def documents_held(config: PackConfig, data: Any) -> tuple[int, int] | None:
+    """The first and one past the last document (from the base) a JSON state holds, None when
+    it holds none; refuses a state this packer could not have made."""
+    held = [p[0] for p in _checked(config, data)]
+    return (min(held), max(held) + 1) if held else None
 
 
 def state_from_json(config: PackConfig, data: Any, docs: Sequence[Doc | None]) -> PackState:
     """The state of :func:`state_to_json`, with ``docs[i]`` the document ``i`` it names
     (None: a sample a filter dropped). Refuses what this packer could not have made."""
-    _spans(data)
+    _checked(config, data)
 
     def piece(i: int, start: int, end: int) -> Piece:
         doc = docs[i] if i < len(docs) else None
@@ -317,19 +338,9 @@ def state_from_json(config: PackConfig, data: Any, docs: Sequence[Doc | None]) -
                              "tokenizer changed since the checkpoint")
         return Piece(doc, start, end)
 
-    def row(spans: list[list[int]], limit: int) -> Row:
-        out = tuple(piece(*span) for span in spans)
-        if not 0 < used(out) <= limit:
-            raise ValueError(f"pack state: a sequence of {used(out)} tokens, outside 1 .. {limit}")
-        return out
+    def row(spans: list[list[int]]) -> Row:
+        return tuple(piece(*span) for span in spans)
 
-    length = config.seq_len
-    rows = tuple(row(r, length - 1) for r in data["open"])
+    rows = tuple(row(r) for r in data["open"])
     rest = None if data["rest"] is None else piece(*data["rest"])
-    if rest is not None and (rest.end - rest.start < length or rows and config.strategy == CONCAT):
-        raise ValueError(f"pack state: a rest of {rest.end - rest.start} tokens (at least seq_len={length}, and "
-                         "concat holds it only with no open sequence)")
-    state = PackState(rows, tuple(row(r, length) for r in data["ready"]), tuple(used(r) for r in rows), rest)
-    if len(state.open) > (1 if config.strategy == CONCAT else config.pool):
-        raise ValueError(f"pack state: {len(state.open)} open sequences, more than {config.strategy} keeps")
-    return state
+    return PackState(rows, tuple(row(r) for r in data["ready"]), tuple(used(r) for r in rows), rest)

@@ -8,6 +8,7 @@ from typing import Any, Mapping, Sequence
 from zephon.core.checkpoint import canonical, digest
 from zephon.runtime._lanes import check_mapping, rank_lanes, worker_lanes
 from zephon.runtime._state import (
+    ATTEMPT,
     LoaderState,
     LoaderStateDict,
     dataset_differences,
@@ -24,7 +25,6 @@ from zephon.work import check_replicas
 
 log = logging.getLogger("zephon")
 GROWTH = 8  # default lanes per reader of the first topology: room to grow 8x without an idle reader
-ATTEMPT = "attempt"  # the topology key of the attempt a state was saved by (absent: a fresh start)
 _logged: set[str] = set()
 
 

@@ -31,9 +31,8 @@ from typing import Any
 from zephon.core.checkpoint import digest
 from zephon.io import Store
 from zephon.limits import MAX_REPLICAS
-from zephon.runtime._book import ATTEMPT
 from zephon.runtime._checkpoint import check_size, decode_checkpoint, encode_checkpoint
-from zephon.runtime._state import LoaderState, LoaderStateDict, merge_states, parse_state
+from zephon.runtime._state import ATTEMPT, LoaderState, LoaderStateDict, merge_states, parse_state
 
 log = logging.getLogger("zephon")
 MARKER = "complete.ckpt"

@@ -34,7 +34,7 @@ MAX_WINDOW = 1 << 20
 
 def initial_operator(packing: Packing) -> dict[str, Any]:
     """A lane's operator state before its first document."""
-    return {KEY_WINDOW: 0, KEY_STATE: packing.to_json(packing.init(), 0, 0), KEY_PACKER: packing.fingerprint}
+    return {KEY_WINDOW: 0, KEY_STATE: packing.to_json(packing.init(), 0, 0), KEY_PACKER: dict(packing.settings)}
 
 
 def check_operator(packing: Packing, data: Any, lane: int) -> None:
@@ -43,17 +43,42 @@ def check_operator(packing: Packing, data: Any, lane: int) -> None:
             and type(data[KEY_WINDOW]) is int and 0 <= data[KEY_WINDOW] <= MAX_WINDOW):
         raise ValueError(f"lane {lane}: the {packing.name} state must be {{'window': int in 0 .. {MAX_WINDOW}, "
                          f"'state': ..., 'packer': ...}}, got {show(data)}")
-    if data[KEY_PACKER] != packing.fingerprint:
-        raise ValueError(f"lane {lane}: the checkpoint's sequences were packed with other settings (seq_len, "
-                         "strategy, token ids, ensure_mixture or the tokenizer differ); restore it into a pipeline "
-                         "with the same tokenize / pack / ensure_mixture steps")
+    _check_settings(packing, data[KEY_PACKER], lane)
     try:
-        needed = packing.documents_needed(data[KEY_STATE])
+        held = packing.documents_held(data[KEY_STATE])
     except ValueError as error:
         raise ValueError(f"lane {lane}: {error}") from None
-    if needed > data[KEY_WINDOW]:
-        raise ValueError(f"lane {lane}: the {packing.name} state names document {needed - 1} of a window of "
-                         f"{data[KEY_WINDOW]}; the checkpoint is corrupted")
+    window = data[KEY_WINDOW]
+    if (held is None and window) or (held is not None and (held[0] != 0 or held[1] > window)):
+        raise ValueError(f"lane {lane}: the {packing.name} state holds documents {show(held)} of a window of "
+                         f"{window}, but a window runs from the oldest document its state holds; the checkpoint "
+                         "is corrupted")
+
+
+def _check_settings(packing: Packing, saved: Any, lane: int) -> None:
+    """Refuse a state packed with other settings, naming each that differs."""
+    fix = "restore it into a pipeline with the same tokenize / pack / ensure_mixture steps"
+    if type(saved) is str:  # written before the settings were spelled out: only their digest
+        if saved != packing.digest:
+            raise ValueError(f"lane {lane}: the checkpoint's sequences were packed with other settings (seq_len, "
+                             f"strategy, token ids, ensure_mixture or the tokenizer differ); {fix}")
+        return
+    if not (type(saved) is dict and all(type(v) in (int, str, bool, type(None)) for v in saved.values())):
+        raise ValueError(f"lane {lane}: the {packing.name} settings must be a dict of JSON scalars, got {show(saved)}")
+    now = dict(packing.settings)
+    differ = [f"{key}: {_setting(saved, key)} in the checkpoint, {_setting(now, key)} now"
+              for key in sorted(saved.keys() | now.keys()) if _typed(saved, key) != _typed(now, key)]
+    if differ:
+        raise ValueError(f"lane {lane}: the checkpoint's sequences were packed with other settings ({'; '.join(differ)}); "
+                         f"{fix}")
+
+
+def _setting(settings: Mapping[str, Any], key: str) -> str:
+    return show(settings[key]) if key in settings else "absent"
+
+
+def _typed(settings: Mapping[str, Any], key: str) -> tuple[Any, ...]:
+    return (type(settings[key]), settings[key]) if key in settings else ()  # True is not 1
 
 
 class PackedLane:
@@ -76,7 +101,10 @@ class PackedLane:
             if not self._feed_one():
                 raise ValueError(f"lane {lane}: the checkpoint's {packing.name} state holds {operator[KEY_WINDOW]} "
                                  "documents, but the lane ends before; the checkpoint is corrupted")
-        self._state = packing.from_json(operator[KEY_STATE], list(self._window))
+        try:
+            self._state = packing.from_json(operator[KEY_STATE], list(self._window))
+        except ValueError as error:
+            raise ValueError(f"lane {lane}: {error}") from None
 
     def _next(self) -> tuple[bool, Doc | None]:
         """The next sample's document (None where a filter dropped it); ``(False, None)`` at the end."""
@@ -135,7 +163,7 @@ class PackedLane:
         window = self._fed - self._base
         entry = self._tracker.entries_at(self._base)[self.lane]
         return entry, {KEY_WINDOW: window, KEY_STATE: self._packing.to_json(self._state, self._base, window),
-                       KEY_PACKER: self._packing.fingerprint}
+                       KEY_PACKER: dict(self._packing.settings)}
 
 
 def _ids(item: Any) -> np.ndarray:

@@ -33,8 +33,9 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Iterator, Mapping, TypedDict
 
 from zephon.core.checkpoint import KEY_DIGEST, canonical, digest, sealed
-from zephon.limits import MAX_LOADER_STATE_NODES, MAX_REPLICAS, check_json, show
+from zephon.limits import MAX_LOADER_STATE_NODES, MAX_REPLICAS, MAX_SAMPLES, check_json, show
 from zephon.runtime._columns import decode, encode, leaves
+from zephon.runtime._lanes import MAPPINGS
 from zephon.runtime._stream import Entry
 
 KIND = "zephon.LoaderState"
@@ -45,7 +46,9 @@ KEYS = (KEY_KIND, KEY_VERSION, KEY_REPLICAS, KEY_DATASETS, KEY_RUN, KEY_SOURCE, 
         KEY_TOPOLOGY, KEY_DIGEST)
 KEYS_V1 = (KEY_KIND, KEY_VERSION, KEY_REPLICAS, KEY_DATASETS, KEY_SOURCE, KEY_LANES, KEY_TOPOLOGY)
 LANE_KEYS = ("count", "lane", "consumed", "turn", "state", "sealed")
-_HEX32 = re.compile(r"[0-9a-f]{32}")
+_HEX32, _HEX16 = re.compile(r"[0-9a-f]{32}"), re.compile(r"[0-9a-f]{16}")
+ATTEMPT = "attempt"  # the topology key of the attempt a state was saved by (absent: a fresh start)
+TOPOLOGY_KEYS = ("world_size", "ranks", "mapping", "num_workers", "batch_size", ATTEMPT)
 
 
 class DatasetRecord(TypedDict):
@@ -197,7 +200,7 @@ def parse_state(state: Any) -> LoaderState:
     keys = KEYS if version == VERSION else KEYS_V1
     missing, unknown = [k for k in keys if k not in state], sorted(set(state) - set(keys))
     if missing or unknown:
-        raise _bad(f"missing {missing}, unknown keys {show(unknown)}")
+        raise _bad(f"a version {version} state has keys {list(keys)}: missing {missing}, unknown keys {show(unknown)}")
     if version == VERSION and state[KEY_DIGEST] != digest(state):
         raise _bad("its digest does not match its content (edited or damaged)")
     replicas = state[KEY_REPLICAS]
@@ -207,9 +210,11 @@ def parse_state(state: Any) -> LoaderState:
     if not isinstance(datasets, list) or not all(
             isinstance(d, dict) and set(d) == {"id", "name", "fingerprint"} for d in datasets):
         raise _bad(f"datasets must be a list of {{'id', 'name', 'fingerprint'}}, got {show(datasets)}")
+    _check_datasets(datasets)
     common, topology = state[KEY_SOURCE], state[KEY_TOPOLOGY]
-    if not isinstance(common, dict) or not isinstance(topology, dict):
-        raise _bad("'source' and 'topology' must be dicts")
+    if not isinstance(common, dict):
+        raise _bad(f"'source' must be a dict, got {show(common)}")
+    _check_topology(topology)
     if version == 1:
         return LoaderState(replicas, _entries(_rows_v1(state[KEY_LANES]), common, replicas, False), datasets, topology)
     run = state[KEY_RUN]
@@ -218,6 +223,36 @@ def parse_state(state: Any) -> LoaderState:
     rows, lanes, is_sealed = _rows(state[KEY_LANES], replicas)
     return LoaderState(replicas, _entries(rows, common, replicas, is_sealed), datasets, topology, run,
                        _operators(state[KEY_OPERATORS], lanes))
+
+
+def _check_datasets(datasets: list[dict[str, Any]]) -> None:
+    ids = [d["id"] for d in datasets]
+    for d in datasets:
+        if not (type(d["id"]) is int and d["id"] >= 0 and type(d["name"]) is str
+                and (d["fingerprint"] is None or type(d["fingerprint"]) is str)):
+            raise _bad(f"every dataset must be {{'id': int >= 0, 'name': str, 'fingerprint': str or null}}, got {show(d)}")
+    if len(set(ids)) != len(ids):
+        raise _bad(f"dataset ids {show(ids)} repeat")
+
+
+def _check_topology(topology: Any) -> None:
+    """Refuse a ``topology`` that no loader writes (it is informational, but names the attempt
+    and the ranks that checkpoint directories group files by)."""
+    if not isinstance(topology, dict) or not set(topology) <= set(TOPOLOGY_KEYS):
+        raise _bad(f"'topology' must be a dict of some of {list(TOPOLOGY_KEYS)}, got {show(topology)}")
+    world = topology.get("world_size", MAX_REPLICAS)
+    ranks = topology.get("ranks", [])
+    workers, batch = topology.get("num_workers"), topology.get("batch_size", 1)
+    attempt = topology.get(ATTEMPT, "0" * 16)
+    if not (type(world) is int and 1 <= world <= MAX_REPLICAS and isinstance(ranks, list)
+            and all(type(r) is int and 0 <= r < world for r in ranks) and ranks == sorted(set(ranks))
+            and topology.get("mapping", MAPPINGS[0]) in MAPPINGS
+            and (workers is None or type(workers) is int and 0 <= workers <= MAX_REPLICAS)
+            and type(batch) is int and 1 <= batch <= MAX_SAMPLES
+            and type(attempt) is str and _HEX16.fullmatch(attempt)):
+        raise _bad(f"topology {show(topology)} must have world_size in [1, {MAX_REPLICAS}], ascending ranks below "
+                   f"it, mapping in {list(MAPPINGS)}, num_workers null or >= 0, batch_size >= 1 and attempt 16 hex "
+                   "digits")
 
 
 def _rows(lanes: Any, replicas: int) -> tuple[list[list[Any]], list[Any], bool]:

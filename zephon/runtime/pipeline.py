@@ -29,7 +29,7 @@ import numpy as np
 
 from zephon._ext.labels import BatchNames
 from zephon.io import Readahead, fetch
-from zephon.ops import MixtureConfig, PackConfig, Packing, fingerprint, mixture, pack, tokenize
+from zephon.ops import MixtureConfig, PackConfig, Packing, mixture, pack, tokenize
 from zephon.runtime._packed import initial_operator, packed_items
 from zephon.runtime._stream import DROPPED, ItemStream, component_table, initial_entries
 from zephon.work import WorkSource, by_value
@@ -278,7 +278,7 @@ class Pipeline:
 
     def _packing_of(self, packing: PackConfig, mixing: MixtureConfig | None) -> Packing:
         tokenizers = [config for kind, config in self._steps if kind == TOKENIZE]
-        return Packing(packing, mixing, fingerprint(packing, mixing, tokenizers))
+        return Packing.of(packing, mixing, tokenizers)
 
     def _with_step(self, kind: str, fn: Any) -> Pipeline:
         if kind != TOKENIZE and not callable(fn):
