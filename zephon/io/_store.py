@@ -18,7 +18,7 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 
 from zephon.io._fs import Location, locate
-from zephon.io.atomic import write_atomically
+from zephon.io.atomic import write_atomically, write_error
 from zephon.io.local import open_regular
 
 WHOLE_UPLOADS = ("s3", "gcs", "abfs")  # pyarrow filesystems whose files appear whole once written
@@ -70,7 +70,10 @@ class Store:
         """Write file ``name`` whole (its folders are made as needed)."""
         if self.location.is_local:
             path = self.location.path(name)
-            os.makedirs(os.path.dirname(path), exist_ok=True)
+            try:
+                os.makedirs(os.path.dirname(path), exist_ok=True)
+            except OSError as error:
+                raise write_error(error, path, "cannot make its folder") from error
             write_atomically(path, data)
             return
         target, fs = self.location.path(name), self.location.fs

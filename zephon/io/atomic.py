@@ -55,7 +55,7 @@ def write_atomically(path: str | os.PathLike[str], data: bytes | Callable[[Binar
     try:
         fd, temporary = _claim_temporary(directory, name)
     except OSError as error:
-        raise _named(error, path, "cannot create a temporary file next to it") from error
+        raise write_error(error, path, "cannot create a temporary file next to it") from error
     try:
         with os.fdopen(fd, "wb") as file:
             os.fchmod(file.fileno(), mode)
@@ -69,7 +69,7 @@ def write_atomically(path: str | os.PathLike[str], data: bytes | Callable[[Binar
     except BaseException as error:
         _remove(temporary)
         if isinstance(error, OSError):
-            raise _named(error, path, "the write failed") from error
+            raise write_error(error, path, "the write failed") from error
         raise
     _fsync_directory(directory)
     remove_stale(path)
@@ -130,13 +130,21 @@ def _remove_if_abandoned(temporary: str) -> bool:
         os.close(fd)
 
 
-def _named(error: OSError, path: str, what: str) -> AtomicWriteError:
-    reason = {errno.ENOSPC: "the disk is full", errno.EFBIG: "the file is larger than this process may write "
-              "(RLIMIT_FSIZE or the filesystem's limit)", errno.EDQUOT: "the disk quota is exceeded",
-              errno.EACCES: "permission denied", errno.EROFS: "the filesystem is read-only"}
-    why = reason.get(error.errno or 0, error.strerror or str(error))
+_REASONS = {  # errno: (what it means, what fixes it)
+    errno.ENOSPC: ("the disk is full", "free space"),
+    errno.EFBIG: ("the file is larger than this process may write (RLIMIT_FSIZE or the filesystem's limit)",
+                  "raise the limit"),
+    errno.EDQUOT: ("the disk quota is exceeded", "free space or raise the quota"),
+    errno.EACCES: ("permission denied", "give this process write permission there"),
+    errno.EROFS: ("the filesystem is read-only", "write to a writable filesystem or remount it read-write"),
+}
+
+
+def write_error(error: OSError, path: str, what: str) -> AtomicWriteError:
+    """``error``, met while writing ``path`` (``what`` failed), as an error naming both and the fix."""
+    why, fix = _REASONS.get(error.errno or 0, (error.strerror or str(error), "fix that"))
     return AtomicWriteError(error.errno or errno.EIO, f"cannot write {path!r}: {what} ({why}); the previous file "
-                            "is unchanged: free space or raise the limit and write again", path)
+                            f"is unchanged: {fix} and write again", path)
 
 
 def _remove(temporary: str) -> None:
