@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import numpy as np
 
 from zephon import Dataset, StaticMixtureWorkSource
@@ -60,3 +62,11 @@ def finite_mixture():
 def sample_ids(batch) -> list[tuple[int, int, int]]:
     """The pointers of a loader's batch."""
     return list(map(tuple, batch["_sample_id"].tolist()))
+
+
+def run_inspect(path) -> list[str]:
+    """``zephon inspect path``'s lines, run as a user runs it (it must exit 0)."""
+    done = subprocess.run([sys.executable, "-m", "zephon", "inspect", str(path)], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.splitlines()

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers import run_inspect
 
 pytest.importorskip("transformers")
 pytest.importorskip("accelerate")
@@ -39,6 +40,9 @@ def test_a_killed_trainer_resumes_on_the_batch_after_its_checkpoint(tmp_path, pr
     train(whole, processes)
     assert train(crashed, processes, "--crash-at", "7", check=False).returncode != 0
     assert (crashed / "checkpoint-4" / "zephon_loader.ckpt").exists()
+    inspected = run_inspect(crashed)
+    assert "newest of 1 transformers checkpoints" in inspected[0] and "checkpoint-4" in inspected[0]
+    assert run_inspect(crashed / "checkpoint-4")[1:] == inspected[1:]
     train(crashed, processes, "--resume")
     runs = [seen(whole, rank) for rank in range(processes)]
     assert all(sorted(run) == list(range(1, 13)) for run in runs)

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers import run_inspect
 
 pytest.importorskip("lightning")
 ROOT = Path(__file__).resolve().parents[1]
@@ -37,6 +38,9 @@ def test_a_killed_run_resumes_on_the_batch_after_its_checkpoint(tmp_path, device
     whole, crashed = tmp_path / "whole", tmp_path / "crashed"
     train(whole, "--devices", str(devices))
     assert train(crashed, "--devices", str(devices), "--crash-at", "11", check=False).returncode != 0
+    inspected = run_inspect(crashed / "step=8.ckpt")
+    assert inspected[0].startswith("read: Lightning checkpoint") and "lanes held 4" in inspected[2]
+    assert run_inspect(crashed)[0].endswith("step=8.ckpt (the newest of 2 .ckpt files)")
     assert max(seen(crashed, 0)) == 11
     train(crashed, "--devices", str(devices), "--resume")
     for rank in range(devices):

@@ -20,9 +20,9 @@ import transformers
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, get_last_checkpoint
 
 import zephon.torch as zt
+from zephon.runtime import HF_STATE_FILE
 from zephon.io import write_atomically
 
-STATE_FILE = "zephon_loader.ckpt"
 RUN_FILE = "zephon_run.json"  # the run's total steps, so that a resume keeps max_steps
 
 
@@ -69,7 +69,7 @@ class Trainer(transformers.Trainer):
         if resume_from_checkpoint is True and folder is None:
             raise ValueError(f"resume_from_checkpoint=True: no checkpoint-* directory in {self.args.output_dir}")
         if isinstance(folder, str) and folder:
-            self.train_loader.load_state_dict(zt.load_checkpoint(os.path.join(folder, STATE_FILE)))
+            self.train_loader.load_state_dict(zt.load_checkpoint(os.path.join(folder, HF_STATE_FILE)))
             with open(os.path.join(folder, RUN_FILE)) as f:
                 self._zephon_steps = int(json.load(f)["max_steps"])
         if self.args.max_steps <= 0:  # optimizer steps: one per gradient_accumulation_steps batches
@@ -109,6 +109,6 @@ class Trainer(transformers.Trainer):
         if self.args.should_save:
             folder = os.path.join(self._get_output_dir(trial=trial), f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}")
             os.makedirs(folder, exist_ok=True)
-            zt.save_checkpoint(os.path.join(folder, STATE_FILE), state)
+            zt.save_checkpoint(os.path.join(folder, HF_STATE_FILE), state)
             write_atomically(os.path.join(folder, RUN_FILE), json.dumps({"max_steps": self._zephon_steps}).encode())
         super()._save_checkpoint(model, trial)

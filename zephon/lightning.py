@@ -17,8 +17,8 @@ import lightning.pytorch as pl
 import torch.distributed as dist
 
 import zephon.torch as zt
+from zephon.runtime import LIGHTNING_KEY
 
-KEY = "zephon_loader"
 log = logging.getLogger("zephon")
 
 
@@ -62,14 +62,14 @@ class DataModule(pl.LightningDataModule):
         """The loader's global state as of the batch the last step received (a collective
         under torch.distributed: Lightning calls it on every rank)."""
         if self.loader is None:
-            return {KEY: self._restored}
+            return {LIGHTNING_KEY: self._restored}
         state = self.loader.state_dict(lag=self._yielded - self._trained)
         if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
             state = zt.all_gather_state(state)
-        return {KEY: state}
+        return {LIGHTNING_KEY: state}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        self._restored = state_dict.get(KEY)
+        self._restored = state_dict.get(LIGHTNING_KEY)
         if self.loader is not None and self._restored is not None:
             self.loader.load_state_dict(self._restored)
             self._yielded = self._trained = 0  # an iteration of an earlier fit no longer counts

@@ -4,7 +4,7 @@
 |---|---|
 | ``zephon demo`` | :mod:`zephon.cli.demo`: a mixture over synthetic datasets, end to end |
 | ``zephon preview CONFIG`` | :mod:`zephon.cli.preview`: a mixture config in numbers and, with ``--plot``, pictures |
-| ``zephon inspect CHECKPOINT`` | :mod:`zephon.cli.inspect`: a readable summary of a checkpoint file |
+| ``zephon inspect CHECKPOINT`` | :mod:`zephon.cli.inspect`: a readable summary of a checkpoint (file or folder) |
 | ``zephon catalog build URI`` | :mod:`zephon.cli.catalog`: publish a dataset's shard catalog next to the data |
 
 A subcommand module holds ``NAME``, ``HELP``, ``add_arguments(parser)`` and ``run(args) -> int``;
@@ -46,6 +46,6 @@ def main(argv: list[str] | None = None) -> int:
     try:
         status: int = args.run(args)
         return status
-    except (ValueError, TypeError, FileNotFoundError, ImportError) as error:
-        print(f"zephon {args.command}: {error}", file=sys.stderr)
+    except (ValueError, TypeError, OSError, ImportError) as error:
+        print(f"zephon {args.command}: " + " ".join(str(error).split()), file=sys.stderr)  # one line
         return 2

@@ -1,8 +1,9 @@
-"""``zephon inspect CHECKPOINT``: a readable summary of a checkpoint file.
+"""``zephon inspect CHECKPOINT``: a readable summary of a checkpoint.
 
 Reads a loader checkpoint (written by ``zephon.torch.save_checkpoint``; its header, length
-and checksum are checked) or a JSON file holding a source's ``state_dict()`` or a loader's
-state. Prints the version, the lanes, each dataset's pass and position, the progress and the
+and checksum are checked), a JSON file holding a source's ``state_dict()`` or a loader's
+state, or the loader state inside a checkpoint directory, a DCP checkpoint or a Lightning or
+``transformers`` checkpoint (:mod:`zephon.cli._locate` lists the kinds). Prints the version, the lanes, each dataset's pass and position, the progress and the
 configuration fingerprint; for a phased source, also its phases and the one in progress.
 With ``--config CONFIG`` it also says whether the checkpoint would load into the source that
 mixture config describes, and what differs if not (mixture configs describe static sources,
@@ -14,40 +15,57 @@ import argparse
 import json
 from typing import Any, Mapping
 
+from zephon.cli._locate import states_in
 from zephon.core import checkpoint as source_checkpoint
-from zephon.io import open_regular
-from zephon.runtime import load_checkpoint, parse_state
+from zephon.runtime import parse_state
 from zephon.work import StaticMixtureWorkSource, received
 from zephon.work import phased_mixture as phased
 
 NAME = "inspect"
-HELP = "summarise a checkpoint file (loader checkpoint or source state); --config checks it would load"
+HELP = ("summarise a checkpoint (a file, a checkpoint directory, DCP, Lightning or transformers checkpoints); "
+        "--config checks it would load")
 LANES_SHOWN = 16  # lanes listed one by one; more are summarised
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The inspect command's options."""
-    parser.add_argument("checkpoint", help="a checkpoint file (save_checkpoint) or a JSON state_dict()")
+    parser.add_argument("checkpoint", help="a checkpoint file (save_checkpoint, a JSON state_dict(), a Lightning "
+                        ".ckpt) or folder (save_checkpoint_dir, DCP, a transformers checkpoint-N or its output_dir)")
     parser.add_argument("--config", help="a mixture config (.toml / .json): would the checkpoint load into it?")
 
 
 def run(args: argparse.Namespace) -> int:
-    """Print the summary (and the check against ``--config``); returns 1 if it would not load."""
-    state = read_state(args.checkpoint)
-    loader = state.get(source_checkpoint.KEY_KIND) not in (source_checkpoint.KIND, phased.KIND)
-    if args.config is not None and _holds_phases(state, loader):
-        raise ValueError(f"{args.checkpoint} holds a phased source's state and a mixture config describes a static "
-                         "source, so --config cannot check it; run without --config for the summary, and load it "
-                         "into its PhasedMixtureWorkSource to check it")
-    print(loader_summary(state) if loader else source_summary(state))
-    if args.config is None:
+    """Print the summary of each state the path holds (and the check against ``--config``);
+    returns 1 if one would not load."""
+    found = states_in(args.checkpoint)
+    if args.config is not None:
+        for what, state in found:
+            if _holds_phases(state, _is_loader(state)):
+                raise ValueError(f"{what} holds a phased source's state and a mixture config describes a static "
+                                 "source, so --config cannot check it; run without --config for the summary, and "
+                                 "load it into its PhasedMixtureWorkSource to check it")
+    summaries = [loader_summary(state) if _is_loader(state) else source_summary(state) for _, state in found]
+    status = 0
+    for k, ((what, state), text) in enumerate(zip(found, summaries)):
+        print(("\n" if k else "") + f"read: {what}\n{text}")
+        status = max(status, _check(state, args.config))
+    return status
+
+
+def _is_loader(state: dict[str, Any]) -> bool:
+    return state.get(source_checkpoint.KEY_KIND) not in (source_checkpoint.KIND, phased.KIND)
+
+
+def _check(state: dict[str, Any], config: str | None) -> int:
+    """Say whether ``state`` would load into the source ``config`` describes (1 if not)."""
+    if config is None:
         return 0
-    template = StaticMixtureWorkSource.from_config(args.config, measure=_never_measured)
-    problems = check_against(state, template, loader)
+    template = StaticMixtureWorkSource.from_config(config, measure=_never_measured)
+    problems = check_against(state, template, _is_loader(state))
     if not problems:
-        print(f"\nloads into {args.config}: yes")
+        print(f"\nloads into {config}: yes")
         return 0
-    print(f"\nloads into {args.config}: no")
+    print(f"\nloads into {config}: no")
     for problem in problems:
         print(f"  - {problem}")
     return 1
@@ -58,28 +76,13 @@ def _never_measured(record: Any) -> int:
     raise RuntimeError("zephon inspect never measures tokens")
 
 
-def read_state(path: str) -> dict[str, Any]:
-    """The state in ``path``: plain JSON, or a checkpoint file (checked by ``load_checkpoint``)."""
-    with open_regular(path, "state or checkpoint") as f:
-        data = f.read()
-    try:
-        state = json.loads(data)
-    except ValueError:
-        return load_checkpoint(path)
-    except RecursionError:
-        raise ValueError(f"{path} nests its values too deeply to be a state") from None
-    if not isinstance(state, dict):
-        raise ValueError(f"{path} holds {type(state).__name__}, not a state dict")
-    return state
-
-
 def _cursor_rows(state: dict[str, Any]) -> list[str]:
     """One line per dataset: pass, position, progress through the pass."""
     cursors = state.get(source_checkpoint.KEY_STATE, {}).get(source_checkpoint.KEY_CURSORS, {})
     totals = {d.get("name"): d.get("total") for d in state.get(source_checkpoint.KEY_FINGERPRINT, {}).get("datasets", [])}
     rows = []
-    for name, cursor in cursors.items():
-        total = totals.get(name)
+    for name in [*[n for n in totals if n in cursors], *[n for n in cursors if n not in totals]]:  # mixture order
+        cursor, total = cursors[name], totals.get(name)
         position = cursor.get(source_checkpoint.KEY_POSITION)
         progress = f"{position / total:6.1%} of the pass" if total and isinstance(position, int) else ""
         tails = cursor.get(source_checkpoint.KEY_TAILS)
@@ -92,12 +95,12 @@ def _cursor_rows(state: dict[str, Any]) -> list[str]:
 
 def _fingerprint_lines(fingerprint: dict[str, Any]) -> list[str]:
     skip = {"datasets"}
-    return [f"    {key}: {value}" for key, value in fingerprint.items() if key not in skip]
+    return [f"    {key}: {value}" for key, value in sorted(fingerprint.items()) if key not in skip]
 
 
 def _extra_keys(state: dict[str, Any], known: tuple[str, ...]) -> list[str]:
     """Anything else the checkpoint carries (migrations, digests, ...), shown as is."""
-    return [f"  {key}: {json.dumps(state[key])[:200]}" for key in state if key not in known]
+    return [f"  {key}: {json.dumps(state[key])[:200]}" for key in sorted(state) if key not in known]
 
 
 def _holds_phases(state: dict[str, Any], loader: bool) -> bool:
@@ -171,7 +174,7 @@ def loader_summary(state: dict[str, Any]) -> str:
         f"loader state: {state.get('kind')} version {state.get('version')}",
         f"  canonical_replicas {parsed.canonical_replicas}; lanes held {len(lanes)}"
         + ("" if len(lanes) == parsed.canonical_replicas else f" ({lanes[:LANES_SHOWN]}...)"),
-        f"  taken on: {json.dumps(parsed.topology)}",
+        f"  taken on: {json.dumps(parsed.topology, sort_keys=True)}",
         "  datasets: " + ", ".join(f"{d['name']} (fingerprint {d['fingerprint']})" for d in parsed.datasets),
     ]
     for lane in lanes[:LANES_SHOWN]:

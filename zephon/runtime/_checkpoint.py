@@ -27,6 +27,8 @@ MAGIC = "zephon-checkpoint"
 FILE_VERSION = 1
 _HEADER_LIMIT = 256  # bytes: a header line is about 110
 MAX_FILE_BYTES = _HEADER_LIMIT + MAX_CHECKPOINT_BYTES  # the largest checkpoint file
+LIGHTNING_KEY = "zephon_loader"  # zephon.lightning: the loader state's key in its data module's entry
+HF_STATE_FILE = "zephon_loader.ckpt"  # zephon.hf: the loader's checkpoint file in each checkpoint-* folder
 
 
 def _encode(state: Any) -> bytes:

@@ -297,12 +297,16 @@ def _chosen(store: Store, steps: list[_Step], step: int | None) -> _Step:
             raise ValueError(f"step {step} of {store.uri} is incomplete: {_incomplete(store, match[0])}; it is "
                              "never loaded: load an earlier step (or the newest complete one, step=None)")
         return match[0]
+    skipped: list[tuple[int, str]] = []
     for s in reversed(steps):
         if _is_complete(store, s):
+            for number, why in skipped:
+                log.warning("zephon: step %d of %s is incomplete (%s): skipped", number, store.uri, why)
             return s
-        log.warning("zephon: step %d of %s is incomplete (%s): skipped", s.number, store.uri, _incomplete(store, s))
+        skipped.append((s.number, _incomplete(store, s)))
+    newest = f"; the newest, step {skipped[0][0]}: {skipped[0][1]}" if skipped else ""
     raise FileNotFoundError(f"checkpoint directory {store.uri} holds no complete step (steps: "
-                            f"{[s.number for s in steps][-16:]}): nothing to resume from")
+                            f"{[s.number for s in steps][-16:]}){newest}: nothing to resume from")
 
 
 def _incomplete(store: Store, step: _Step) -> str:

@@ -27,8 +27,10 @@ from zephon.runtime import (
     save_checkpoint, save_checkpoint_dir,
 )
 from zephon.torch._collate import collate
+from zephon.torch._dcp import load_dcp_states
 from zephon.torch._datasets import IndexedDataset, StreamDataset
 from zephon.torch._dist import all_gather_state, stateful_dataloader_state
+from zephon.torch._frameworks import load_lightning_state
 from zephon.torch._loader import DataLoader
 from zephon.torch._topology import Topology, detect_topology
 from zephon.torch._workers import WorkerDiedError
@@ -36,5 +38,6 @@ from zephon.torch._workers import WorkerDiedError
 __all__ = [
     "DataLoader", "IndexedDataset", "StreamDataset", "Topology", "WorkerDiedError", "all_gather_state", "collate",
     "complete_steps", "detect_topology", "finalize_checkpoint_dir", "load_checkpoint", "load_checkpoint_dir",
+    "load_dcp_states", "load_lightning_state",
     "merge_states", "migrate_checkpoint", "save_checkpoint", "save_checkpoint_dir", "stateful_dataloader_state",
 ]

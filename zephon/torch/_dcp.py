@@ -120,3 +120,29 @@ def _lane_state(key: Any, text: Any) -> Any:
     if list(parse_state(state).entries) != [int(key)]:
         raise ValueError(f"the DCP entry {KEY}.{key} holds the state of other lanes; the checkpoint was damaged")
     return state
+
+
+def load_dcp_states(path: str) -> dict[str, LoaderStateDict]:
+    """Every zephon loader's global state in the DCP checkpoint folder ``path``, by its key in
+    the saved state dict (e.g. ``"app.data"``), read in this process without a process group
+    (e.g. to save it with :func:`save_checkpoint`). torch's DCP reader unpickles the folder's
+    ``.metadata``: read only checkpoints you trust. Raises ``ValueError`` when the folder holds
+    no zephon loader or cannot be read."""
+    import torch.distributed.checkpoint as dcp
+
+    try:
+        keys = dcp.FileSystemReader(path).read_metadata().state_dict_metadata
+    except Exception as error:  # torch raises whatever its unpickler meets in a damaged file
+        raise ValueError(f"{path}: cannot read its DCP metadata ({type(error).__name__}: {error})") from None
+    lanes = [(key, match) for key in keys if (match := _LANE_KEY.fullmatch(key))]
+    if not lanes:
+        raise ValueError(f"{path} is a DCP checkpoint that holds no zephon loader (no {KEY} entries)")
+    entries: dict[str, Any] = {key: "" for key, _ in lanes}
+    try:
+        dcp.load(entries, checkpoint_id=path, no_dist=True)
+    except Exception as error:  # as above, for its data files
+        raise ValueError(f"{path}: cannot read its zephon entries ({type(error).__name__}: {error})") from None
+    by_loader: dict[str, dict[str, Any]] = {}
+    for key, match in lanes:
+        by_loader.setdefault(match.group(1), {})[match.group(2)] = entries[key]
+    return {prefix: from_dcp({KEY: texts}) for prefix, texts in sorted(by_loader.items())}
