@@ -54,13 +54,19 @@ def killed_save(directory, state, event):
     whether the kill came before the save was over."""
     pid = os.fork()
     if pid == 0:
+        finished = False
         try:
             kill_at(event)
             zt.save_checkpoint_dir(directory, state, step=2, keep=1)
+            finished = True
         finally:
-            os._exit(0)
+            os._exit(0 if finished else 1)
     _, status = os.waitpid(pid, 0)
-    return os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL
+    if os.WIFSIGNALED(status):
+        assert os.WTERMSIG(status) == signal.SIGKILL
+        return True
+    assert os.WEXITSTATUS(status) == 0, f"the save raised at stage {event}"
+    return False
 
 
 @pytest.mark.parametrize("saver", [0, 1])

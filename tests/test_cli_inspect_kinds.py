@@ -4,8 +4,11 @@ test_hf.py), and on paths that hold none: exit 2 with one line on stderr, never 
 import json
 import os
 import shutil
+import subprocess
+import sys
 
 import pytest
+import torch
 import torch.distributed.checkpoint as dcp
 
 import zephon.torch as zt
@@ -78,14 +81,32 @@ def _odd_paths(tmp_path):
     (tmp_path / "dir" / "step-000000000003.0123456789abcdef").mkdir(parents=True)
     _write(tmp_path / "hf" / "checkpoint-3" / HF_STATE_FILE, b"garbage")
     _write(tmp_path / "ckpts" / "last.ckpt", b"PK\x03\x04")
+    _write(tmp_path / "source.json", b'{"kind": "zephon.StaticMixtureWorkSource", "state": 5}')
+    _write(tmp_path / "phases.json", b'{"kind": "zephon.PhasedMixtureWorkSource", "phases": [5]}')
+    torch.save({"DataModule": {"zephon_loader": None}}, tmp_path / "unbuilt.ckpt")
+    torch.save({"state_dict": {"w": torch.ones(2)}}, tmp_path / "model.ckpt")
+    with open(tmp_path / "huge", "wb") as f:
+        f.truncate(2**29)  # sparse: refused by its size, never read
+    _write(tmp_path / "named" / "step-000100.ckpt", b"not a checkpoint")  # Lightning's file, not a step folder
+    dcp.save({"data": loaders(1, 2)[0]}, checkpoint_id=str(tmp_path / "torn-dcp"))
+    (data,) = [p for p in (tmp_path / "torn-dcp").iterdir() if p.suffix == ".distcp"]
+    data.write_bytes(data.read_bytes()[:100])
     return ["missing", "empty", "random", "zip", "list.json", "deep.json", "kind.json", "torn.ckpt", "flipped.ckpt",
-            "empty-dir", "dcp", "dir", "hf", "ckpts", "/dev/null"]
+            "empty-dir", "dcp", "dir", "hf", "ckpts", "/dev/null", "source.json", "phases.json", "unbuilt.ckpt",
+            "model.ckpt", "huge", "named", "torn-dcp"]
 
 
-def test_a_path_that_holds_no_checkpoint_exits_2_with_one_line(tmp_path, capfd):
+def test_a_path_that_holds_no_checkpoint_exits_2_with_one_line(tmp_path):
     for name in _odd_paths(tmp_path):
-        status = main(["inspect", str(tmp_path / name)])
-        out, err = capfd.readouterr()
-        assert status == 2 and out == "", name
-        assert len(err.splitlines()) == 1 and err.startswith("zephon inspect: "), (name, err)
-        assert "Traceback" not in err
+        done = subprocess.run([sys.executable, "-m", "zephon", "inspect", str(tmp_path / name)], capture_output=True,
+                              text=True, timeout=120)
+        assert done.returncode == 2 and done.stdout == "", (name, done.stdout, done.stderr)
+        assert len(done.stderr.splitlines()) == 1 and done.stderr.startswith("zephon inspect: "), (name, done.stderr)
+
+
+def test_a_dcp_folder_is_inspected_without_torch_warnings(tmp_path):
+    dcp.save({"data": loaders(1, 2)[0]}, checkpoint_id=str(tmp_path / "dcp"))
+    done = subprocess.run([sys.executable, "-m", "zephon", "inspect", str(tmp_path / "dcp")], capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0 and done.stderr == "", done.stderr
+    assert done.stdout.startswith(f"read: DCP checkpoint {tmp_path / 'dcp'}, entry 'data'")

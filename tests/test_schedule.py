@@ -109,14 +109,17 @@ class _Sloppy(_Fork):
 
     def allocate(self, state, weights, chunk_size):
         quotas, acc = super().allocate(state, weights, chunk_size)
+        if self.off == "bools":
+            return tuple(q == 1 for q in quotas), acc
         return (*quotas[:-1], quotas[-1] + self.off), acc
 
 
-@pytest.mark.parametrize("off", [-1, 1])
-def test_an_allocator_whose_quotas_do_not_fill_the_chunk_is_named(off):
+@pytest.mark.parametrize("off, chunk_size", [(-1, 8), (1, 8), ("bools", 2)])  # 2: quotas (True, True) sum to it
+def test_an_allocator_whose_quotas_do_not_fill_the_chunk_is_named(off, chunk_size):
     data = [Dataset.from_counts("a", [50]), Dataset.from_counts("b", [50])]
-    source = StaticMixtureWorkSource(data, {"a": 1, "b": 1}, chunk_size=8, allocation=_Sloppy(off)).clone_for_lane(0, 1)
-    with pytest.raises(ValueError, match=r"allocator 'sloppy' returned quotas .* summing to chunk_size=8.*fix its allocate"):
+    source = StaticMixtureWorkSource(data, {"a": 1, "b": 1}, chunk_size=chunk_size,
+                                     allocation=_Sloppy(off)).clone_for_lane(0, 1)
+    with pytest.raises(ValueError, match=rf"allocator 'sloppy' returned quotas .* to chunk_size={chunk_size}.*fix its"):
         source.next_chunk()
     assert source.state_dict()["state"]["chunk_index"] == 0
 

@@ -1,4 +1,5 @@
 """Token-aware mixtures: weights in tokens, priming, checkpointed ratios (issue 6)."""
+import functools
 import json
 from collections import Counter
 
@@ -296,6 +297,20 @@ def test_weight_units_sum_to_the_scale_and_keep_every_active_dataset(weights):
     assert all(abs(u - w * WEIGHT_SCALE) <= len(units) for u, w in zip(units, normalised))
 
 
+class _Encoding:
+    """A tiktoken-like encoding: its name says which vocabulary it encodes with."""
+
+    def __init__(self, name):
+        self.name = name
+
+    def encode(self, text):
+        return text.split()
+
+
+def _split(text, limit):
+    return text.split()[:limit]
+
+
 def test_the_node_cache_tells_measure_functions_apart():
     from zephon.work import tokenizer_identity
 
@@ -303,6 +318,11 @@ def test_the_node_cache_tells_measure_functions_apart():
         return len(r["text"].split())
     assert tokenizer_identity(words) != tokenizer_identity(lambda r: len(r["text"]))
     assert tokenizer_identity(words) == tokenizer_identity(words)
+    encodings = [_Encoding("small"), _Encoding("large")]
+    assert tokenizer_identity(encodings[0].encode) != tokenizer_identity(encodings[1].encode)
+    assert tokenizer_identity(encodings[0].encode) == tokenizer_identity(_Encoding("small").encode)
+    split = [functools.partial(_split, limit=n) for n in (2, 3, 3)]
+    assert tokenizer_identity(split[0]) != tokenizer_identity(split[1]) == tokenizer_identity(split[2])
 
 
 def test_a_cache_that_cannot_be_written_is_said_and_skipped(short_and_long, tmp_path, monkeypatch):

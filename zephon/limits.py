@@ -37,6 +37,7 @@ included) reads it.
 """
 from __future__ import annotations
 
+import re
 import reprlib
 from typing import Any
 
@@ -87,6 +88,14 @@ def show(value: Any, limit: int = MAX_MESSAGE_VALUE) -> str:
     hostile input: containers are cut before formatting and nesting is bounded, so a huge or
     deep value costs little."""
     text = _SHORT.repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def brief(error: BaseException, limit: int = 2 * MAX_MESSAGE_VALUE) -> str:
+    """Another library's exception in one line: its type and the first line of its message
+    (terminal colour codes dropped), at most ``limit`` characters."""
+    lines = re.sub(r"\x1b\[[0-9;]*m", "", str(error)).strip().splitlines()
+    text = f"{type(error).__name__}: {lines[0]}" if lines else type(error).__name__
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 

@@ -19,7 +19,7 @@ from typing import Any
 
 from zephon.io import open_regular
 from zephon.runtime import CHECKPOINT_MARKER as MARKER
-from zephon.runtime import HF_STATE_FILE, load_checkpoint, load_checkpoint_dir
+from zephon.runtime import HF_STATE_FILE, STEP_FOLDER, check_checkpoint_size, load_checkpoint, load_checkpoint_dir
 
 ZIP = b"PK\x03\x04"  # how a torch.save file (Lightning's checkpoints) starts
 HF_FOLDER = re.compile(r"checkpoint-(\d+)")
@@ -30,8 +30,10 @@ Found = list[tuple[str, dict[str, Any]]]  # (what was read, its state)
 
 def states_in(path: str) -> Found:
     """The states ``path`` holds, each with a line saying what was read."""
-    if not os.path.lexists(path):
-        raise FileNotFoundError(f"{path}: no such file or directory")
+    try:
+        os.stat(path)
+    except FileNotFoundError:
+        raise FileNotFoundError(f"{path}: no such file or directory") from None
     if os.path.isdir(path):
         return _folder(path)
     return [_file(path)]
@@ -40,9 +42,12 @@ def states_in(path: str) -> Found:
 def _file(path: str, why: str = "") -> tuple[str, dict[str, Any]]:
     """What the file ``path`` is (``why`` it was chosen, if it was) and its state."""
     with open_regular(path, "state or checkpoint") as f:
-        head = f.read(len(ZIP))
-        data = None if head == ZIP else head + f.read()
-    if data is None:
+        zipped = f.read(len(ZIP)) == ZIP
+        if not zipped:
+            check_checkpoint_size(os.fstat(f.fileno()).st_size, path)
+            f.seek(0)
+            data = f.read()
+    if zipped:
         from zephon.torch import load_lightning_state
 
         return f"Lightning checkpoint {path}{why}", dict(load_lightning_state(path))
@@ -66,7 +71,7 @@ def _folder(path: str) -> Found:
     names = sorted(os.listdir(path))
     if MARKER in names:
         return [_file(os.path.join(path, MARKER), " (the step folder's marker: the whole step)")]
-    if any(name.startswith("step-") for name in names):
+    if any(STEP_FOLDER.fullmatch(name) and os.path.isdir(os.path.join(path, name)) for name in names):
         return [(f"checkpoint directory {path}: its newest complete step", dict(load_checkpoint_dir(path)))]
     if HF_STATE_FILE in names:
         return [_file(os.path.join(path, HF_STATE_FILE), " (of a transformers checkpoint)")]

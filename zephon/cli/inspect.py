@@ -17,6 +17,7 @@ from typing import Any, Mapping
 
 from zephon.cli._locate import states_in
 from zephon.core import checkpoint as source_checkpoint
+from zephon.limits import brief
 from zephon.runtime import parse_state
 from zephon.work import StaticMixtureWorkSource, received
 from zephon.work import phased_mixture as phased
@@ -44,12 +45,21 @@ def run(args: argparse.Namespace) -> int:
                 raise ValueError(f"{what} holds a phased source's state and a mixture config describes a static "
                                  "source, so --config cannot check it; run without --config for the summary, and "
                                  "load it into its PhasedMixtureWorkSource to check it")
-    summaries = [loader_summary(state) if _is_loader(state) else source_summary(state) for _, state in found]
+    summaries = [_summary(what, state) for what, state in found]
     status = 0
     for k, ((what, state), text) in enumerate(zip(found, summaries)):
         print(("\n" if k else "") + f"read: {what}\n{text}")
         status = max(status, _check(state, args.config))
     return status
+
+
+def _summary(what: str, state: dict[str, Any]) -> str:
+    """The state in words; a source state whose parts have the wrong form is refused (a loader
+    state is validated whole first)."""
+    try:
+        return loader_summary(state) if _is_loader(state) else source_summary(state)
+    except (AttributeError, KeyError, TypeError, IndexError) as error:
+        raise ValueError(f"{what} is not a state zephon wrote: its parts have the wrong form ({brief(error)})") from None
 
 
 def _is_loader(state: dict[str, Any]) -> bool:

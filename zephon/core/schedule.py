@@ -219,8 +219,9 @@ def plan_chunk_reference(config: SourceConfig, alloc: Any, cursors: tuple[Cursor
 
 def _checked_quotas(config: SourceConfig, allocated: Any, weights: tuple[float, ...]) -> list[int]:
     """The allocator's quotas, refused unless they are what the allocator protocol promises."""
-    quotas = list(allocated)
-    ok = (len(quotas) == len(weights) and all(isinstance(q, (int, np.integer)) and q >= 0 for q in quotas)
+    quotas = list(allocated) if isinstance(allocated, (tuple, list, np.ndarray)) else []
+    ok = (len(quotas) == len(weights)
+          and all(isinstance(q, (int, np.integer)) and not isinstance(q, bool) and q >= 0 for q in quotas)
           and sum(quotas) == config.chunk_size and all(q == 0 for q, w in zip(quotas, weights) if w == 0.0))
     if not ok:
         raise ValueError(f"allocator {config.allocator.name!r} returned quotas {show(allocated)} for weights "

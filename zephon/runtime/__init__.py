@@ -22,7 +22,9 @@ The torch front ends (``zephon.torch``) are thin layers over this package.
 """
 from zephon.runtime._book import LaneBook, log_once
 from zephon.runtime._checkpoint import HF_STATE_FILE, LIGHTNING_KEY, load_checkpoint, save_checkpoint
+from zephon.runtime._checkpoint import check_size as check_checkpoint_size
 from zephon.runtime._checkpoint_dir import MARKER as CHECKPOINT_MARKER
+from zephon.runtime._checkpoint_dir import STEP_FOLDER
 from zephon.runtime._checkpoint_dir import complete_steps, finalize_checkpoint_dir, load_checkpoint_dir, save_checkpoint_dir
 from zephon.runtime._even import Even, EvenBatchesDict, RankCount, count_rank, count_ranks, countable, even_target, maybe_finite
 from zephon.runtime._lanes import CONTIGUOUS, INTERLEAVED, MAPPINGS, rank_lanes, worker_lanes
@@ -42,7 +44,7 @@ from zephon.runtime._stream import (
 from zephon.runtime.pipeline import KEY_COMPONENT, KEY_SAMPLE_ID, Pipeline
 
 __all__ = [
-    "CHECKPOINT_MARKER", "CONTIGUOUS", "DROPPED", "HF_STATE_FILE", "LIGHTNING_KEY", "DatasetStatsDict", "Even", "EvenBatchesDict", "LoaderStats", "LoaderStatsDict", "RankCount", "TokensDict", "count_rank", "count_ranks", "countable", "even_target",
+    "CHECKPOINT_MARKER", "CONTIGUOUS", "DROPPED", "HF_STATE_FILE", "LIGHTNING_KEY", "STEP_FOLDER", "check_checkpoint_size", "DatasetStatsDict", "Even", "EvenBatchesDict", "LoaderStats", "LoaderStatsDict", "RankCount", "TokensDict", "count_rank", "count_ranks", "countable", "even_target",
     "maybe_finite", "DatasetRecord", "Entry", "Event", "INTERLEAVED", "ItemStream", "Items", "KEY_COMPONENT", "KEY_SAMPLE_ID", "LOADER_STATE_KIND",
     "LaneBook", "LaneMux", "LanesDict", "PackedReader", "Snapshot", "Snapshots", "count_packed", "count_sequences", "documents", "initial_operator",
     "sequence_items", "LoaderState", "LoaderStateDict", "MAPPINGS", "Piece", "Pipeline", "SERVED", "Sealer", "Segment", "Tracker", "initial_entries",

@@ -36,7 +36,7 @@ from zephon.runtime._state import ATTEMPT, LoaderState, LoaderStateDict, merge_s
 
 log = logging.getLogger("zephon")
 MARKER = "complete.ckpt"
-_STEP = re.compile(r"step-(\d{12,})\.([0-9a-f]{16})")
+STEP_FOLDER = re.compile(r"step-(\d{12,})\.([0-9a-f]{16})")
 _RANK = re.compile(r"rank-(\d{5,})-of-(\d{5,})\.([0-9a-f]{16})\.ckpt")
 DEFAULT_KEEP = 3
 
@@ -65,7 +65,7 @@ def _folder(step: int, run: str) -> str:
 def _steps(store: Store) -> list[_Step]:
     """The step folders of the directory, by step number (other entries are left alone)."""
     folders, _ = store.listing()
-    found = [(m, name) for name in folders if (m := _STEP.fullmatch(name))]
+    found = [(m, name) for name in folders if (m := STEP_FOLDER.fullmatch(name))]
     return sorted((_Step(int(m.group(1)), m.group(2), name) for m, name in found), key=lambda s: (s.number, s.run))
 
 

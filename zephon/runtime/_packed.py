@@ -64,7 +64,7 @@ def _check_settings(packing: Packing, saved: Any, lane: int) -> None:
                              f"strategy, token ids, ensure_mixture or the tokenizer differ); {fix}")
         return
     if not (type(saved) is dict and all(type(v) in (int, str, bool, type(None)) for v in saved.values())):
-        raise ValueError(f"lane {lane}: the {packing.name} settings must be a dict of JSON scalars, got {show(saved)}")
+        raise ValueError(f"lane {lane}: the {packing.name} settings must be a dict of ints, strings, bools and nulls, got {show(saved)}")
     now = dict(packing.settings)
     differ = [f"{key}: {_setting(saved, key)} in the checkpoint, {_setting(now, key)} now"
               for key in sorted(saved.keys() | now.keys()) if _typed(saved, key) != _typed(now, key)]

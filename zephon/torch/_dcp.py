@@ -16,10 +16,11 @@ import json
 import logging
 import re
 import sys
+import warnings
 from types import FrameType
 from typing import Any, Callable
 
-from zephon.limits import MAX_CHECKPOINT_BYTES, show
+from zephon.limits import MAX_CHECKPOINT_BYTES, brief, show
 from zephon.runtime import LaneBook, LoaderStateDict, merge_states, parse_state, rank_lanes, split_state
 
 log = logging.getLogger("zephon")
@@ -129,19 +130,22 @@ def load_dcp_states(path: str) -> dict[str, LoaderStateDict]:
     ``.metadata``: read only checkpoints you trust. Raises ``ValueError`` when the folder holds
     no zephon loader or cannot be read."""
     import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.api import CheckpointException  # not an Exception: a BaseException
 
     try:
         keys = dcp.FileSystemReader(path).read_metadata().state_dict_metadata
-    except Exception as error:  # torch raises whatever its unpickler meets in a damaged file
-        raise ValueError(f"{path}: cannot read its DCP metadata ({type(error).__name__}: {error})") from None
+    except (Exception, CheckpointException) as error:  # whatever torch's unpickler meets in a damaged file
+        raise ValueError(f"{path}: cannot read its DCP metadata ({brief(error)})") from None
     lanes = [(key, match) for key in keys if (match := _LANE_KEY.fullmatch(key))]
     if not lanes:
         raise ValueError(f"{path} is a DCP checkpoint that holds no zephon loader (no {KEY} entries)")
     entries: dict[str, Any] = {key: "" for key, _ in lanes}
     try:
-        dcp.load(entries, checkpoint_id=path, no_dist=True)
-    except Exception as error:  # as above, for its data files
-        raise ValueError(f"{path}: cannot read its zephon entries ({type(error).__name__}: {error})") from None
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", "torch.distributed is disabled", UserWarning)  # no process group: meant
+            dcp.load(entries, checkpoint_id=path, no_dist=True)
+    except (Exception, CheckpointException) as error:  # as above, for its data files
+        raise ValueError(f"{path}: cannot read its zephon entries ({brief(error)})") from None
     by_loader: dict[str, dict[str, Any]] = {}
     for key, match in lanes:
         by_loader.setdefault(match.group(1), {})[match.group(2)] = entries[key]

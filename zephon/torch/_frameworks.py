@@ -5,8 +5,8 @@ from __future__ import annotations
 import pickle
 from typing import cast
 
-from zephon.runtime import LoaderStateDict, parse_state
-from zephon.runtime import LIGHTNING_KEY
+from zephon.limits import brief, show
+from zephon.runtime import LIGHTNING_KEY, LoaderStateDict, parse_state
 
 
 def load_lightning_state(path: str) -> LoaderStateDict:
@@ -19,12 +19,15 @@ def load_lightning_state(path: str) -> LoaderStateDict:
     try:
         checkpoint = torch.load(path, map_location="cpu", weights_only=True)
     except (pickle.UnpicklingError, RuntimeError, EOFError, OSError) as error:
-        first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-        raise ValueError(f"{path}: torch cannot read it as a checkpoint of plain data ({first})") from None
+        raise ValueError(f"{path}: torch's weights_only loader cannot read it as a checkpoint of plain data "
+                         f"({brief(error)})") from None
     found = [entry[LIGHTNING_KEY] for entry in (checkpoint.values() if isinstance(checkpoint, dict) else ())
-             if isinstance(entry, dict) and isinstance(entry.get(LIGHTNING_KEY), dict)]
+             if isinstance(entry, dict) and LIGHTNING_KEY in entry]
     if not found:
         raise ValueError(f"{path} is a torch checkpoint without a zephon loader's state (no data module entry "
                          f"with {LIGHTNING_KEY!r}: it was not saved through zephon.lightning.DataModule)")
+    if not isinstance(found[0], dict):
+        raise ValueError(f"{path}: its data module saved no loader state ({LIGHTNING_KEY!r} is {show(found[0])}: "
+                         "it was saved before the data module built its loader)")
     parse_state(found[0])
     return cast(LoaderStateDict, found[0])

@@ -16,12 +16,14 @@ fingerprint; datasets without a fingerprint (in memory, count-only) are not cach
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 from typing import Any
 import json
 import logging
 import marshal
 import math
+import types
 import warnings
 from pathlib import Path
 
@@ -47,11 +49,18 @@ def tokenizer_identity(thing: Any) -> str:
     """A stable name for what counts tokens (part of cache keys and checkpoints).
 
     A function is named by its module, qualified name and a digest of its code and constants
-    (so two lambdas differ); a tokenizer object by its type, its name attributes and vocabulary
-    size, or by a digest of its serialisation when it has one (``tokenizers.Tokenizer``).
+    (so two lambdas differ); a bound method by its object and name; a ``functools.partial`` by
+    its function and arguments; a tokenizer object by its type, its name attributes and
+    vocabulary size, or by a digest of its serialisation when it has one (``tokenizers.Tokenizer``).
     """
     if hasattr(thing, "to_str"):
         return "tokenizers:" + hashlib.sha256(thing.to_str().encode()).hexdigest()[:16]
+    owner = getattr(thing, "__self__", None)
+    if owner is not None and not isinstance(owner, types.ModuleType):  # e.g. encoding.encode: whose it is counts
+        return f"{tokenizer_identity(owner)}.{getattr(thing, '__name__', '')}"
+    if isinstance(thing, functools.partial):
+        arguments = [*map(_argument, thing.args), *(f"{k}={_argument(v)}" for k, v in sorted(thing.keywords.items()))]
+        return f"partial({tokenizer_identity(thing.func)}, {', '.join(arguments)})"
     code = getattr(thing, "__code__", None)
     if code is not None:
         digest = hashlib.sha256(marshal.dumps((code.co_code, code.co_consts, code.co_names))).hexdigest()[:16]
@@ -59,6 +68,11 @@ def tokenizer_identity(thing: Any) -> str:
     kind = type(thing) if not isinstance(thing, type) else thing
     names = [str(getattr(thing, a, "")) for a in ("name_or_path", "name", "vocab_size", "n_vocab")]
     return f"{kind.__module__}.{kind.__qualname__}:{getattr(thing, '__qualname__', '')}:" + ":".join(names)
+
+
+def _argument(value: Any) -> str:
+    """A partial's argument in an identity: plain values as written, others by their identity."""
+    return repr(value) if type(value) in (int, float, str, bool, type(None)) else tokenizer_identity(value)
 
 
 def _shards_to_draw(dataset: Dataset, estimation: TokenEstimation) -> int:

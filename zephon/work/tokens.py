@@ -127,7 +127,8 @@ def _as_count(count: Any) -> float | None:
     as ``mask.sum()``), None for anything else (a bool, a string, an array of several values)."""
     if isinstance(count, (bool, str, bytes)) or getattr(count, "ndim", 0) != 0:
         return None
-    if str(getattr(count, "dtype", "")) in ("bool", "torch.bool"):
+    dtype = getattr(count, "dtype", None)
+    if str(dtype) == "torch.bool" or getattr(dtype, "kind", None) in ("b", "U", "S", "O"):  # numpy: bool, text, objects
         return None
     try:
         return float(count)
