@@ -26,7 +26,7 @@ from _common import Row, arguments, table  # noqa: E402
 
 import zephon.torch as zt  # noqa: E402
 from zephon import Dataset, Pipeline, StaticMixtureWorkSource  # noqa: E402
-from zephon.runtime import make_state, parse_state  # noqa: E402
+from zephon.runtime import make_state, merge_states, parse_state, split_state  # noqa: E402
 from zephon.runtime._state import dataset_fingerprints  # noqa: E402
 from zephon.core.cache import scheduler  # noqa: E402
 from zephon.core.schedule import initial_state, state_arrays  # noqa: E402
@@ -155,19 +155,41 @@ def checkpoint_rows(cfg: Settings) -> list[Row]:
         text = json.dumps(state)
         parse = timed(lambda: parse_state(json.loads(text)), cfg.repeats)
 
-        def rank_load() -> None:
-            loader = zt.DataLoader(Pipeline(source), batch_size=4, canonical_replicas=lanes, rank=0,
-                                   world_size=max(1, lanes // 8))
-            loader.load_state_dict(json.loads(text))
-        load = timed(rank_load, cfg.repeats)
+        ranks = max(1, lanes // 8)
+
+        def loader(world: int) -> Any:
+            return zt.DataLoader(Pipeline(source), batch_size=4, canonical_replicas=lanes, rank=0, world_size=world)
+
+        def load(world: int) -> Callable[[], None]:
+            return lambda: loader(world).load_state_dict(json.loads(text))
+
+        everything, first_rank = loader(1), loader(ranks)
+        everything.load_state_dict(json.loads(text))
+        first_rank.load_state_dict(json.loads(text))
+        split = split_state(state)
+        per_rank = json.loads(json.dumps([merge_states(split[lane] for lane in range(r * 8, min(lanes, r * 8 + 8)))
+                                          for r in range(ranks)]))
         target = lanes == 16384
         rows += [Row(f"checkpoint, {lanes} lanes, per lane", len(text) / lanes, "B", "<= 120 B" if target else "",
                      None, len(text) / lanes <= 120 if target else None, [len(text) / lanes]),
                  Row("  parse and verify (json.loads + parse_state)", statistics.median(parse), "s",
                      "<= 0.5 s" if target else "", None, statistics.median(parse) <= 0.5 if target else None, parse),
-                 Row(f"  load_state_dict on rank 0 of {max(1, lanes // 8)}", statistics.median(load), "s", "", None,
-                     None, load)]
+                 _seconds(f"  load_state_dict on rank 0 of {ranks}", timed(load(ranks), cfg.repeats), 0.3, target),
+                 _seconds("  state_dict() on that rank", timed(first_rank.state_dict, cfg.repeats), 0.3, target),
+                 _seconds(f"  merge_states of the {ranks} ranks' states", timed(lambda: merge_states(per_rank),
+                                                                                 cfg.repeats), None, target),
+                 _seconds("  load_state_dict on one process of every lane", timed(load(1), cfg.repeats), None,
+                          target),
+                 _seconds("  state_dict() on that process", timed(everything.state_dict, cfg.repeats), 0.3, target)]
     return rows
+
+
+def _seconds(figure: str, samples: list[float], limit: float | None, targeted: bool) -> Row:
+    """A row of seconds, with a target of at most ``limit`` where ``targeted``."""
+    median = statistics.median(samples)
+    aimed = targeted and limit is not None
+    return Row(figure, median, "s", f"<= {limit} s" if aimed else "", None, median <= limit if aimed else None,
+               samples)
 
 
 # -- construction -----------------------------------------------------------------------------

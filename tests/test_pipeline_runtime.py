@@ -224,6 +224,25 @@ def test_merge_states_unions_lanes_and_refuses_conflicts():
         merge_states([])
 
 
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.integers(0, 3), min_size=8, max_size=8), st.integers(0, 7))
+def test_merging_any_split_of_the_lanes_gives_the_state_of_them_all(owner, consumed):
+    """Rank states merge by their columns into the state made of every lane at once; every
+    lane parses back to its entry."""
+    source, replicas = make_source(), 8
+    entries = {lane: (source.clone_for_lane(lane, replicas).state_dict(), (lane * consumed) % 5, lane % 2)
+               for lane in range(replicas)}
+    datasets = [{"id": 0, "name": "a", "fingerprint": None}]
+    topology = {"world_size": 4, "ranks": [0], "mapping": "contiguous", "num_workers": 0}
+    parts = [make_state(replicas, {lane: entries[lane] for lane in range(replicas) if owner[lane] == rank},
+                        datasets, {**topology, "ranks": [rank]}) for rank in sorted(set(owner))]
+    merged = merge_states(json.loads(json.dumps(parts)))
+    whole = make_state(replicas, entries, datasets, {**topology, "ranks": sorted(set(owner))})
+    assert merged == whole
+    parsed = parse_state(merged)
+    assert {lane: parsed.entries[lane] for lane in range(replicas)} == entries
+
+
 def _column(state, key, value):
     state["lanes"][key] = value
 

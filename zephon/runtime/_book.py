@@ -21,7 +21,7 @@ from zephon.runtime._state import (
 from zephon.runtime._packed import check_operator, initial_operator
 from zephon.runtime._stream import Entry, initial_entries
 from zephon.runtime.pipeline import Pipeline
-from zephon.work import check_replicas
+from zephon.work import PhasedMixtureWorkSource, StaticMixtureWorkSource, check_replicas
 
 log = logging.getLogger("zephon")
 GROWTH = 8  # default lanes per reader of the first topology: room to grow 8x without an idle reader
@@ -147,7 +147,9 @@ class LaneBook:
         if packing is not None:
             states = {**self.operators(sorted(entries)), **(operators or {})}
             named = {packing.name: states}
-        return make_state(self.canonical_replicas, entries, self._datasets, topology, run=self.run, operators=named)
+        return make_state(self.canonical_replicas, entries, self._datasets, topology, run=self.run, operators=named,
+                          sealed_by_source=isinstance(self.pipeline.source, (StaticMixtureWorkSource,
+                                                                             PhasedMixtureWorkSource)))
 
     @property
     def run(self) -> str:

@@ -19,7 +19,7 @@ from __future__ import annotations
 import base64
 import binascii
 import math
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -63,26 +63,40 @@ def leaves(column: Any) -> int:
 def decode(column: Any, n: int, where: str) -> list[Any]:
     """The ``n`` values of ``column``; ``ValueError`` naming ``where`` when it is malformed."""
     if type(column) is list:
-        if len(column) != n:
-            raise ValueError(f"{where}: {len(column)} values for {n} lanes")
-        return column
+        return _values(column, n, where)
+    value = getter(column, n, where)
+    return [value(k) for k in range(n)]
+
+
+def getter(column: Any, n: int, where: str) -> Callable[[int], Any]:
+    """``value(k)``: the value of lane ``k`` of ``column``, made when asked for (a rank restores
+    a few lanes of many). The column's form is checked at once: ``ValueError`` naming ``where``."""
+    if type(column) is list:
+        return _values(column, n, where).__getitem__
     if type(column) is not dict:
         raise ValueError(f"{where}: a column is a list or a dict, got {show(column)}")
     keys = set(column)
     if keys == {"same"} and type(column["same"]) in _SAME:
-        return [column["same"]] * n
+        same = column["same"]
+        return lambda k: same
     if keys == {"start", "step"} and type(column["start"]) is int and type(column["step"]) is int:
         start, step = column["start"], column["step"]
-        return [start + k * step for k in range(n)]
+        return lambda k: start + k * step
     if keys == {"fields"} and type(column["fields"]) is dict and column["fields"]:
-        fields = {key: decode(value, n, f"{where}.{key}") for key, value in column["fields"].items()}
-        return [{key: values[k] for key, values in fields.items()} for k in range(n)]
+        fields = [(key, getter(value, n, f"{where}.{key}")) for key, value in column["fields"].items()]
+        return lambda k: {key: value(k) for key, value in fields}
     if keys in ({"float64"}, {"float64", "width"}):
-        return _decode_floats(column, n, where)
+        return _float_getter(column, n, where)
     raise ValueError(f"{where}: not a column: {show(column)}")
 
 
-def _decode_floats(column: dict[str, Any], n: int, where: str) -> list[Any]:
+def _values(column: list[Any], n: int, where: str) -> list[Any]:
+    if len(column) != n:
+        raise ValueError(f"{where}: {len(column)} values for {n} lanes")
+    return column
+
+
+def _float_getter(column: dict[str, Any], n: int, where: str) -> Callable[[int], Any]:
     width = column.get("width")
     if width is not None and not (type(width) is int and width >= 1):
         raise ValueError(f"{where}: width={show(width)} must be an int >= 1")
@@ -93,7 +107,10 @@ def _decode_floats(column: dict[str, Any], n: int, where: str) -> list[Any]:
     count = n * (width or 1)
     if raw is None or len(raw) != 8 * count:
         raise ValueError(f"{where}: float64 must be the base64 of {count} float64 values")
-    floats: list[float] = np.frombuffer(raw, dtype="<f8").tolist()
-    if not all(math.isfinite(x) for x in floats):
+    array = np.frombuffer(raw, dtype="<f8")
+    if not np.isfinite(array).all():
         raise ValueError(f"{where}: a float is not finite (such floats are stored as a list)")
-    return floats if width is None else [floats[k * width:(k + 1) * width] for k in range(n)]
+    floats: list[float] = array.tolist()
+    if width is None:
+        return floats.__getitem__
+    return lambda k: floats[k * width:(k + 1) * width]

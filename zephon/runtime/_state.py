@@ -30,11 +30,11 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Iterator, Mapping, TypedDict
+from typing import Any, Callable, Iterable, Iterator, Mapping, TypedDict
 
 from zephon.core.checkpoint import KEY_DIGEST, canonical, digest, sealed
 from zephon.limits import MAX_LOADER_STATE_NODES, MAX_REPLICAS, MAX_SAMPLES, check_json, show
-from zephon.runtime._columns import decode, encode, leaves
+from zephon.runtime._columns import decode, encode, getter, leaves
 from zephon.runtime._lanes import MAPPINGS
 from zephon.runtime._stream import Entry
 
@@ -150,19 +150,32 @@ def _all_sealed(states: list[Mapping[str, Any]], shared: Mapping[str, str]) -> b
 
 def make_state(canonical_replicas: int, entries: Mapping[int, Entry], datasets: list[DatasetRecord],
                topology: Mapping[str, Any], *, run: str | None = None,
-               operators: Mapping[str, Mapping[int, Any]] | None = None) -> LoaderStateDict:
+               operators: Mapping[str, Mapping[int, Any]] | None = None, sealed_by_source: bool = False) -> LoaderStateDict:
     """The JSON state of ``entries`` (lane -> (source state, consumed, turn flags)), of ``run``
-    (:func:`run_fingerprint`), with ``operators`` (name -> lane -> JSON state) for its lanes."""
+    (:func:`run_fingerprint`), with ``operators`` (name -> lane -> JSON state) for its lanes.
+    ``sealed_by_source``: every state is known to carry its source's seal (a loader's own
+    entries: made by its source, or restored from a state whose digest was checked), so the
+    seals need not be checked before they are left out."""
     lanes = sorted(entries)
     states = [entries[lane][0] for lane in lanes]
     for lane, state in zip(lanes, states):
         if not isinstance(state, dict):
             raise TypeError(f"lane {lane}: the source's state_dict() must be a dict, got {type(state).__name__}")
     common = _common(states)
-    is_sealed = _all_sealed(states, {k: canonical(v) for k, v in common.items()})
+    is_sealed = bool(states) and (sealed_by_source or _all_sealed(states, {k: canonical(v) for k, v in common.items()}))
     rests = [{k: v for k, v in state.items() if k not in common and not (is_sealed and k == KEY_DIGEST)}
              for state in states]
-    for name, by_lane in (operators or {}).items():
+    rows = {lane: (rest, entries[lane][1], entries[lane][2]) for lane, rest in zip(lanes, rests)}
+    return _assembled(canonical_replicas, datasets, run, common, rows, is_sealed, operators or {}, topology)
+
+
+def _assembled(canonical_replicas: int, datasets: list[DatasetRecord], run: str | None, common: dict[str, Any],
+               rows: Mapping[int, tuple[dict[str, Any], int, int]], is_sealed: bool,
+               operators: Mapping[str, Mapping[int, Any]], topology: Mapping[str, Any]) -> LoaderStateDict:
+    """The sealed state of lanes' ``rows`` (the rest of each one's source state past ``common``,
+    consumed, turn flags) and their ``operators``' states."""
+    lanes = sorted(rows)
+    for name, by_lane in operators.items():
         if sorted(by_lane) != lanes:
             raise ValueError(f"operator {name!r} has states for lanes {sorted(by_lane)}, the state covers {lanes}")
     body = {
@@ -172,9 +185,10 @@ def make_state(canonical_replicas: int, entries: Mapping[int, Entry], datasets: 
         KEY_DATASETS: [DatasetRecord(id=d["id"], name=d["name"], fingerprint=d["fingerprint"]) for d in datasets],
         KEY_RUN: run,
         KEY_SOURCE: common,
-        KEY_LANES: LanesDict(count=len(lanes), lane=encode(lanes), consumed=encode([entries[k][1] for k in lanes]),
-                             turn=encode([entries[k][2] for k in lanes]), state=encode(rests), sealed=is_sealed),
-        KEY_OPERATORS: {name: encode([by_lane[k] for k in lanes]) for name, by_lane in sorted((operators or {}).items())},
+        KEY_LANES: LanesDict(count=len(lanes), lane=encode(lanes), consumed=encode([rows[k][1] for k in lanes]),
+                             turn=encode([rows[k][2] for k in lanes]), state=encode([rows[k][0] for k in lanes]),
+                             sealed=is_sealed),
+        KEY_OPERATORS: {name: encode([by_lane[k] for k in lanes]) for name, by_lane in sorted(operators.items())},
         KEY_TOPOLOGY: dict(topology),
     }
     return sealed(body)  # type: ignore[return-value]  # sealed adds the digest: the keys are KEYS
@@ -220,9 +234,9 @@ def parse_state(state: Any) -> LoaderState:
     run = state[KEY_RUN]
     if run is not None and not (type(run) is str and _HEX32.fullmatch(run)):
         raise _bad(f"run={show(run)} must be 32 hex digits or null")
-    rows, lanes, is_sealed = _rows(state[KEY_LANES], replicas)
-    return LoaderState(replicas, _entries(rows, common, replicas, is_sealed), datasets, topology, run,
-                       _operators(state[KEY_OPERATORS], lanes))
+    columns, is_sealed = _rows(state[KEY_LANES], replicas)
+    return LoaderState(replicas, _entries(columns, common, replicas, is_sealed), datasets, topology, run,
+                       _operators(state[KEY_OPERATORS], columns.lanes))
 
 
 def _check_datasets(datasets: list[dict[str, Any]]) -> None:
@@ -255,23 +269,37 @@ def _check_topology(topology: Any) -> None:
                    "digits")
 
 
-def _rows(lanes: Any, replicas: int) -> tuple[list[list[Any]], list[Any], bool]:
-    """The ``[lane, consumed, turn, state]`` rows of version 2's lane columns, the lanes, and ``sealed``."""
+@dataclass(frozen=True)
+class _Columns:
+    """A state's lanes as columns: ``lanes`` (ascending in version 2), what the loop received of
+    each lane's chunk (``consumed``), its ``turn`` flags and ``state(k)``, the rest of the
+    ``k``-th lane's source state, made when asked for."""
+
+    lanes: list[Any]
+    consumed: list[Any]
+    turn: list[Any]
+    state: Callable[[int], Any]
+
+
+def _rows(lanes: Any, replicas: int) -> tuple[_Columns, bool]:
+    """Version 2's lane columns, checked in form, and ``sealed``."""
     if not isinstance(lanes, dict) or sorted(lanes) != sorted(LANE_KEYS):
         raise _bad(f"'lanes' must be a dict of {list(LANE_KEYS)}, got {show(lanes)}")
     count, is_sealed = lanes["count"], lanes["sealed"]
     if type(count) is not int or not 0 <= count <= replicas or type(is_sealed) is not bool:
         raise _bad(f"lanes: count={show(count)} must be an int in [0, {replicas}] and sealed a bool")
     _check_expansion(count, [lanes[key] for key in ("lane", "consumed", "turn", "state")])
+    _check_dicts(lanes["state"])
     try:
-        columns = [decode(lanes[key], count, f"lanes.{key}") for key in ("lane", "consumed", "turn", "state")]
+        lane, consumed, turn = (decode(lanes[key], count, f"lanes.{key}") for key in ("lane", "consumed", "turn"))
+        columns = _Columns(lane, consumed, turn, getter(lanes["state"], count, "lanes.state"))
     except ValueError as error:
         raise _bad(str(error)) from None
-    if not all(type(lane) is int for lane in columns[0]):
-        raise _bad(f"lanes must be ints, got {show(columns[0])}")
-    if columns[0] != sorted(columns[0]):
+    if not all(type(lane) is int for lane in columns.lanes):
+        raise _bad(f"lanes must be ints, got {show(columns.lanes)}")
+    if columns.lanes != sorted(columns.lanes):
         raise _bad("lanes must be in ascending order")
-    return [list(row) for row in zip(*columns)], columns[0], is_sealed
+    return columns, is_sealed
 
 
 def _check_expansion(count: int, columns: list[Any]) -> None:
@@ -282,57 +310,95 @@ def _check_expansion(count: int, columns: list[Any]) -> None:
                    f"holds ({MAX_LOADER_STATE_NODES} values)")
 
 
-def _rows_v1(lanes: Any) -> list[list[Any]]:
+def _check_dicts(states: Any) -> None:
+    """Refuse a column of lanes' states that holds anything but dicts."""
+    if not (type(states) is dict and set(states) == {"fields"} or type(states) is list and all(
+            isinstance(s, dict) for s in states)):
+        bad = next((s for s in states if not isinstance(s, dict)), states) if type(states) is list else states
+        raise _bad(f"every lane must be [lane, consumed, turn, state] with a dict for its state, got {show(bad)}")
+
+
+def _rows_v1(lanes: Any) -> _Columns:
+    """Version 1's ``[lane, consumed, turn, state]`` rows as columns."""
     if not isinstance(lanes, list):
         raise _bad("'lanes' must be a list")
-    return lanes
+    for row in lanes:
+        if not (isinstance(row, list) and len(row) == 4):
+            raise _bad(f"every lane must be [lane, consumed, turn, state], got {show(row)}")
+    _check_dicts([row[3] for row in lanes])
+    return _Columns([r[0] for r in lanes], [r[1] for r in lanes], [r[2] for r in lanes], [r[3] for r in lanes].__getitem__)
 
 
 class _Ledger(Mapping[int, tuple[dict[str, Any], int, int]]):
-    """A parsed state's entries by lane, each lane's source state made (and sealed again) when
-    first asked for: a rank restores a few lanes of a global state, sealing costs a digest."""
+    """A parsed state's entries by lane, each lane's source state made (decoded from its
+    columns and sealed again) when first asked for: a rank restores a few lanes of a global state."""
 
-    def __init__(self, rows: dict[int, tuple[dict[str, Any], int, int]], common: dict[str, Any], is_sealed: bool):
-        self._rows, self._common = rows, common
+    def __init__(self, columns: _Columns, common: dict[str, Any], is_sealed: bool):
+        self._columns, self._common = columns, common
+        self._index = dict(zip(columns.lanes, range(len(columns.lanes))))
         self._shared = {k: canonical(v) for k, v in common.items()} if is_sealed else None
         self._made: dict[int, tuple[dict[str, Any], int, int]] = {}
 
     def __getitem__(self, lane: int) -> tuple[dict[str, Any], int, int]:
         entry = self._made.get(lane)
         if entry is None:
-            rest, consumed, turn = self._rows[lane]
-            state = {**self._common, **rest}
-            entry = self._made[lane] = (state if self._shared is None else sealed(state, self._shared), consumed, turn)
+            k, columns = self._index[lane], self._columns
+            state = {**self._common, **columns.state(k)}
+            made = state if self._shared is None else sealed(state, self._shared)
+            entry = self._made[lane] = (made, columns.consumed[k], columns.turn[k])
         return entry
 
+    @property
+    def common(self) -> dict[str, Any]:
+        """The part every lane's source state shares."""
+        return self._common
+
+    @property
+    def shared(self) -> dict[str, str] | None:
+        """The canonical JSON of the part every lane's source state shares, when the lanes'
+        seals were left out (None otherwise)."""
+        return self._shared
+
+    def stored(self, lane: int) -> tuple[dict[str, Any], int, int]:
+        """Lane ``lane`` as stored: the rest of its source state past the shared part (no seal),
+        consumed and turn flags."""
+        k, columns = self._index[lane], self._columns
+        return columns.state(k), columns.consumed[k], columns.turn[k]
+
     def __contains__(self, lane: object) -> bool:
-        return lane in self._rows
+        return lane in self._index
 
     def __iter__(self) -> Iterator[int]:
-        return iter(self._rows)
+        return iter(self._index)
 
     def __len__(self) -> int:
-        return len(self._rows)
+        return len(self._index)
 
 
-def _entries(rows: list[Any], common: dict[str, Any], replicas: int, is_sealed: bool) -> _Ledger:
-    """The ledger of ``[lane, consumed, turn, rest of the source state]`` rows, validated."""
-    checked: dict[int, tuple[dict[str, Any], int, int]] = {}
-    for row in rows:
-        if not (isinstance(row, list) and len(row) == 4 and all(type(v) is int for v in row[:3])
-                and isinstance(row[3], dict)):
-            raise _bad(f"every lane must be [lane, consumed, turn, state], got {show(row)}")
-        lane, consumed, turn, rest = row
+def _entries(columns: _Columns, common: dict[str, Any], replicas: int, is_sealed: bool) -> _Ledger:
+    """The ledger of a state's lane columns, their positions validated (each lane's source state
+    is validated by the source it restores into)."""
+    lanes, consumed, turn = columns.lanes, columns.consumed, columns.turn
+    if not all(type(v) is int for v in (*lanes, *consumed, *turn)):
+        bad = next(k for k in range(len(lanes)) if not all(type(c[k]) is int for c in (lanes, consumed, turn)))
+        raise _bad(f"every lane must be [lane, consumed, turn, state] with ints, got lane {show(lanes[bad])}, "
+                   f"consumed {show(consumed[bad])}, turn {show(turn[bad])}")
+    for k, lane in enumerate(lanes):
+        if not (0 <= lane < replicas and consumed[k] >= 0 and 0 <= turn[k] <= 3):
+            break
+    else:
+        k = -1
+    if k >= 0:
+        lane = lanes[k]
         if not 0 <= lane < replicas:
             raise _bad(f"lane {lane} is outside [0, canonical_replicas={replicas})")
-        if consumed < 0:
-            raise _bad(f"lane {lane} has consumed={consumed} < 0")
-        if not 0 <= turn <= 3:
-            raise _bad(f"lane {lane} has turn={turn}, outside 0..3")
-        if lane in checked:
-            raise _bad(f"lane {lane} appears twice")
-        checked[lane] = (rest, consumed, turn)
-    return _Ledger(checked, common, is_sealed)
+        if consumed[k] < 0:
+            raise _bad(f"lane {lane} has consumed={consumed[k]} < 0")
+        raise _bad(f"lane {lane} has turn={turn[k]}, outside 0..3")
+    if len(set(lanes)) != len(lanes):
+        ordered = sorted(lanes)
+        raise _bad(f"lane {next(b for a, b in zip(ordered, ordered[1:]) if a == b)} appears twice")
+    return _Ledger(columns, common, is_sealed)
 
 
 def _operators(operators: Any, lanes: list[Any]) -> dict[str, dict[int, Any]]:
@@ -359,7 +425,6 @@ def merge_states(states: Iterable[Any]) -> LoaderStateDict:
     if not parsed:
         raise ValueError("merge_states needs at least one state; pass every rank's state_dict()")
     first = parsed[0]
-    entries: dict[int, Entry] = {}
     operators: dict[str, dict[int, Any]] = {}
     ranks: set[int] = set()
     for k, p in enumerate(parsed):
@@ -373,11 +438,6 @@ def merge_states(states: Iterable[Any]) -> LoaderStateDict:
             raise ValueError(f"merge_states: state {k} is of another run (run {p.run}, operators {sorted(p.operators)}; "
                              f"state 0: run {first.run}, operators {sorted(first.operators)}); merge states of one "
                              "run only")
-        for lane, entry in p.entries.items():
-            if lane in entries and entries[lane] != entry:
-                raise ValueError(f"merge_states: lane {lane} appears in two states with different positions; "
-                                 "each lane must come from the one rank that owns it")
-            entries[lane] = entry
         for name, by_lane in p.operators.items():
             operators.setdefault(name, {}).update(by_lane)
         ranks.update(r for r in p.topology.get("ranks", ()) if type(r) is int)
@@ -385,7 +445,25 @@ def merge_states(states: Iterable[Any]) -> LoaderStateDict:
     if ranks:
         topology["ranks"] = sorted(ranks)
     run = next((p.run for p in parsed if p.run is not None), None)  # version 1 states name no run
+    sealed_alike = [p.entries for p in parsed if isinstance(p.entries, _Ledger) and p.entries.shared is not None]
+    if len(sealed_alike) == len(parsed) and all(ledger.shared == sealed_alike[0].shared for ledger in sealed_alike):
+        rows = _merged({lane: ledger.stored(lane) for lane in ledger} for ledger in sealed_alike)  # no lane unsealed
+        return _assembled(first.canonical_replicas, first.datasets, run, sealed_alike[0].common, rows, True,
+                          operators, topology)
+    entries = _merged(dict(p.entries.items()) for p in parsed)
     return make_state(first.canonical_replicas, entries, first.datasets, topology, run=run, operators=operators)
+
+
+def _merged(parts: Iterable[Mapping[int, Any]]) -> dict[int, Any]:
+    """The lanes of ``parts`` in one mapping; a lane in several must be the same in each."""
+    out: dict[int, Any] = {}
+    for part in parts:
+        for lane, entry in part.items():
+            if lane in out and not _identical(list(out[lane]), list(entry)):
+                raise ValueError(f"merge_states: lane {lane} appears in two states with different positions; "
+                                 "each lane must come from the one rank that owns it")
+            out[lane] = entry
+    return out
 
 
 def split_state(state: Any) -> dict[int, LoaderStateDict]:
