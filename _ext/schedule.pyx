@@ -412,6 +412,26 @@ cdef int _accumulate_ahead(Schedule* s, const double* acc, const int64_t* positi
     return 1
 
 
+cdef void _quiet_bracket(Schedule* s, const double* acc, const int64_t* positions, int64_t* below,
+                         int64_t* above) noexcept nogil:
+    """Where the quiet chunks end, about: after ``n`` regular chunks a dataset has drawn
+    ``floor(acc + n·share)`` or one more, so they are quiet for ``below`` chunks and not for
+    ``above`` (each the least over the active datasets; a few chunks apart). Only estimates, in
+    doubles: ``_skip_block`` checks them with ``_accumulate_ahead``."""
+    cdef Py_ssize_t c
+    cdef double share, left, low = -1.0, high = -1.0
+    for c in range(s.n):
+        if s.weights[c] > 0.0:
+            share = ldexp(<double>s.units[c], -<int>s.grid[c])
+            left = <double>(s.totals[c] - positions[c]) - acc[c]
+            if low < 0.0 or floor((left - 2.0) / share) < low:
+                low = floor((left - 2.0) / share)
+            if high < 0.0 or floor((left + 1.0) / share) + 2.0 < high:
+                high = floor((left + 1.0) / share) + 2.0
+    below[0] = <int64_t>low if low > 0.0 else 0
+    above[0] = <int64_t>high if high > 0.0 else 0
+
+
 cdef int64_t _skip_fixed(Schedule* s, int64_t* positions, int64_t count) noexcept nogil:
     """Skip up to ``count`` quiet chunks of the fixed allocator (the same quotas in each)."""
     cdef Py_ssize_t c
@@ -430,8 +450,9 @@ cdef int64_t _skip_block(Schedule* s, double* acc, int64_t* positions, int64_t c
     """Skip up to ``count`` quiet chunks at once, in closed form: how many (fewer when the next is
     not quiet), or -1 where no closed form holds (the caller steps them one by one)."""
     cdef Py_ssize_t c
-    cdef int64_t lo = 0, hi, mid
-    cdef int quiet
+    cdef int64_t lo = 0, hi, mid, guess
+    cdef int64_t guesses[2]
+    cdef int quiet, i
     if s.allocator == FIXED:
         return _skip_fixed(s, positions, count)
     if s.exact < 0:
@@ -444,8 +465,19 @@ cdef int64_t _skip_block(Schedule* s, double* acc, int64_t* positions, int64_t c
     quiet = _accumulate_ahead(s, acc, positions, count)
     if quiet < 0:
         return -1
-    if quiet == 0:  # the quiet chunks end before ``count``: find where
+    if quiet == 0:  # the quiet chunks end before ``count``: find where, from an estimate
         hi = count
+        _quiet_bracket(s, acc, positions, &guesses[0], &guesses[1])
+        for i in range(2):  # narrow [lo, hi) to the estimate's few chunks, each checked
+            guess = guesses[i]
+            if lo < guess < hi:
+                quiet = _accumulate_ahead(s, acc, positions, guess)
+                if quiet < 0:
+                    return -1
+                if quiet == 1:
+                    lo = guess
+                else:
+                    hi = guess
         while hi - lo > 1:
             mid = lo + (hi - lo) // 2
             quiet = _accumulate_ahead(s, acc, positions, mid)

@@ -61,6 +61,36 @@ def test_the_kernel_skips_a_block_exactly_where_allocate_many_holds(weights, chu
     assert (tuple(positions.tolist()), tuple(acc.tolist())) == (many or _chunks(state, weights, chunk_size, n))
 
 
+def _quiet_steps(state, weights, chunk_size, totals, n):
+    """The twin of a skip up to ``n`` quiet chunks: chunk by chunk, until one would reach a total."""
+    positions = [0] * len(weights)
+    for k in range(n):
+        quotas, after = ACCUMULATOR.allocate(state, weights, chunk_size)
+        if any(q > 0 and p + q >= t for p, q, t in zip(positions, quotas, totals)):
+            return k, positions, state
+        positions, state = [p + q for p, q in zip(positions, quotas)], after
+    return n, positions, state
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.floats(0.001, 1.0), min_size=1, max_size=6), st.integers(1, 5000), st.integers(0, 6),
+       st.integers(16, 3000), st.data())
+def test_a_skip_ends_exactly_where_a_dataset_would_reach_its_total(weights, chunk_size, before, n, data):
+    """The block skip finds where the quiet chunks end (from its estimate, then checked) as
+    stepping chunk by chunk does."""
+    totals = [data.draw(st.integers(1, 2 * n * chunk_size)) for _ in weights]
+    datasets = [Dataset.from_counts(f"d{i}", [t]) for i, t in enumerate(totals)]
+    source = StaticMixtureWorkSource(datasets, {d.name: w for d, w in zip(datasets, weights)}, chunk_size=chunk_size,
+                                     exhausted_policy="stop")
+    config = source.clone_for_lane(0, 1).config
+    weights = list(config.normalised)
+    _, state = _chunks(ACCUMULATOR.init(len(weights)), weights, chunk_size, before)
+    acc, positions = np.array(state), np.zeros(len(weights), dtype=np.int64)
+    skipped, _ = scheduler(config).skip_quiet(acc, np.zeros(len(weights), dtype=np.int64), positions, n)
+    expected, moved, after = _quiet_steps(state, weights, chunk_size, totals, n)
+    assert (skipped, positions.tolist(), tuple(acc.tolist())) == (expected, moved, tuple(after))
+
+
 def test_allocate_many_holds_for_ordinary_mixtures():
     """The closed form is what makes lane skipping cheap: it must hold for usual mixtures."""
     for weights in ([0.6, 0.3, 0.1], [0.5, 0.25, 0.125, 0.125], [1 / 3, 1 / 3, 1 / 3], [0.07, 0.93]):
