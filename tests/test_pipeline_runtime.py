@@ -243,6 +243,48 @@ def test_merging_any_split_of_the_lanes_gives_the_state_of_them_all(owner, consu
     assert {lane: parsed.entries[lane] for lane in range(replicas)} == entries
 
 
+def test_a_parsed_state_does_not_follow_later_edits_of_its_input():
+    state = json.loads(json.dumps(state_of([0, 1, 2, 3])))
+    parsed = parse_state(state)
+    before = parse_state(json.loads(json.dumps(state))).entries[3]
+    for column in state["lanes"]["state"]["fields"].values():
+        if type(column) is list:
+            column[3] = "edited"
+    state["source"]["kind"] = "edited"
+    assert parsed.entries[3] == before
+
+
+class _Tagged(StaticMixtureWorkSource):
+    """A subclass whose states carry a key of its own: its seals are not the parent's."""
+
+    def state_dict(self):
+        return {**super().state_dict(), "note": "mine"}
+
+    def load_state_dict(self, state):
+        super().load_state_dict({k: v for k, v in state.items() if k != "note"})
+
+
+def test_a_subclassed_sources_states_restore_through_the_loader():
+    import zephon.torch as zt
+    from zephon import Pipeline
+
+    def loader():
+        source = make_source(policy="repeat")
+        tagged = _Tagged(list(source.datasets_by_id.values()), {"a": 0.5, "b": 0.3, "c": 0.2}, chunk_size=5, seed=3,
+                         exhausted_policy="repeat")
+        return zt.DataLoader(Pipeline(tagged), batch_size=2, canonical_replicas=2, even_batches=False)
+
+    first = loader()
+    it = iter(first)
+    next(it), next(it)
+    state = json.loads(json.dumps(first.state_dict()))
+    assert state["lanes"]["sealed"] is False
+    resumed = loader()
+    resumed.load_state_dict(state)
+    assert [b["_sample_id"].tolist() for b, _ in zip(resumed, range(4))] == [next(it)["_sample_id"].tolist()
+                                                                           for _ in range(4)]
+
+
 def _column(state, key, value):
     state["lanes"][key] = value
 

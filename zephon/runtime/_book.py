@@ -24,6 +24,7 @@ from zephon.runtime.pipeline import Pipeline
 from zephon.work import PhasedMixtureWorkSource, StaticMixtureWorkSource, check_replicas
 
 log = logging.getLogger("zephon")
+SEALING_SOURCES = (StaticMixtureWorkSource, PhasedMixtureWorkSource)  # exactly these (a subclass may change its states)
 GROWTH = 8  # default lanes per reader of the first topology: room to grow 8x without an idle reader
 _logged: set[str] = set()
 
@@ -148,8 +149,7 @@ class LaneBook:
             states = {**self.operators(sorted(entries)), **(operators or {})}
             named = {packing.name: states}
         return make_state(self.canonical_replicas, entries, self._datasets, topology, run=self.run, operators=named,
-                          sealed_by_source=isinstance(self.pipeline.source, (StaticMixtureWorkSource,
-                                                                             PhasedMixtureWorkSource)))
+                          sealed_by_source=type(self.pipeline.source) in SEALING_SOURCES)
 
     @property
     def run(self) -> str:

@@ -91,9 +91,10 @@ def getter(column: Any, n: int, where: str) -> Callable[[int], Any]:
 
 
 def _values(column: list[Any], n: int, where: str) -> list[Any]:
+    """The values of a list column, copied: a later edit of the caller's list changes nothing."""
     if len(column) != n:
         raise ValueError(f"{where}: {len(column)} values for {n} lanes")
-    return column
+    return list(column)
 
 
 def _float_getter(column: dict[str, Any], n: int, where: str) -> Callable[[int], Any]:

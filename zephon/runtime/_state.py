@@ -27,6 +27,7 @@ state]`` row per lane, no digest of its own) is still read.
 """
 from __future__ import annotations
 
+import copy
 import math
 import re
 from dataclasses import dataclass, field
@@ -184,7 +185,7 @@ def _assembled(canonical_replicas: int, datasets: list[DatasetRecord], run: str 
         KEY_REPLICAS: canonical_replicas,
         KEY_DATASETS: [DatasetRecord(id=d["id"], name=d["name"], fingerprint=d["fingerprint"]) for d in datasets],
         KEY_RUN: run,
-        KEY_SOURCE: common,
+        KEY_SOURCE: dict(common),
         KEY_LANES: LanesDict(count=len(lanes), lane=encode(lanes), consumed=encode([rows[k][1] for k in lanes]),
                              turn=encode([rows[k][2] for k in lanes]), state=encode([rows[k][0] for k in lanes]),
                              sealed=is_sealed),
@@ -228,6 +229,7 @@ def parse_state(state: Any) -> LoaderState:
     common, topology = state[KEY_SOURCE], state[KEY_TOPOLOGY]
     if not isinstance(common, dict):
         raise _bad(f"'source' must be a dict, got {show(common)}")
+    common = copy.deepcopy(common)  # lanes are made from it later: a later edit of the input changes none
     _check_topology(topology)
     if version == 1:
         return LoaderState(replicas, _entries(_rows_v1(state[KEY_LANES]), common, replicas, False), datasets, topology)
@@ -289,12 +291,12 @@ def _rows(lanes: Any, replicas: int) -> tuple[_Columns, bool]:
     if type(count) is not int or not 0 <= count <= replicas or type(is_sealed) is not bool:
         raise _bad(f"lanes: count={show(count)} must be an int in [0, {replicas}] and sealed a bool")
     _check_expansion(count, [lanes[key] for key in ("lane", "consumed", "turn", "state")])
-    _check_dicts(lanes["state"])
     try:
         lane, consumed, turn = (decode(lanes[key], count, f"lanes.{key}") for key in ("lane", "consumed", "turn"))
         columns = _Columns(lane, consumed, turn, getter(lanes["state"], count, "lanes.state"))
     except ValueError as error:
         raise _bad(str(error)) from None
+    _check_dicts(lanes["state"], lane)
     if not all(type(lane) is int for lane in columns.lanes):
         raise _bad(f"lanes must be ints, got {show(columns.lanes)}")
     if columns.lanes != sorted(columns.lanes):
@@ -310,12 +312,15 @@ def _check_expansion(count: int, columns: list[Any]) -> None:
                    f"holds ({MAX_LOADER_STATE_NODES} values)")
 
 
-def _check_dicts(states: Any) -> None:
-    """Refuse a column of lanes' states that holds anything but dicts."""
-    if not (type(states) is dict and set(states) == {"fields"} or type(states) is list and all(
-            isinstance(s, dict) for s in states)):
-        bad = next((s for s in states if not isinstance(s, dict)), states) if type(states) is list else states
-        raise _bad(f"every lane must be [lane, consumed, turn, state] with a dict for its state, got {show(bad)}")
+def _check_dicts(states: Any, lanes: list[Any]) -> None:
+    """Refuse a column of ``lanes``' states (well formed) that holds anything but dicts."""
+    if type(states) is dict and set(states) == {"fields"}:
+        return
+    bad = [k for k, s in enumerate(states) if not isinstance(s, dict)] if type(states) is list else [0]
+    if bad:
+        got = states[bad[0]] if type(states) is list else states
+        raise _bad(f"every lane must be [lane, consumed, turn, state] with a dict for its state; lane "
+                   f"{show(lanes[bad[0]])} has {show(got)}")
 
 
 def _rows_v1(lanes: Any) -> _Columns:
@@ -325,7 +330,7 @@ def _rows_v1(lanes: Any) -> _Columns:
     for row in lanes:
         if not (isinstance(row, list) and len(row) == 4):
             raise _bad(f"every lane must be [lane, consumed, turn, state], got {show(row)}")
-    _check_dicts([row[3] for row in lanes])
+    _check_dicts([row[3] for row in lanes], [row[0] for row in lanes])
     return _Columns([r[0] for r in lanes], [r[1] for r in lanes], [r[2] for r in lanes], [r[3] for r in lanes].__getitem__)
 
 
