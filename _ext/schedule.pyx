@@ -450,9 +450,9 @@ cdef int64_t _skip_block(Schedule* s, double* acc, int64_t* positions, int64_t c
     """Skip up to ``count`` quiet chunks at once, in closed form: how many (fewer when the next is
     not quiet), or -1 where no closed form holds (the caller steps them one by one)."""
     cdef Py_ssize_t c
-    cdef int64_t lo = 0, hi, mid, guess
+    cdef int64_t lo = 0, hi, mid
     cdef int64_t guesses[2]
-    cdef int quiet, i
+    cdef int quiet, i = 0
     if s.allocator == FIXED:
         return _skip_fixed(s, positions, count)
     if s.exact < 0:
@@ -468,18 +468,11 @@ cdef int64_t _skip_block(Schedule* s, double* acc, int64_t* positions, int64_t c
     if quiet == 0:  # the quiet chunks end before ``count``: find where, from an estimate
         hi = count
         _quiet_bracket(s, acc, positions, &guesses[0], &guesses[1])
-        for i in range(2):  # narrow [lo, hi) to the estimate's few chunks, each checked
-            guess = guesses[i]
-            if lo < guess < hi:
-                quiet = _accumulate_ahead(s, acc, positions, guess)
-                if quiet < 0:
-                    return -1
-                if quiet == 1:
-                    lo = guess
-                else:
-                    hi = guess
-        while hi - lo > 1:
-            mid = lo + (hi - lo) // 2
+        while hi - lo > 1:  # bisect, first at the estimate's two ends (a few chunks apart)
+            mid = guesses[i] if i < 2 else lo + (hi - lo) // 2
+            i += 1
+            if not lo < mid < hi:
+                continue
             quiet = _accumulate_ahead(s, acc, positions, mid)
             if quiet < 0:
                 return -1

@@ -232,11 +232,11 @@ def parse_state(state: Any) -> LoaderState:
     common = copy.deepcopy(common)  # lanes are made from it later: a later edit of the input changes none
     _check_topology(topology)
     if version == 1:
-        return LoaderState(replicas, _entries(_rows_v1(state[KEY_LANES]), common, replicas, False), datasets, topology)
+        return LoaderState(replicas, _entries(_lane_columns_v1(state[KEY_LANES]), common, replicas, False), datasets, topology)
     run = state[KEY_RUN]
     if run is not None and not (type(run) is str and _HEX32.fullmatch(run)):
         raise _bad(f"run={show(run)} must be 32 hex digits or null")
-    columns, is_sealed = _rows(state[KEY_LANES], replicas)
+    columns, is_sealed = _lane_columns(state[KEY_LANES], replicas)
     return LoaderState(replicas, _entries(columns, common, replicas, is_sealed), datasets, topology, run,
                        _operators(state[KEY_OPERATORS], columns.lanes))
 
@@ -283,7 +283,7 @@ class _Columns:
     state: Callable[[int], Any]
 
 
-def _rows(lanes: Any, replicas: int) -> tuple[_Columns, bool]:
+def _lane_columns(lanes: Any, replicas: int) -> tuple[_Columns, bool]:
     """Version 2's lane columns, checked in form, and ``sealed``."""
     if not isinstance(lanes, dict) or sorted(lanes) != sorted(LANE_KEYS):
         raise _bad(f"'lanes' must be a dict of {list(LANE_KEYS)}, got {show(lanes)}")
@@ -292,11 +292,11 @@ def _rows(lanes: Any, replicas: int) -> tuple[_Columns, bool]:
         raise _bad(f"lanes: count={show(count)} must be an int in [0, {replicas}] and sealed a bool")
     _check_expansion(count, [lanes[key] for key in ("lane", "consumed", "turn", "state")])
     try:
-        lane, consumed, turn = (decode(lanes[key], count, f"lanes.{key}") for key in ("lane", "consumed", "turn"))
-        columns = _Columns(lane, consumed, turn, getter(lanes["state"], count, "lanes.state"))
+        ids, consumed, turn = (decode(lanes[key], count, f"lanes.{key}") for key in ("lane", "consumed", "turn"))
+        columns = _Columns(ids, consumed, turn, getter(lanes["state"], count, "lanes.state"))
     except ValueError as error:
         raise _bad(str(error)) from None
-    _check_dicts(lanes["state"], lane)
+    _check_dicts(lanes["state"], ids)
     if not all(type(lane) is int for lane in columns.lanes):
         raise _bad(f"lanes must be ints, got {show(columns.lanes)}")
     if columns.lanes != sorted(columns.lanes):
@@ -323,7 +323,7 @@ def _check_dicts(states: Any, lanes: list[Any]) -> None:
                    f"{show(lanes[bad[0]])} has {show(got)}")
 
 
-def _rows_v1(lanes: Any) -> _Columns:
+def _lane_columns_v1(lanes: Any) -> _Columns:
     """Version 1's ``[lane, consumed, turn, state]`` rows as columns."""
     if not isinstance(lanes, list):
         raise _bad("'lanes' must be a list")
@@ -383,23 +383,17 @@ class _Ledger(Mapping[int, tuple[dict[str, Any], int, int]]):
 def _entries(columns: _Columns, common: dict[str, Any], replicas: int, is_sealed: bool) -> _Ledger:
     """The ledger of a state's lane columns, their positions validated (each lane's source state
     is validated by the source it restores into)."""
-    lanes, consumed, turn = columns.lanes, columns.consumed, columns.turn
-    if not all(type(v) is int for v in (*lanes, *consumed, *turn)):
-        bad = next(k for k in range(len(lanes)) if not all(type(c[k]) is int for c in (lanes, consumed, turn)))
-        raise _bad(f"every lane must be [lane, consumed, turn, state] with ints, got lane {show(lanes[bad])}, "
-                   f"consumed {show(consumed[bad])}, turn {show(turn[bad])}")
-    for k, lane in enumerate(lanes):
-        if not (0 <= lane < replicas and consumed[k] >= 0 and 0 <= turn[k] <= 3):
-            break
-    else:
-        k = -1
-    if k >= 0:
-        lane = lanes[k]
+    lanes = columns.lanes
+    for lane, consumed, turn in zip(lanes, columns.consumed, columns.turn):
+        if not (type(lane) is int and type(consumed) is int and type(turn) is int):
+            raise _bad(f"every lane must be [lane, consumed, turn, state] with ints, got lane {show(lane)}, "
+                       f"consumed {show(consumed)}, turn {show(turn)}")
         if not 0 <= lane < replicas:
             raise _bad(f"lane {lane} is outside [0, canonical_replicas={replicas})")
-        if consumed[k] < 0:
-            raise _bad(f"lane {lane} has consumed={consumed[k]} < 0")
-        raise _bad(f"lane {lane} has turn={turn[k]}, outside 0..3")
+        if consumed < 0:
+            raise _bad(f"lane {lane} has consumed={consumed} < 0")
+        if not 0 <= turn <= 3:
+            raise _bad(f"lane {lane} has turn={turn}, outside 0..3")
     if len(set(lanes)) != len(lanes):
         ordered = sorted(lanes)
         raise _bad(f"lane {next(b for a, b in zip(ordered, ordered[1:]) if a == b)} appears twice")
