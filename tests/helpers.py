@@ -70,3 +70,38 @@ def run_inspect(path) -> list[str]:
                           timeout=120)
     assert done.returncode == 0, done.stderr
     return done.stdout.splitlines()
+
+
+MEGATRON_CODES = {"uint8": 1, "int8": 2, "int16": 3, "int32": 4, "int64": 5, "uint16": 8}
+
+
+def write_megatron(prefix, docs, dtype="uint16", split=1):
+    """A Megatron ``prefix.bin`` / ``prefix.idx`` of ``docs`` (token lists), each written as up to
+    ``split`` sequences (an empty document as none); returns the two paths."""
+    import struct
+
+    dtype = np.dtype(dtype).newbyteorder("<")
+    sequences, starts = [], [0]
+    for doc in docs:
+        if len(doc):
+            sequences.extend(np.array_split(np.asarray(doc, dtype=dtype), min(split, len(doc))))
+        starts.append(len(sequences))
+    lengths = np.array([len(s) for s in sequences], dtype="<i4")
+    pointers = (np.concatenate(([0], np.cumsum(lengths[:-1], dtype=np.int64))) * dtype.itemsize).astype("<i8")
+    head = b"MMIDIDX\x00\x00" + struct.pack("<QBQQ", 1, MEGATRON_CODES[dtype.name], len(sequences), len(starts))
+    bin_path, idx_path = f"{prefix}.bin", f"{prefix}.idx"
+    with open(bin_path, "wb") as out:
+        out.write(np.concatenate(sequences).astype(dtype).tobytes() if sequences else b"")
+    with open(idx_path, "wb") as out:
+        out.write(head + lengths.tobytes() + pointers[:len(lengths)].tobytes() + np.array(starts, "<i8").tobytes())
+    return bin_path, idx_path
+
+
+def write_datatrove(path, docs, token_size=2):
+    """A datatrove ``path`` (``.ds``) and ``path.index`` of ``docs``."""
+    dtype = np.dtype({2: "<u2", 4: "<u4"}[token_size])
+    with open(path, "wb") as out:
+        out.write(b"".join(np.asarray(d, dtype=dtype).tobytes() for d in docs))
+    with open(f"{path}.index", "wb") as out:
+        out.write(np.cumsum([len(d) for d in docs], dtype=np.int64).astype("<u8").tobytes())
+    return path

@@ -22,7 +22,7 @@ from typing import Any, Final, Mapping, TypedDict, TypeVar, cast
 
 from zephon.core import alloc as allocators
 from zephon.core import cache
-from zephon.core.config import CARRY, ORIGINS, PINNED, REPEAT, DatasetPlan, SourceConfig
+from zephon.core.config import CARRY, FIXED, ORIGINS, REPEAT, DatasetPlan, SourceConfig
 from zephon.core.schedule import CursorState, SourceState
 from zephon.core.tokens import deficit_bound
 from zephon.limits import MAX_CHUNK_INDEX, MAX_STATE_NODES, STATE_NODES_PER_DATASET, check_json, show
@@ -197,7 +197,7 @@ def ratios_from_json(checkpoint: Mapping[str, Any], config: SourceConfig) -> dic
             raise ValueError(f"checkpoint token ratio of {name!r} is malformed: {show(entry)}; the checkpoint is corrupted")
         out[name] = (ratio, entry[KEY_ORIGIN])
     for d in config.datasets:  # ratios are not in the fingerprint: a changed pin is caught here
-        if d.ratio_origin == PINNED and d.token_ratio != out[d.name][0]:
+        if d.ratio_origin in FIXED and d.token_ratio != out[d.name][0]:
             raise ValueError(f"the checkpoint's token ratio of {d.name!r} is {out[d.name][0]}, but this source pins "
                              f"{d.token_ratio}; the stream continues exactly only under the ratio it was made with: "
                              "pin the checkpoint's ratio (TokenEstimation primer), or move the run to the new one "

@@ -43,7 +43,9 @@ CARRY, DROP = "carry", "drop"
 PASS_TAILS = (CARRY, DROP)  # what a repeating dataset does with a pass's tail shorter than its quota
 MODULO, PERMUTE = ModuloRouting.name, PermuteRouting.name  # lane_assignment values (zephon.core.routing)
 MEASURED, PINNED, FALLBACK = "measured", "pinned", "fallback"  # where a token ratio came from
-ORIGINS = (MEASURED, PINNED, FALLBACK)
+EXACT = "exact"  # token files: 1 / the token's size, so a shard's cost is its exact tokens per document
+ORIGINS = (MEASURED, PINNED, FALLBACK, EXACT)
+FIXED = (PINNED, EXACT)  # origins set at construction (a checkpoint's ratio must match them)
 
 
 def read_only(values: Any) -> np.ndarray:

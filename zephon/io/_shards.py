@@ -130,6 +130,7 @@ class Format:
     name = ""
     suffixes: tuple[str, ...] = ()
     label = ""  # e.g. "*.parquet", for messages
+    detect = True  # found by from_path(fmt=None); False: only when named (fmt=, or its own constructor)
 
     def scan(self, location: Location, entry: Entry) -> Scan:
         raise NotImplementedError

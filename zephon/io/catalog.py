@@ -56,7 +56,7 @@ from typing import Any, Callable, Sequence, TypedDict
 import numpy as np
 import pyarrow as pa
 
-from zephon.io import _parquet, _jsonl, _arrow  # noqa: F401, I001 - they register their formats, in this order
+from zephon.io import _parquet, _jsonl, _arrow, _megatron, _datatrove  # noqa: F401, I001 - they register their formats, in this order
 from zephon.io._fs import Entry, Location, entries_of, listing, locate
 from zephon.io._shards import FORMATS, Scan, Shards
 from zephon.io.atomic import write_atomically
@@ -173,9 +173,9 @@ def _listing(source: Location, fmt: str | None, name: str) -> tuple[str, list[En
     entries = listing(source, name)
     published = any(e.name == CATALOG_NAME for e in entries)
     found = {f: [e for e in entries if FORMATS[f].matches(e.name)] for f in FORMATS}
-    labels = ", ".join(FORMATS[f].label for f in FORMATS)
+    labels = ", ".join(FORMATS[f].label for f in FORMATS if FORMATS[f].detect)
     if fmt is None:
-        present = [f for f in FORMATS if found[f]]
+        present = [f for f in FORMATS if found[f] and FORMATS[f].detect]
         if len(present) > 1:
             a, b = (found[f][0].name for f in present[:2])
             raise ValueError(f"Dataset {name!r}: {source.uri} mixes formats ({a} and {b}); keep one format per "
@@ -326,8 +326,9 @@ def _remove(path: str) -> None:
 # -- build ---------------------------------------------------------------------------------
 
 
-def _fingerprint(fmt: str, files: Sequence[str], sizes: np.ndarray, rows: np.ndarray, digests: Sequence[str],
+def fingerprint_of(fmt: str, files: Sequence[str], sizes: np.ndarray, rows: np.ndarray, digests: Sequence[str],
                  schema_of: np.ndarray, schemas: Sequence[Schema]) -> str:
+    """A catalog's fingerprint (see the module docstring)."""
     used = sorted({int(i) for i in np.unique(schema_of) if i >= 0})
     payload = [VERSION, fmt, [schemas[i] for i in used], list(files), sizes.tolist(), rows.tolist(), list(digests)]
     return hashlib.sha256(json.dumps(payload, separators=(",", ":")).encode()).hexdigest()[:16]
@@ -392,7 +393,7 @@ def _build(source: Location, fmt: str, entries: list[Entry], old: Catalog | None
         parts = [np.zeros(0, dtype=np.int64) if i is None else np.asarray(i, dtype=np.int64) for i in indexes]
         index_sizes = np.array([len(p) for p in parts], dtype=np.int64)
         index = np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
-    fingerprint = _fingerprint(fmt, files, sizes, rows, digests, schema_of, ordered)
+    fingerprint = fingerprint_of(fmt, files, sizes, rows, digests, schema_of, ordered)
     return Catalog(source.uri, fmt, tuple(files), sizes, mtimes, rows, tuple(digests), schema_of, ordered,
                    index, index_sizes, fingerprint, built_ns, None, len(todo), source)
 

@@ -6,6 +6,8 @@
 | ``Dataset.from_records(name, shards)`` | in-memory records, shard id = position |
 | ``Dataset.from_path(name, uri, fmt=None)`` | a directory of Parquet, JSONL or Arrow files (local or in object storage), one file = one shard |
 | ``Dataset.from_hf(name, dataset_or_path)`` | a Hugging Face ``datasets`` dataset: one shard per Arrow file |
+| ``Dataset.from_megatron(name, prefix_or_glob)`` | Megatron ``.bin`` / ``.idx`` pairs: one shard per pair, one row per document |
+| ``Dataset.from_token_files(name, path, ...)`` | flat token files (or datatrove ``.ds``): one shard per file, one row per document |
 
 The scheduler reads only ``name``, ``ids()`` and ``counts()``; ``read`` / ``read_table`` turn
 pointers back into records, and :func:`zephon.io.fetch` does it for many datasets at once.
@@ -19,12 +21,18 @@ from typing import Any, Callable, Sequence
 import numpy as np
 import pyarrow as pa
 
+from zephon.io import _datatrove, _flat, _megatron
 from zephon.io import catalog as _catalog
 from zephon.io._cache import CacheInfo, ShardCache
 from zephon.io._hf import hf_files
+from zephon.io._fs import Location
 from zephon.io._shards import FORMATS, ShardReader
+from zephon.io._tokens import TokenReader, token_dtype, token_paths
 from zephon.io.retry import DEFAULT_POLICY, RetryPolicy
 from zephon.limits import MAX_SAMPLES, MAX_SHARDS, show
+
+
+COMPANIONS = (".index", ".metadata", ".loss", ".idx")  # beside token files, never token files themselves
 
 
 def _nothing() -> None:
@@ -88,6 +96,31 @@ def _encoded_size(record: Any) -> int:
         return len(json.dumps(record, ensure_ascii=False, default=str).encode("utf-8")) + 1
     except (TypeError, ValueError):  # a record JSON cannot hold (e.g. circular): its repr's size
         return len(repr(record).encode("utf-8"))
+
+
+def _policy(name: str, retry: Any) -> RetryPolicy:
+    if retry is not None and not isinstance(retry, RetryPolicy):
+        raise TypeError(f"Dataset {name!r}: retry={retry!r} must be a zephon.io.RetryPolicy or None")
+    return DEFAULT_POLICY if retry is None else retry
+
+
+def _megatron_files(names: list[str]) -> list[str]:
+    return [n for n in names if n.endswith(_megatron.BIN) and not n.startswith(".")]
+
+
+def _megatron_pattern(base: str) -> str:
+    """The ``.bin`` files a prefix or a glob of prefixes (with or without ``.bin`` / ``.idx``) names."""
+    for suffix in (_megatron.BIN, _megatron.IDX):
+        if base.endswith(suffix):
+            base = base[:-len(suffix)]
+    return base + _megatron.BIN
+
+
+def _token_files(names: list[str]) -> list[str]:
+    """A directory's token files: its datatrove ``.ds`` files, else every file but hidden ones and companions."""
+    shown = [n for n in names if not n.startswith(".")]
+    datatrove = [n for n in shown if n.endswith(_datatrove.DS)]
+    return datatrove or [n for n in shown if not n.endswith(COMPANIONS)]
 
 
 def _columns_arg(name: str, columns: Any) -> tuple[str, ...] | None:
@@ -245,17 +278,122 @@ class Dataset:
                       progress: bool | None, cache_shards: int, cache_bytes: int | None, check_schema: bool,
                       retry: RetryPolicy | None, files: list[str] | None) -> Dataset:
         cls(name, [], [])  # check the name before touching the storage
-        if retry is not None and not isinstance(retry, RetryPolicy):
-            raise TypeError(f"Dataset {name!r}: retry={retry!r} must be a zephon.io.RetryPolicy or None")
-        policy = DEFAULT_POLICY if retry is None else retry
+        policy = _policy(name, retry)
         cache = ShardCache(cache_shards, cache_bytes)
         catalog = _catalog.load_or_build(uri, fmt, name=name, catalog_dir=catalog_dir, progress=progress,
                                          filesystem=filesystem, files=files, policy=policy)
         if check_schema:
             catalog.check_schema(name)
+        return cls._read_through(name, catalog, FORMATS[catalog.fmt].reader(catalog.shards(name, policy), cache))
+
+    @classmethod
+    def _read_through(cls, name: str, catalog: _catalog.Catalog, reader: ShardReader[Any]) -> Dataset:
+        """The dataset of ``catalog``'s files, read by ``reader``."""
         dataset = cls(name, np.arange(len(catalog.files), dtype=np.int64), catalog.rows, raw_bytes=catalog.sizes)
-        dataset._reader = FORMATS[catalog.fmt].reader(catalog.shards(name, policy), cache)
-        dataset._catalog = catalog
+        dataset._reader, dataset._catalog = reader, catalog
+        return dataset
+
+    @classmethod
+    def from_megatron(cls, name: str, prefix_or_glob: str | os.PathLike[str], *, filesystem: Any = None,
+                      catalog_dir: str | os.PathLike[str] | None = None, progress: bool | None = None,
+                      cache_shards: int = 1, cache_bytes: int | None = None, retry: RetryPolicy | None = None) -> Dataset:
+        """Megatron indexed datasets (``.bin`` + ``.idx`` pairs): one shard per pair, one row per document.
+
+        Parameters
+        ----------
+        name : str
+            The dataset's name.
+        prefix_or_glob : str or os.PathLike
+            A pair's prefix (``/data/web_text_document`` for ``web_text_document.bin`` / ``.idx``;
+            a trailing ``.bin`` or ``.idx`` is allowed), a glob of prefixes in one directory
+            (``s3://bucket/tok/web_*``), or a directory (every ``.bin`` in it). Local or any URI
+            :meth:`from_path` reads.
+        filesystem, catalog_dir, progress, cache_shards, cache_bytes, retry
+            As in :meth:`from_path`.
+
+        A record is ``{"input_ids": tokens, "num_tokens": n}``, ``tokens`` a read-only view in
+        the file's dtype. Token counts come from the index (``tokens()``), so token-aware
+        sources need no tokenizer. Raises ``FileNotFoundError`` when nothing matches and
+        ``ValueError`` naming the file for a wrong magic, version or dtype code, a truncated
+        file, or an ``.idx`` whose counts do not match its ``.bin``.
+        """
+        cls(name, [], [])
+        location, files = token_paths(name, prefix_or_glob, filesystem, _megatron_files, _megatron_pattern)
+        return cls._from_catalog(name, location.uri, "megatron", filesystem=filesystem, catalog_dir=catalog_dir,
+                                 progress=progress, cache_shards=cache_shards, cache_bytes=cache_bytes,
+                                 check_schema=True, retry=retry, files=files)
+
+    @classmethod
+    def from_token_files(cls, name: str, path: str | os.PathLike[str], *, dtype: Any = None, eos_id: int | None = None,
+                         doc_lengths: Sequence[Any] | None = None, filesystem: Any = None,
+                         catalog_dir: str | os.PathLike[str] | None = None, progress: bool | None = None,
+                         cache_shards: int = 1, cache_bytes: int | None = None,
+                         retry: RetryPolicy | None = None) -> Dataset:
+        """Files of raw tokens, one shard per file, one row per document.
+
+        Parameters
+        ----------
+        name : str
+            The dataset's name.
+        path : str or os.PathLike
+            A file, a glob of files in one directory, or a directory: its datatrove ``*.ds``
+            files if it has any, else every file in it (hidden files and ``.index`` /
+            ``.metadata`` / ``.loss`` / ``.idx`` companions left out). Local or any URI
+            :meth:`from_path` reads.
+        dtype : numpy dtype or str or None, default None
+            The tokens' integer type (``"uint16"``, ``"uint32"``, ...; little-endian). Required
+            for flat files; for datatrove files it is read from the files' sizes, and checked if given.
+        eos_id : int or None, default None
+            Flat files: a document ends after each token with this id (tokens after the last
+            one form a last document). Every token is read once to find them.
+        doc_lengths : sequence or None, default None
+            Flat files, instead of ``eos_id``: tokens per document in file order (one sequence
+            per file, in file-name order; for one file, the sequence itself).
+        filesystem, catalog_dir, progress, cache_shards, cache_bytes, retry
+            As in :meth:`from_path` (``catalog_dir`` and ``progress``: datatrove files, whose
+            catalog is cached; flat files' document ends are found on every build).
+
+        ``.ds`` files with a ``.ds.index`` beside them (what datatrove's tokenizer writes) take
+        their document ends from it, and then neither ``eos_id`` nor ``doc_lengths`` may be
+        given. Records and errors are as in :meth:`from_megatron`.
+        """
+        cls(name, [], [])
+        location, files = token_paths(name, path, filesystem, _token_files)
+        layouts = {f.endswith(_datatrove.DS) for f in files}
+        if layouts == {True}:
+            return cls._from_datatrove(name, location, files, dtype, eos_id, doc_lengths, filesystem=filesystem,
+                                       catalog_dir=catalog_dir, progress=progress, cache_shards=cache_shards,
+                                       cache_bytes=cache_bytes, retry=retry)
+        if len(layouts) > 1:
+            raise ValueError(f"Dataset {name!r}: {location.uri} mixes datatrove .ds files with other files; pass a "
+                             "glob that names one kind")
+        if dtype is None:
+            raise ValueError(f"Dataset {name!r}: flat token files need dtype= (e.g. 'uint16' or 'uint32'): nothing in "
+                             "them says how wide a token is")
+        tokens = token_dtype(dtype, f"Dataset {name!r}")
+        if (eos_id is None) == (doc_lengths is None):
+            raise ValueError(f"Dataset {name!r}: flat token files need exactly one of eos_id= (documents end after "
+                             "each EOS token) or doc_lengths= (tokens per document)")
+        if eos_id is not None and (type(eos_id) is not int or not 0 <= eos_id <= np.iinfo(tokens).max):
+            raise ValueError(f"Dataset {name!r}: eos_id={eos_id!r} must be an int in 0 .. {np.iinfo(tokens).max} "
+                             f"(a {tokens.name} token)")
+        policy = _policy(name, retry)
+        catalog = policy.call(lambda: _flat.build(name, location, files, tokens, eos_id, doc_lengths),
+                              what="scan", dataset=name, shard=None, uri=location.uri)
+        return cls._read_through(name, catalog, _flat.reader(catalog, name, policy, ShardCache(cache_shards, cache_bytes),
+                                                              tokens))
+
+    @classmethod
+    def _from_datatrove(cls, name: str, location: Location, files: list[str], dtype: Any, eos_id: Any,
+                        doc_lengths: Any, **options: Any) -> Dataset:
+        if eos_id is not None or doc_lengths is not None:
+            raise ValueError(f"Dataset {name!r}: datatrove files take their document ends from their .ds.index; drop "
+                             "eos_id= and doc_lengths=")
+        dataset = cls._from_catalog(name, location.uri, "datatrove", check_schema=True, files=files, **options)
+        found = dataset._reader.dtype(0) if isinstance(dataset._reader, TokenReader) and files else None
+        if dtype is not None and found is not None and token_dtype(dtype, f"Dataset {name!r}") != found:
+            raise ValueError(f"Dataset {name!r}: dtype={dtype!r}, but the files' sizes say their tokens are "
+                             f"{found.name}; drop dtype= or check the files")
         return dataset
 
     # -- the shard table ------------------------------------------------------------------
@@ -275,6 +413,16 @@ class Dataset:
     def raw_bytes(self) -> np.ndarray:
         """Bytes on disk per shard, aligned with ``ids()`` (read-only int64; zeros when unknown)."""
         return self._raw_bytes
+
+    def exact_tokens_per_byte(self) -> float | None:
+        """Tokens per byte of ``raw_bytes()`` for token files (``from_megatron``, ``from_token_files``):
+        one over the token's size, so every shard's token count is exact; None for other datasets."""
+        return self._reader.tokens_per_byte() if isinstance(self._reader, TokenReader) else None
+
+    def tokens(self) -> np.ndarray | None:
+        """Tokens per shard of token files, aligned with ``ids()`` (exact, from their indexes); None otherwise."""
+        ratio = self.exact_tokens_per_byte()
+        return None if ratio is None else self._raw_bytes // round(1 / ratio)
 
     def total(self) -> int:
         return self._total

@@ -13,6 +13,7 @@ from typing import Any, Callable, Mapping, Sequence
 from zephon.core.alloc import BUILT_IN, Allocator, check_weights
 from zephon.core.config import (
     CARRY,
+    EXACT,
     MODULO,
     PASS_TAILS,
     PERMUTE,
@@ -311,12 +312,12 @@ def resolve(
     tails = _per_dataset("pass_tail", pass_tail, names, CARRY, _pass_tail)
     _check_stopping(passes, policies, repeats, names)
     blocks = _block_sizes(shuffle_block_size, datasets)
-    pinned = _pinned_ratios(token_estimation, allocation, names)
+    pinned = _pinned_ratios(token_estimation, allocation, datasets)
     plans = [
         DatasetPlan(name=d.name, shard_ids=d.ids(), shard_counts=d.counts(), weight=w, policy=p,
                     max_repeats=r, reshuffle_on_repeat=s, block_size=b, data_fingerprint=d.fingerprint(),
-                    shard_bytes=d.raw_bytes(), token_ratio=pinned.get(d.name),
-                    ratio_origin=PINNED if d.name in pinned else None, pass_tail=t)
+                    shard_bytes=d.raw_bytes(), token_ratio=pinned[d.name][0] if d.name in pinned else None,
+                    ratio_origin=pinned[d.name][1] if d.name in pinned else None, pass_tail=t)
         for d, w, p, r, s, b, t in zip(datasets, weights, policies, repeats, reshuffle, blocks, tails)
     ]
     if liveness and (token_estimation is None or len(pinned) == len(plans)):
@@ -332,10 +333,12 @@ def resolve(
     return config
 
 
-def _pinned_ratios(estimation: Any, allocation: Any, names: list[str]) -> dict[str, float]:
-    """The token ratios fixed at construction; checks the token settings."""
+def _pinned_ratios(estimation: Any, allocation: Any, datasets: list[Dataset]) -> dict[str, tuple[float, str]]:
+    """The token ratios fixed at construction and their origins (token files' exact ones, then
+    the primer's); checks the token settings."""
     if estimation is None:
         return {}
+    names = [d.name for d in datasets]
     if not isinstance(estimation, TokenEstimation):
         raise TypeError(f"token_estimation must be a TokenEstimation, got {show(estimation)}")
     if allocation != "accumulator":
@@ -343,11 +346,17 @@ def _pinned_ratios(estimation: Any, allocation: Any, names: list[str]) -> dict[s
     if len(names) > MAX_TOKEN_DATASETS:
         raise ValueError(f"token_estimation supports at most {MAX_TOKEN_DATASETS} datasets (exact int64 token deficits), "
                          f"got {len(names)}; merge datasets or use sample weights")
-    pinned = estimation.pinned(names)
-    unmeasured = [n for n in names if n not in pinned]
+    exact = {d.name: (ratio, EXACT) for d in datasets if (ratio := d.exact_tokens_per_byte()) is not None}
+    primer = estimation.primer if isinstance(estimation.primer, Mapping) else {}
+    named = [n for n in exact if n in primer and float(primer[n]) != exact[n][0]]
+    if named:
+        raise ValueError(f"TokenEstimation primer pins {named[0]!r} at {primer[named[0]]!r} tokens per byte, but its "
+                         f"token files hold exactly {exact[named[0]][0]}; drop it from primer")
+    pinned = {n: (ratio, PINNED) for n, ratio in estimation.pinned(names).items()}
+    unmeasured = [n for n in names if n not in pinned and n not in exact]
     if unmeasured and not estimation.can_measure():
         raise ValueError(
             f"token_estimation must measure {unmeasured} but has neither tokenizer nor measure; "
             f"pass one, or pin their ratios with primer"
         )
-    return pinned
+    return {**pinned, **exact}
