@@ -114,13 +114,17 @@ def test_a_missing_bucket_or_key_names_the_dataset_and_the_uri(endpoint, tmp_pat
 def test_a_refused_credential_names_the_dataset_and_the_uri(tmp_path):
     import urllib.request
 
+    def require_auth_after(requests: str) -> None:  # moto's switch is process-wide: every server obeys it
+        urllib.request.urlopen(urllib.request.Request(f"{url}/moto-api/reset-auth", data=requests.encode(),
+                                                      method="POST", headers={"Content-Type": "text/plain"}))
+
     server, url = start_server()
     try:
         s3_client(url).create_dir("locked")
-        urllib.request.urlopen(urllib.request.Request(f"{url}/moto-api/reset-auth", data=b"0", method="POST",
-                                                      headers={"Content-Type": "text/plain"}))
+        require_auth_after("0")
         fs = pafs.S3FileSystem(endpoint_override=url, access_key="nobody", secret_key="wrong", region="us-east-1")
         with pytest.raises(OSError, match="'web'.*locked/data.*ACCESS_DENIED.*credentials"):
             Dataset.from_path("web", "s3://locked/data", filesystem=fs)
     finally:
+        require_auth_after("inf")  # the later modules' servers take the test keys again
         server.stop()
