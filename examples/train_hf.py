@@ -11,6 +11,7 @@ batch the step trained on, so ``train(resume_from_checkpoint=...)`` trains on th
 Every step appends the sequences it trained on to ``--out/seen.<rank>``.
 """
 import argparse
+import gc
 import json
 import os
 import signal
@@ -79,6 +80,11 @@ def main():
     trainer = LoggingTrainer(model=model, args=training, train_loader=loader,
                              seen=os.path.join(args.out, "seen"), crash_at=args.crash_at)
     trainer.train(resume_from_checkpoint=True if args.resume else None)
+    if torch.distributed.is_initialized():
+        del trainer, model  # DDP's reducer holds the process group: if it let go last, at exit, torch could abort
+        gc.collect()
+        torch.distributed.barrier()  # every rank leaves together
+        torch.distributed.destroy_process_group()
 
 
 if __name__ == "__main__":

@@ -299,6 +299,12 @@ class Dataset:
                       cache_shards: int = 1, cache_bytes: int | None = None, retry: RetryPolicy | None = None) -> Dataset:
         """Megatron indexed datasets (``.bin`` + ``.idx`` pairs): one shard per pair, one row per document.
 
+        A record is ``{"input_ids": tokens, "num_tokens": n}``, ``tokens`` a read-only view in
+        the file's dtype. Token counts come from the index (``tokens()``), so token-aware
+        sources need no tokenizer. Raises ``FileNotFoundError`` when nothing matches and
+        ``ValueError`` naming the file for a wrong magic, version or dtype code, a truncated
+        file, or an ``.idx`` whose counts do not match its ``.bin``.
+
         Parameters
         ----------
         name : str
@@ -310,12 +316,6 @@ class Dataset:
             :meth:`from_path` reads.
         filesystem, catalog_dir, progress, cache_shards, cache_bytes, retry
             As in :meth:`from_path`.
-
-        A record is ``{"input_ids": tokens, "num_tokens": n}``, ``tokens`` a read-only view in
-        the file's dtype. Token counts come from the index (``tokens()``), so token-aware
-        sources need no tokenizer. Raises ``FileNotFoundError`` when nothing matches and
-        ``ValueError`` naming the file for a wrong magic, version or dtype code, a truncated
-        file, or an ``.idx`` whose counts do not match its ``.bin``.
         """
         cls(name, [], [])
         location, files = token_paths(name, prefix_or_glob, filesystem, _megatron_files, _megatron_pattern)
@@ -330,6 +330,10 @@ class Dataset:
                          cache_shards: int = 1, cache_bytes: int | None = None,
                          retry: RetryPolicy | None = None) -> Dataset:
         """Files of raw tokens, one shard per file, one row per document.
+
+        ``.ds`` files with a ``.ds.index`` beside them (what datatrove's tokenizer writes) take
+        their document ends from it, and then neither ``eos_id`` nor ``doc_lengths`` may be
+        given. Records and errors are as in :meth:`from_megatron`.
 
         Parameters
         ----------
@@ -352,10 +356,6 @@ class Dataset:
         filesystem, catalog_dir, progress, cache_shards, cache_bytes, retry
             As in :meth:`from_path` (``catalog_dir`` and ``progress``: datatrove files, whose
             catalog is cached; flat files' document ends are found on every build).
-
-        ``.ds`` files with a ``.ds.index`` beside them (what datatrove's tokenizer writes) take
-        their document ends from it, and then neither ``eos_id`` nor ``doc_lengths`` may be
-        given. Records and errors are as in :meth:`from_megatron`.
         """
         cls(name, [], [])
         location, files = token_paths(name, path, filesystem, _token_files)
