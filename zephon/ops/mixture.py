@@ -96,47 +96,56 @@ def step(config: MixtureConfig, packing: PackConfig, state: StrictState, doc: Do
                          "has no target share; give every component of the source a weight")
     if len(doc.tokens):
         queues[doc.component] += (Piece(doc, 0, len(doc.tokens)),)
-    return _fill(config, packing, replace(state, queues=tuple(queues)))
+    return _fill(config, packing, state, queues)
 
 
 def finish(config: MixtureConfig, packing: PackConfig, state: StrictState) -> tuple[StrictState, int]:
     """The lane ended: place everything queued, then finish the packer."""
-    state = _fill(config, packing, replace(state, ended=True))
+    state = _fill(config, packing, replace(state, ended=True), list(state.queues))
     packed, dropped = pack.finish(packing, state.pack)
     return replace(state, pack=packed), dropped
 
 
-def _behind(config: MixtureConfig, placed: Sequence[int], candidates: Sequence[int]) -> int:
-    """The candidate furthest below its share of the tokens placed (shares renormalised over
-    the candidates; ties: the lowest id)."""
-    total = sum(placed[c] for c in candidates) + 1
-    weight = sum(config.shares[c] for c in candidates)
-    return max(candidates, key=lambda c: (config.shares[c] / weight * total - placed[c], -c))
+def _behind(shares: Sequence[float], placed: Sequence[int], candidates: Sequence[int]) -> int:
+    """The candidate (ascending ids) furthest below its share of the tokens placed (shares
+    renormalised over the candidates; ties: the lowest id)."""
+    total = sum([placed[c] for c in candidates]) + 1
+    weight = sum([shares[c] for c in candidates])
+    best, most = candidates[0], shares[candidates[0]] / weight * total - placed[candidates[0]]
+    for c in candidates[1:]:
+        need = shares[c] / weight * total - placed[c]
+        if need > most:
+            best, most = c, need
+    return best
 
 
-def _fill(config: MixtureConfig, packing: PackConfig, state: StrictState) -> StrictState:
-    queues, placed, packed, late = list(state.queues), list(state.placed), state.pack, list(state.late)
-    alive = [c for c, share in enumerate(config.shares) if share > 0]
-    while True:
-        queued = [c for c in alive if queues[c]]
-        waiting = sum(len(q) for q in queues)
-        if not queued:
-            break
+def _fill(config: MixtureConfig, packing: PackConfig, state: StrictState,
+          queues: list[tuple[Piece, ...]]) -> StrictState:
+    """``state`` with ``queues`` in place of its own, filled as far as the rule allows."""
+    placed, packed, late = list(state.placed), state.pack, list(state.late)
+    shares = config.shares
+    alive = [c for c, share in enumerate(shares) if share > 0]  # only they queue documents (``step``)
+    waiting = sum(map(len, queues))
+    while waiting:
         if state.ended:
-            c = _behind(config, placed, queued)
+            c = _behind(shares, placed, [c for c in alive if queues[c]])
         else:
-            c = _behind(config, placed, alive)
+            c = _behind(shares, placed, alive)
             if not queues[c]:
                 if waiting < config.queue:
                     break  # wait: the lane may still deliver it
                 late[c] += 1
-                c = _behind(config, placed, queued)
+                c = _behind(shares, placed, [c for c in alive if queues[c]])
         head = queues[c][0]
         k = min(pack.free(packing, packed), head.size)
-        packed = pack.place(packing, packed, Piece(head.doc, head.start, head.start + k))
+        if k < head.size:
+            packed = pack.place(packing, packed, Piece(head.doc, head.start, head.start + k))
+            queues[c] = (Piece(head.doc, head.start + k, head.end),) + queues[c][1:]
+        else:
+            packed = pack.place(packing, packed, head)
+            queues[c] = queues[c][1:]
+            waiting -= 1
         placed[c] += k
-        rest = Piece(head.doc, head.start + k, head.end)
-        queues[c] = ((rest,) if rest.size else ()) + queues[c][1:]
     return StrictState(packed, tuple(queues), tuple(placed), state.ended, tuple(late))
 
 
