@@ -1,10 +1,12 @@
-"""The shared-memory slots that carry pointer bundles from DataLoader workers: what goes in comes
-out, a slot stays leased while any view of it lives (a worker never overwrites one), and a
-worker that finds no free slot is told at once (it sends through the pipe instead)."""
+"""The shared-memory slots that carry pointer bundles and packed batches from DataLoader workers:
+what goes in comes out, a slot stays leased while any view of it lives (a worker never
+overwrites one), and a worker that finds no free slot is told at once (it sends through the
+pipe instead)."""
 from __future__ import annotations
 
 import gc
 import multiprocessing
+import pickle
 
 import numpy as np
 import pytest
@@ -14,8 +16,8 @@ from hypothesis.extra import numpy as hnp
 
 pytest.importorskip("torch")
 
-from zephon.torch import _bundles  # noqa: E402
-from zephon.torch._slots import Slots, take  # noqa: E402
+from zephon.torch import _bundles, _packed, _slots  # noqa: E402
+from zephon.torch._slots import Slots, stow, take, unstow  # noqa: E402
 
 CAPACITY = 64
 COUNT = 3
@@ -37,7 +39,7 @@ def _pieces(data: st.DataObject, n: int) -> list[tuple[np.ndarray, np.ndarray]]:
 @given(ops=st.lists(st.one_of(st.integers(0, CAPACITY), st.tuples(st.just("drop"), st.integers(0, 9))), max_size=30),
        worker=st.integers(0, 1), data=st.data())
 def test_leased_slots_keep_their_bundles_and_a_full_worker_is_told_at_once(ops, worker, data):
-    slots = Slots(2, CAPACITY, COUNT, multiprocessing.get_context("fork"))
+    slots = Slots.for_pointers(2, CAPACITY, COUNT, multiprocessing.get_context("fork"))
     live: list[tuple[object, np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
     for op in ops:
         if isinstance(op, tuple):
@@ -64,7 +66,7 @@ def test_leased_slots_keep_their_bundles_and_a_full_worker_is_told_at_once(ops, 
 def test_a_slot_is_freed_when_its_last_view_is_gone():
     import torch
 
-    slots = Slots(1, 8, 1, multiprocessing.get_context("fork"))
+    slots = Slots.for_pointers(1, 8, 1, multiprocessing.get_context("fork"))
     pieces = [(np.arange(24, dtype=np.int64).reshape(8, 3), np.arange(8, dtype=np.int64))]
     pointers, components = take(0, _put(slots, 0, pieces))
     batches = torch.split(pointers, [4, 4])
@@ -134,3 +136,67 @@ def test_a_trainer_forked_after_torch_ran_its_threads_still_starts_its_workers()
         if trainer.is_alive():
             trainer.kill()
     assert trainer.exitcode == 0 and batches == _pointer_batches(0)
+
+
+_DTYPES = st.sampled_from(["int64", "int32", "uint8", "float32"])
+
+
+@given(shapes=st.lists(st.lists(st.tuples(st.integers(1, 40), st.integers(1, 300), _DTYPES), max_size=4), max_size=4),
+       width=st.integers(0, 1 << 16), data=st.data())
+def test_stowed_units_come_back_equal_and_hold_their_slot_until_the_last_is_gone(shapes, width, data):
+    import torch
+
+    slots = Slots(1, width, 1, multiprocessing.get_context("fork"))
+    units = [{f"k{i}": torch.from_numpy(data.draw(hnp.arrays(dtype, shape))) for i, (*shape, dtype) in enumerate(unit)}
+             for unit in shapes]
+    expected = [{k: v.clone() for k, v in unit.items()} for unit in units]
+    carried = stow(slots, 0, units)
+    stowed = [(u, k) for u, unit in enumerate(units) for k, v in unit.items() if not isinstance(v, torch.Tensor)]
+    assert all(expected[u][k].nbytes >= _slots.STOW_BYTES for u, k in stowed)
+    assert (carried is None) == (not stowed)
+    if carried is None:
+        assert slots.claim(0) is not None  # an unused slot is freed at once
+        return
+    landed = unstow(0, carried, pickle.loads(pickle.dumps(units)))  # the units cross a pipe
+    assert [{k: _raw(v) for k, v in unit.items()} for unit in landed] == \
+        [{k: _raw(v) for k, v in unit.items()} for unit in expected]
+    views = [landed[u][k] for u, k in stowed]
+    del landed, units
+    gc.collect()
+    assert slots.claim(0) is None  # the views still lease the slot
+    del views
+    gc.collect()
+    assert slots.claim(0) is not None
+
+
+def _raw(tensor):
+    """A tensor's dtype, shape and bytes (NaNs compare equal)."""
+    return str(tensor.dtype), tuple(tensor.shape), tensor.numpy().tobytes()
+
+
+def _packed_batches(workers: int, keep: bool) -> list[dict[str, list]]:
+    import zephon.torch as zt
+    from zephon import Dataset, Pipeline, StaticMixtureWorkSource
+
+    rng = np.random.default_rng(0)
+    records = [[{"text": "w " * int(rng.integers(1, 400))} for _ in range(30)] for _ in range(4)]
+    source = StaticMixtureWorkSource([Dataset.from_records("a", records), Dataset.from_records("b", records[:2])],
+                                     {"a": 0.7, "b": 0.3}, chunk_size=8, seed=3)
+    pipeline = Pipeline(source).tokenize(lambda text: [1 + len(w) for w in text.split()], eos_id=0).pack(256, pad_id=0)
+    loader = zt.DataLoader(pipeline, batch_size=4, num_workers=workers, canonical_replicas=4)
+    batches = []
+    for batch in loader:
+        batches.append(batch if keep else {k: v.tolist() for k, v in batch.items() if k.endswith("_ids")})
+        if not keep:
+            batch["input_ids"].fill_(-1)  # a training step may write into its batch
+    return [{k: v.tolist() for k, v in b.items() if k.endswith("_ids")} for b in batches] if keep else batches
+
+
+@pytest.mark.parametrize("keep", [False, True])
+def test_packed_batches_through_slots_equal_those_through_the_pipe(monkeypatch, keep):
+    with monkeypatch.context() as patch:
+        patch.setattr(_bundles.Plan, "share_memory", lambda *args: None)  # no slots: every bundle takes the pipe
+        piped = _packed_batches(2, keep=False)
+    monkeypatch.setattr(_packed, "TOKENS_PER_BUNDLE", 1024)  # a batch a bundle: keeping them all leases every slot
+    assert _packed_batches(2, keep) == piped
+    assert _packed_batches(1, keep) == _packed_batches(0, keep=False)

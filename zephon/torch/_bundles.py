@@ -11,7 +11,7 @@ Count-only pipelines without map steps take a fast path: a bundle is one pointer
 the main process splits into batches at the bundle's ``bounds`` (and counts a bundle's
 components once, not per batch). From a worker it travels in a shared-memory slot
 (``zephon.torch._slots``), the bundle carrying only the slot's number, and its batches are
-views of that slot.
+views of that slot. Packed batches' ``(B, seq_len)`` arrays travel in slots the same way.
 
 A :class:`Readers` dataset and its :class:`Plan` travel to workers started by "spawn" or
 "forkserver" by pickle, and every :class:`Bundle` comes back by pickle. The tensors of the
@@ -36,8 +36,8 @@ from zephon.runtime import (
     DROPPED, KEY_COMPONENT, KEY_SAMPLE_ID, Entry, Event, LaneMux, Pipeline, Segment, Snapshot, joined,
 )
 from zephon.torch._collate import collate_rows, columnar_batch
-from zephon.torch._packed import packed_bundles
-from zephon.torch._slots import Slots, take
+from zephon.torch._packed import packed_bundles, units_per_bundle
+from zephon.torch._slots import Slots, stow, take, unstow
 from zephon.torch._topology import current_worker
 from zephon.torch._workers import freeze_inherited, guard_worker
 
@@ -46,6 +46,7 @@ SLOT_BUNDLE = 131072  # samples per shared-memory slot: fewer bundles, each with
 PIPE_BYTES = 1 << 20  # the workers' result pipe, widened to this (Linux's default ceiling for a user)
 SHIP_BYTES = 256 << 10  # tensors up to this size cross from workers as numpy arrays (``ship``)
 RECORD_BUNDLE = 2048  # samples per bundle when records are read
+PACKED_BYTES = 3 * 8  # slot bytes per packed token: input_ids, segment_ids and position_ids, int64
 log = logging.getLogger("zephon")
 
 
@@ -91,7 +92,7 @@ class Bundle:
         self.skipped: list[int] | None = None  # batches: samples drop_last dropped that each passes over (None: none)
         self.shipped = False  # the units' tensors travel as numpy arrays (``ship``); ``land`` restores them
         self.dropped: list[int] | None = None  # batches of records: items a filter dropped from each
-        self.slot: tuple[int, int, int] | None = None  # from a worker: where its pointers wait (``_slots.take``)
+        self.slot: tuple[int, int, int] | None = None  # from a worker: where its pointers or units' arrays wait
         self.tokens: np.ndarray | None = None  # packed, per unit: real tokens per component id, padding, tokens dropped
         self.tokens_dropped = 0  # packed, a bundle without units: tokens pack(final="drop") dropped at lanes' ends
         self.filtered_left = 0  # packed, a bundle without units: documents filter steps dropped
@@ -104,11 +105,13 @@ class Bundle:
             setattr(self, k, v.array if type(v) is _Wire else v)
 
     def land(self) -> Bundle:
-        """In the main process: the pointers as a tensor over their shared slot, and the units'
-        tensors back from their trip as numpy arrays."""
-        if self.slot is not None:
+        """In the main process: the pointers, or the units' stowed arrays, as tensors over their
+        shared slot, and the units' other tensors back from their trip as numpy arrays."""
+        if self.slot is not None and self.units is not None:
+            self.units = unstow(self.worker, self.slot, self.units)
+        elif self.slot is not None:
             self.pointers, self.components = take(self.worker, self.slot)
-            self.slot = None
+        self.slot = None
         if self.shipped and self.units is not None:
             self.units = [land(unit) for unit in self.units]
         self.shipped = False
@@ -137,7 +140,7 @@ class Plan:
         self.columnar = pipeline.columnar and collate_fn is None and batch_size is not None
         self.trainer = os.getpid()  # the process the workers must not outlive
         self.bundle_size = self._whole_units(POINTER_BUNDLE if self.pointer_path else RECORD_BUNDLE)  # samples
-        self.slots: Slots | None = None  # set when workers send pointer bundles through shared memory
+        self.slots: Slots | None = None  # set when workers send bundles through shared memory
         self.main_thread = threading.current_thread() is threading.main_thread()  # where workers start
 
     def _whole_units(self, samples: int) -> int:
@@ -145,9 +148,15 @@ class Plan:
         unit = self.batch_size or 1
         return max(1, samples // unit) * unit
 
-    def share_pointers(self, readers: int, count: int, context: Any) -> None:
-        """Send pointer bundles from forked workers through ``count`` shared-memory slots per reader."""
-        self.slots = Slots(readers, self._whole_units(SLOT_BUNDLE), count, context)
+    def share_memory(self, readers: int, count: int, context: Any) -> None:
+        """Send bundles from forked workers through ``count`` shared-memory slots per reader:
+        pointer bundles, or packed batches (without a ``collate_fn``); others take the pipe."""
+        packing = self.pipeline.packing
+        if self.pointer_path:
+            self.slots = Slots.for_pointers(readers, self._whole_units(SLOT_BUNDLE), count, context)
+        elif packing is not None and self.batch_size is not None and self.collate_fn is None:
+            tokens = units_per_bundle(self.batch_size, packing.pack.seq_len) * self.batch_size * packing.pack.seq_len
+            self.slots = Slots(readers, tokens * PACKED_BYTES, count, context)
 
 
 class Readers(IterableDataset[Bundle]):
@@ -196,6 +205,8 @@ def bundles(plan: Plan, worker: int) -> Iterator[Bundle]:
     try:
         for bundle in made:
             if in_worker and bundle.units is not None:
+                if slots is not None:
+                    bundle.slot = stow(slots, worker, bundle.units)
                 bundle.units, bundle.shipped = [ship(unit) for unit in bundle.units], True
             yield bundle
             if bundle.last:
@@ -238,11 +249,8 @@ def _slot_bundle(mux: LaneMux, plan: Plan, worker: int, slots: Slots, slot: int)
 
 
 def _piped(mux: LaneMux, plan: Plan, worker: int, slots: Slots) -> Bundle:
-    """Every slot is still leased: this bundle goes through the pipe (said once per reader)."""
-    if not slots.piped:
-        slots.piped = True
-        log.debug("zephon: reader %d sends pointers through the pipe: all %d of its shared slots are still leased "
-                  "(batches the loop keeps, or bundles waiting in the trainer); slower, nothing lost", worker, slots.count)
+    """Every slot is still leased: this bundle goes through the pipe."""
+    slots.say_piped(worker)
     return _next_bundle(mux, plan, worker, None)
 
 

@@ -306,9 +306,9 @@ class DataLoader(tud.DataLoader[Bundle]):
         plan = Plan(book.pipeline, book.canonical_replicas, lanes, book.entries(), batch_size, drop_last, collate_fn,
                     self._zephon_cache_bytes, book.operators())
         context = self.multiprocessing_context or torch.multiprocessing.get_context()
-        if self.num_workers > 0 and plan.pointer_path and context.get_start_method() == "fork":
+        if self.num_workers > 0 and context.get_start_method() == "fork":
             assert self.prefetch_factor is not None  # torch sets it whenever there are workers
-            plan.share_pointers(readers, self.prefetch_factor + SPARE, context)
+            plan.share_memory(readers, self.prefetch_factor + SPARE, context)
         even = self._even()
         self._log_config(plan, even)
         readers_dataset = self.dataset

@@ -89,6 +89,11 @@ class _Frame:
         bundle.dropped, bundle.skipped = self.filtered, self.skipped
 
 
+def units_per_bundle(unit: int, seq_len: int) -> int:
+    """Batches (or items) of ``unit`` sequences in a bundle: about :data:`TOKENS_PER_BUNDLE` tokens."""
+    return max(1, TOKENS_PER_BUNDLE // (unit * seq_len))
+
+
 def packed_bundles(plan: Any, worker: int, lanes: Sequence[int], bundle_type: Any) -> Iterator[Any]:
     """The bundles of reader ``worker``'s packed lanes (``bundle_type``: the loader's Bundle)."""
     pipeline = plan.pipeline
@@ -97,7 +102,7 @@ def packed_bundles(plan: Any, worker: int, lanes: Sequence[int], bundle_type: An
     unit, seq_len = plan.batch_size or 1, packing.pack.seq_len
     reader = PackedReader(pipeline, packing, lanes, plan.replicas, plan.entries, plan.operators, unit,
                           pipeline.readahead())
-    per_bundle = max(1, TOKENS_PER_BUNDLE // (unit * seq_len))
+    per_bundle = units_per_bundle(unit, seq_len)
     while True:
         start, frame = reader.position, _Frame(len(names))
         while len(frame.units) < per_bundle and (turn := reader.turn()) is not None:
