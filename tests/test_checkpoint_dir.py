@@ -4,6 +4,7 @@ Ranks are loaders built with ``rank=`` / ``world_size=`` in one process (the dir
 collective, so nothing else is needed); the multi-process runs with a rank killed mid-save are
 in test_distributed_checkpoints.py.
 """
+import dataclasses
 import logging
 import os
 import signal
@@ -17,6 +18,7 @@ from s3_server import s3_client
 import zephon.torch as zt
 from zephon import Dataset, Pipeline, StaticMixtureWorkSource
 from zephon.io import Store
+from zephon.io._store import LISTING_ATTEMPTS
 from zephon.runtime import merge_states, parse_state
 
 
@@ -314,3 +316,24 @@ def test_a_filesystem_without_whole_uploads_gets_a_moved_temporary_file(tmp_path
     assert names[0] == "complete.ckpt" and [n[:19] for n in names[1:]] == ["rank-00000-of-00002", "rank-00001-of-00002"]
     assert not any(n.endswith(".tmp") for n in names)
     assert zt.load_checkpoint_dir("ckpt", filesystem=fs) == merge_states([loader.state_dict() for loader in loaders])
+
+
+@pytest.mark.parametrize("races", [1, LISTING_ATTEMPTS - 1, LISTING_ATTEMPTS])
+def test_a_listing_that_races_with_another_ranks_rename_is_read_again(tmp_path, races):
+    store = Store(str(tmp_path))
+    store.write("step/rank-0.ckpt", b"x")
+    real, calls = store.location.fs, []
+
+    class Racing:
+        def get_file_info(self, selector):  # the first listings meet a file renamed away mid-read
+            calls.append(selector)
+            if len(calls) <= races:
+                raise FileNotFoundError(f"Cannot list directory '{selector.base_dir}'")
+            return real.get_file_info(selector)
+
+    store.location = dataclasses.replace(store.location, fs=Racing())
+    if races < LISTING_ATTEMPTS:
+        assert store.listing("step") == ([], ["rank-0.ckpt"])
+    else:
+        with pytest.raises(OSError, match=f"kept changing while it was read, {LISTING_ATTEMPTS} times"):
+            store.listing("step")

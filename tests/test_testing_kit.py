@@ -190,3 +190,43 @@ def test_the_golden_fixture_pins_a_digest_and_rewrites_it_only_when_asked(pytest
     changed.assert_outcomes(failed=1)
     changed.stdout.fnmatch_lines(["*the stream 'ab' changed*"])
     assert (pytester.path / "golden" / "ab.digest").read_text() == pinned
+
+
+@given(replica_batches=st.lists(st.lists(st.integers(0, 10**6), unique=True, max_size=6), min_size=1, max_size=4,
+                                unique_by=lambda keys: tuple(keys)),
+       peers=st.integers(1, 3), data=st.data())
+def test_parallel_reads_pass_for_a_true_layout_and_name_each_way_it_breaks(replica_batches, peers, data):
+    from zephon.testing import assert_parallel_reads
+
+    seen: set[int] = set()
+    batches = [[k for k in keys if not (k in seen or seen.add(k))] for keys in replica_batches]  # disjoint replicas
+    groups = [[r * peers + p for p in range(peers)] for r in range(len(batches))]
+    reads = {rank: list(batches[r]) for r, group in enumerate(groups) for rank in group}
+    stream = [k for keys in batches for k in keys]
+    assert_parallel_reads(reads, groups, data.draw(st.permutations(stream)))
+    r = data.draw(st.integers(0, len(batches) - 1))
+    if peers > 1 and batches[r]:
+        parted = {**reads, groups[r][-1]: reads[groups[r][-1]][:-1]}
+        with pytest.raises(AssertionError, match=f"ranks {groups[r][0]} and {groups[r][-1]} of one replica part"):
+            assert_parallel_reads(parted, groups)
+    if len(batches) > 1 and batches[r]:
+        other = (r + 1) % len(batches)
+        shared = {rank: keys + [batches[r][0]] if rank in groups[other] else keys for rank, keys in reads.items()}
+        with pytest.raises(AssertionError, match="also read by rank"):
+            assert_parallel_reads(shared, groups)
+    with pytest.raises(AssertionError, match="not read"):
+        assert_parallel_reads(reads, groups, stream + [-1])
+
+
+def test_a_batch_digest_reads_values_not_containers():
+    import numpy as np
+    import torch
+
+    from zephon.testing import batch_digest
+
+    batch = {"input_ids": torch.arange(6).reshape(2, 3), "_component": ["a", "b"]}
+    assert batch_digest(batch) == batch_digest({"_component": ("a", "b"), "input_ids": np.arange(6).reshape(2, 3)})
+    assert batch_digest(batch) != batch_digest({**batch, "input_ids": torch.arange(6, dtype=torch.int32).reshape(2, 3)})
+    assert batch_digest(batch) != batch_digest({**batch, "input_ids": torch.arange(6).reshape(3, 2)})
+    # pinned: the digest of a batch never changes (other processes, versions and machines compare them)
+    assert batch_digest(batch) == "5f098f286626a0bbbaf19a5c1a17990590ed358e1843988e300f69e717953d33"

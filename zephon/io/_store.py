@@ -21,6 +21,8 @@ from zephon.io._fs import Location, locate
 from zephon.io.atomic import write_atomically, write_error
 from zephon.io.local import open_regular
 
+LISTING_ATTEMPTS = 5  # a listing that raced with other ranks' renames is read again
+
 WHOLE_UPLOADS = ("s3", "gcs", "abfs")  # pyarrow filesystems whose files appear whole once written
 
 
@@ -43,11 +45,19 @@ class Store:
     def listing(self, folder: str = "") -> tuple[list[str], list[str]]:
         """The folders and the files directly in ``folder`` (sorted names); empty if it does not exist."""
         path = self.location.path(folder) if folder else self.location.root
-        try:
-            infos = self.location.fs.get_file_info(pafs.FileSelector(path, recursive=False, allow_not_found=True))
-        except (OSError, pa.ArrowException) as error:
-            raise OSError(f"{self.what} {self.uri}: cannot list {folder or '.'} ({error}); check that it exists and "
-                          "that the credentials allow listing it") from error
+        selector = pafs.FileSelector(path, recursive=False, allow_not_found=True)
+        for attempt in range(LISTING_ATTEMPTS):
+            try:
+                infos = self.location.fs.get_file_info(selector)
+                break
+            except FileNotFoundError:  # a file went (renamed by another rank) between reading the folder and its stat
+                if attempt + 1 < LISTING_ATTEMPTS:
+                    continue
+                raise OSError(f"{self.what} {self.uri}: cannot list {folder or '.'}: its files kept changing while "
+                              f"it was read, {LISTING_ATTEMPTS} times") from None
+            except (OSError, pa.ArrowException) as error:
+                raise OSError(f"{self.what} {self.uri}: cannot list {folder or '.'} ({error}); check that it exists "
+                              "and that the credentials allow listing it") from error
         folders = sorted(i.base_name for i in infos if i.type == pafs.FileType.Directory)
         return folders, sorted(i.base_name for i in infos if i.type == pafs.FileType.File)
 

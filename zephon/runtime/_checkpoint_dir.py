@@ -149,10 +149,19 @@ def save_checkpoint_dir(directory: str | os.PathLike[str], loader: Any, *, step:
     3; ``None`` keeps all) and the incomplete steps before this one. Returns whether the step
     is complete.
 
+    In a job with tensor, pipeline or context parallelism (a loader built with a
+    ``device_mesh`` or ``dp_group``), files are per data-parallel rank, and a loader's rank
+    that is not the first of its replica writes nothing (the first writes the same lanes):
+    it returns whether the step is complete yet.
+
     Refuses (``ValueError``, before writing) a directory that holds another run's steps or
     complete steps after ``step`` (a run that started over or was rolled back needs its own
     directory), and a step already complete with other positions for this rank's lanes.
     """
+    if not getattr(getattr(loader, "topology", None), "writes", True):
+        _check_arguments(step, keep)
+        parsed = parse_state(_state_of(loader))
+        return parsed.run is not None and MARKER in Store(directory, filesystem).listing(_folder(step, parsed.run))[1]
     state = _state_of(loader)
     parsed = parse_state(state)
     rank, group = _group_of(parsed)

@@ -9,6 +9,7 @@
 | :func:`assert_elastic_resume_equivalent` | a job stopped on one topology resumes on another, every lane exact |
 | :func:`assert_mixture_prefix_bound` | every prefix keeps each component within a bound of its target |
 | :func:`assert_passes_complete` | every completed pass holds each sample once |
+| :func:`assert_parallel_reads`, :func:`batch_digest` | a model-parallel job's replicas: peers read the same batches, replicas disjoint ones |
 | :func:`assert_same_stream_in_fresh_process` | the same stream in a new interpreter (hash seed, cwd, threads) |
 | :func:`stream_digest` | a stable digest of a stream, to pin in CI |
 | :func:`collect` | a source's chunks as a list |
@@ -32,6 +33,7 @@ except ModuleNotFoundError as missing:
 from zephon.testing._assertions import (assert_lanes_partition, assert_mixture_prefix_bound, assert_passes_complete,
                                         assert_replay_equivalent)
 from zephon.testing._elastic import assert_elastic_resume_equivalent
+from zephon.testing._parallel import assert_parallel_reads, batch_digest
 from zephon.testing._process import assert_same_stream_in_fresh_process
 from zephon.testing._strategies import (cut_points, datasets, loader_topologies, mixture_read_configs, mixtures,
                                         phased_source_configs, phased_sources, reachable_states, source_configs,
@@ -40,7 +42,8 @@ from zephon.testing._streams import collect, stream_digest
 
 __all__ = [
     "assert_elastic_resume_equivalent", "assert_lanes_partition", "assert_mixture_prefix_bound",
-    "assert_passes_complete", "assert_replay_equivalent", "assert_same_stream_in_fresh_process", "collect",
+    "assert_parallel_reads", "assert_passes_complete", "assert_replay_equivalent",
+    "assert_same_stream_in_fresh_process", "batch_digest", "collect",
     "cut_points", "datasets", "loader_topologies", "mixture_read_configs", "mixtures", "phased_source_configs",
     "phased_sources", "reachable_states",
     "source_configs", "sources", "stream_digest", "work_chunks",

@@ -20,7 +20,7 @@ import functools
 import json
 import logging
 import sys
-from typing import Any, Callable, Mapping, cast
+from typing import Any, Callable, Mapping, Sequence, cast
 
 import numpy as np
 import torch
@@ -96,7 +96,23 @@ class DataLoader(tud.DataLoader[Bundle]):
         How lanes map to ranks and a rank's lanes to its workers: ``"contiguous"`` or
         ``"interleaved"``.
     rank, world_size : int or None, default None
-        Override the detected topology (see :func:`zephon.torch.detect_topology`).
+        Override the detected topology (see :func:`zephon.torch.detect_topology`): this
+        process's reader rank and the number of readers.
+    device_mesh : torch.distributed.DeviceMesh or None, default None
+        A job with tensor, pipeline or context parallelism: the readers are the mesh's
+        data-parallel ranks (``dp_dims``). The ranks of one data-parallel replica read the
+        same lanes and receive identical batches (no broadcast); ``len``, ``even_batches``,
+        ``stats()`` and checkpoints count data-parallel ranks, and only a replica's first rank
+        writes checkpoint files.
+    dp_dims : str or tuple of str, default ("dp",)
+        The mesh's data-parallel dimensions, taken row-major when several (e.g.
+        ``("dp_replicate", "dp_shard")`` for HSDP).
+    dp_group : ProcessGroup or None, default None
+        Instead of a mesh: this rank's data-parallel process group (e.g. Megatron's
+        ``get_data_parallel_group()``); the group holding global rank 0 writes.
+    dp_rank, dp_size : int or None, default None
+        Instead of a mesh or group: the data-parallel rank and size (every rank of a replica
+        then writes its checkpoint files, the same bytes).
     cache_bytes : int or None, default 1 GiB (``2**30``)
         Each reader keeps, per dataset read from files, the decoded shards its lanes read:
         its fetch cache holds the dataset's ``cache_shards`` (default 1) *per lane* it reads,
@@ -119,7 +135,8 @@ class DataLoader(tud.DataLoader[Bundle]):
     def __init__(self, pipeline: Pipeline | WorkSource, *, batch_size: int | None = None, num_workers: int = 0,
                  even_batches: bool = True, canonical_replicas: int | None = None, mapping: str = "contiguous",
                  rank: int | None = None, world_size: int | None = None, cache_bytes: int | None = 2**30,
-                 **dataloader_kwargs: Any):
+                 device_mesh: Any = None, dp_dims: str | Sequence[str] = ("dp",), dp_group: Any = None,
+                 dp_rank: int | None = None, dp_size: int | None = None, **dataloader_kwargs: Any):
         if isinstance(pipeline, WorkSource):
             pipeline = Pipeline(pipeline)
         if not isinstance(pipeline, Pipeline):
@@ -146,7 +163,8 @@ class DataLoader(tud.DataLoader[Bundle]):
             dataloader_kwargs.setdefault("multiprocessing_context", "fork")
         drop_last = dataloader_kwargs.pop("drop_last", False)
         collate_fn = dataloader_kwargs.pop("collate_fn", None)
-        topology = detect_topology(rank, world_size)
+        topology = detect_topology(rank, world_size, device_mesh=device_mesh, dp_dims=dp_dims, dp_group=dp_group,
+                                   dp_rank=dp_rank, dp_size=dp_size)
         self._zephon_book = LaneBook(pipeline, canonical_replicas=canonical_replicas, mapping=mapping,
                                      rank=topology.rank, world_size=topology.world_size,
                                      readers=max(1, num_workers) if type(num_workers) is int else 1)

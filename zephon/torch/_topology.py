@@ -1,8 +1,17 @@
-"""Where this process sits: rank and world size, and its DataLoader worker."""
+"""Where this process sits: its data-parallel rank and size, and its DataLoader worker.
+
+zephon's readers are the *data-parallel* ranks. In a job that also runs tensor, pipeline or
+context parallelism, the ranks of one data-parallel replica (its "peers") read the same lanes
+and so receive identical batches, with no broadcast; only the replica's first rank writes
+checkpoint files. The data-parallel rank comes from a ``DeviceMesh`` (its ``dp_dims``), a
+data-parallel process group, explicit numbers, or, in a pure data-parallel job, the world.
+"""
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass
+from typing import Any, Sequence
 
 import torch.distributed as dist
 from torch.utils.data import get_worker_info
@@ -10,10 +19,14 @@ from torch.utils.data import get_worker_info
 
 @dataclass(frozen=True, slots=True)
 class Topology:
+    """A reader's place: ``rank`` / ``world_size`` are its data-parallel rank and size."""
+
     rank: int  # 0 <= rank < world_size
     world_size: int  # >= 1
-    local_rank: int  # the rank on this node (LOCAL_RANK), 0 when unknown
-    origin: str  # "explicit", "torch.distributed", "environment" or "single process"
+    local_rank: int  # the process's rank on this node (LOCAL_RANK), 0 when unknown
+    origin: str  # "explicit", "device_mesh", "dp_group", "torch.distributed", "environment" or "single process"
+    peers: int = 1  # processes that read the same lanes (a replica's tensor / pipeline / context ranks)
+    writes: bool = True  # this process writes its replica's checkpoint files (its first rank)
 
 
 def _env_int(name: str) -> int | None:
@@ -26,30 +39,94 @@ def _env_int(name: str) -> int | None:
         raise ValueError(f"environment variable {name}={value!r} must be an int (torchrun sets it)") from None
 
 
-def detect_topology(rank: int | None = None, world_size: int | None = None) -> Topology:
-    """Rank and world size: the explicit values, else ``torch.distributed`` when it is initialised,
-    else torchrun's ``RANK`` / ``WORLD_SIZE`` / ``LOCAL_RANK``, else a single process."""
-    for name, value in (("rank", rank), ("world_size", world_size)):
+def _checked_ints(**values: Any) -> None:
+    for name, value in values.items():
         if value is not None and (type(value) is not int or value < 0):
             raise ValueError(f"{name}={value!r} must be an int >= 0")
-    local_rank = _env_int("LOCAL_RANK") or 0
-    found: tuple[int, int | None, str]
+
+
+def _world() -> tuple[int, int | None, str]:
+    """The process's global rank and world size, and where they were found."""
     if dist.is_available() and dist.is_initialized():
-        found = dist.get_rank(), dist.get_world_size(), "torch.distributed"
-    elif _env_int("WORLD_SIZE") is not None:
-        found = _env_int("RANK") or 0, _env_int("WORLD_SIZE"), "environment"
-    else:
-        found = 0, 1, "single process"
-    if rank is None and world_size is None:
-        r, w, origin = found
-    else:
-        r = found[0] if rank is None else rank
-        w = found[1] if world_size is None else world_size
+        return dist.get_rank(), dist.get_world_size(), "torch.distributed"
+    if _env_int("WORLD_SIZE") is not None:
+        return _env_int("RANK") or 0, _env_int("WORLD_SIZE"), "environment"
+    return 0, 1, "single process"
+
+
+def _from_mesh(mesh: Any, dp_dims: str | Sequence[str]) -> tuple[int, int, int, bool]:
+    """Data-parallel rank and size, peers and whether this rank writes, from a ``DeviceMesh``."""
+    names = tuple(getattr(mesh, "mesh_dim_names", None) or ())
+    if not names or not hasattr(mesh, "get_local_rank"):
+        raise ValueError(f"device_mesh={mesh!r} must be a torch.distributed DeviceMesh with named dimensions "
+                         "(init_device_mesh(..., mesh_dim_names=(\"dp\", \"tp\")))")
+    dims = (dp_dims,) if isinstance(dp_dims, str) else tuple(dp_dims)
+    unknown = [d for d in dims if d not in names]
+    if not dims or unknown or len(set(dims)) != len(dims):
+        raise ValueError(f"dp_dims={dp_dims!r} must name distinct dimensions of the mesh, which has {list(names)}")
+    rank = 0
+    for d in dims:  # row-major over the data-parallel dimensions
+        rank = rank * mesh.size(names.index(d)) + mesh.get_local_rank(d)
+    size = math.prod(mesh.size(names.index(d)) for d in dims)
+    others = [d for d in names if d not in dims]
+    peers = math.prod(mesh.size(names.index(d)) for d in others)
+    return rank, size, peers, all(mesh.get_local_rank(d) == 0 for d in others)
+
+
+def _from_group(group: Any) -> tuple[int, int, int, bool]:
+    """Data-parallel rank and size, peers and whether this rank writes, from a process group:
+    the group that holds global rank 0 writes (its ranks are the first of their replicas)."""
+    if not (dist.is_available() and dist.is_initialized()):
+        raise ValueError("dp_group= needs an initialised torch.distributed process group")
+    rank, size = dist.get_rank(group), dist.get_world_size(group)
+    if rank < 0:
+        raise ValueError(f"dp_group={group!r} does not hold this process (global rank {dist.get_rank()}); pass the "
+                         "data-parallel group this rank belongs to")
+    return rank, size, max(1, dist.get_world_size() // size), 0 in dist.get_process_group_ranks(group)
+
+
+def detect_topology(rank: int | None = None, world_size: int | None = None, *, device_mesh: Any = None,
+                    dp_dims: str | Sequence[str] = ("dp",), dp_group: Any = None, dp_rank: int | None = None,
+                    dp_size: int | None = None) -> Topology:
+    """This process's data-parallel rank and size.
+
+    One of: ``device_mesh`` (a ``DeviceMesh``; its ``dp_dims``, default ``("dp",)``, are the
+    data-parallel dimensions, several taken row-major, e.g. ``("dp_replicate", "dp_shard")``);
+    ``dp_group`` (the data-parallel process group of this rank); ``dp_rank`` and ``dp_size``
+    (with them zephon cannot tell a replica's first rank, so every rank writes its replica's
+    checkpoint files, the same bytes); ``rank`` / ``world_size`` (the same as ``dp_rank`` /
+    ``dp_size``); else the world: ``torch.distributed`` when it is initialised, else torchrun's
+    ``RANK`` / ``WORLD_SIZE`` / ``LOCAL_RANK``, else a single process.
+    """
+    _checked_ints(rank=rank, world_size=world_size, dp_rank=dp_rank, dp_size=dp_size)
+    given = [name for name, value in (("device_mesh", device_mesh), ("dp_group", dp_group),
+                                      ("dp_rank/dp_size", dp_rank if dp_size is None else dp_size),
+                                      ("rank/world_size", rank if world_size is None else world_size))
+             if value is not None]
+    if len(given) > 1:
+        raise ValueError(f"give one of device_mesh, dp_group, dp_rank/dp_size or rank/world_size, not {given}")
+    local_rank = _env_int("LOCAL_RANK") or 0
+    world_rank, world, origin = _world()
+    peers, writes = 1, True
+    if device_mesh is not None:
+        r, w, peers, writes = _from_mesh(device_mesh, dp_dims)
+        origin = "device_mesh"
+    elif dp_group is not None:
+        r, w, peers, writes = _from_group(dp_group)
+        origin = "dp_group"
+    elif given:
+        explicit = (dp_rank, dp_size) if given[0].startswith("dp") else (rank, world_size)
+        r = world_rank if explicit[0] is None else explicit[0]
+        w = world if explicit[1] is None else explicit[1]
         origin = "explicit"
+        if world is not None and w and world > w and world % w == 0:
+            peers = world // w
+    else:
+        r, w = world_rank, world
     assert w is not None  # WORLD_SIZE was set when it was read
     if w < 1 or not 0 <= r < w:
         raise ValueError(f"rank={r} and world_size={w} do not fit: need 0 <= rank < world_size and world_size >= 1")
-    return Topology(r, w, local_rank, origin)
+    return Topology(r, w, local_rank, origin, peers, writes)
 
 
 def current_worker() -> tuple[int, int]:
