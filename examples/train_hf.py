@@ -3,12 +3,15 @@
     python examples/train_hf.py --out /tmp/hf --crash-at 7          # killed after step 7
     python examples/train_hf.py --out /tmp/hf --resume              # from checkpoint-4
     torchrun --nproc-per-node 2 examples/train_hf.py --out /tmp/hf2 # two processes (gloo)
+    torchrun --nproc-per-node 2 examples/train_hf.py --out /tmp/hf3 --tensor-parallel 2  # one replica, 2 ranks
 
 The model is built from a config (nothing downloaded). Three small in-memory corpora are
 tokenized (by word length, a stand-in tokenizer) and packed into sequences of 16 tokens; every
 process reads its own lanes, and each ``checkpoint-*`` directory holds the loader's state of the
 batch the step trained on, so ``train(resume_from_checkpoint=...)`` trains on the next one.
-Every step appends the sequences it trained on to ``--out/seen.<rank>``.
+Every step appends the sequences it trained on to ``--out/seen.<rank>``. With
+``--tensor-parallel N`` the loader takes a ``(dp, tp)`` device mesh: the N ranks of a
+tensor-parallel group train on the same batches (the tiny model itself is not split).
 """
 import argparse
 import gc
@@ -18,6 +21,7 @@ import signal
 
 import numpy as np
 import torch
+from torch.distributed.device_mesh import init_device_mesh
 from transformers import GPT2Config, GPT2LMHeadModel, TrainingArguments
 
 import zephon.torch as zt
@@ -63,6 +67,8 @@ def main():
     parser.add_argument("--out", default="hf-run")
     parser.add_argument("--crash-at", type=int, default=None)
     parser.add_argument("--resume", action="store_true", help="continue from the newest checkpoint in --out")
+    parser.add_argument("--tensor-parallel", type=int, default=None,
+                        help="ranks per tensor-parallel group: the loader reads per data-parallel rank of the mesh")
     args = parser.parse_args()
     os.makedirs(args.out, exist_ok=True)
 
@@ -70,13 +76,18 @@ def main():
                                       corpus("books", (30, 60), 2)], {"web": 0.6, "code": 0.3, "books": 0.1},
                                      chunk_size=16, seed=5)
     pipeline = Pipeline(source).tokenize(word_lengths, eos_id=0).pack(16, pad_id=0)
-    loader = zt.DataLoader(pipeline, batch_size=4, canonical_replicas=4, collate_fn=lm_batch)
-    torch.manual_seed(0)
-    model = GPT2LMHeadModel(GPT2Config(vocab_size=16, n_positions=16, n_embd=16, n_layer=1, n_head=2))
     training = TrainingArguments(output_dir=args.out, max_steps=12, save_steps=4, logging_steps=4,
                                  learning_rate=1e-3, use_cpu=True, report_to=[],
                                  ddp_backend="gloo" if "WORLD_SIZE" in os.environ else None,
                                  save_safetensors=False, disable_tqdm=True)
+    layout = {}
+    if args.tensor_parallel:  # the process group exists once the arguments know their device
+        tp = args.tensor_parallel
+        layout["device_mesh"] = init_device_mesh(training.device.type, (training.world_size // tp, tp),
+                                                 mesh_dim_names=("dp", "tp"))
+    loader = zt.DataLoader(pipeline, batch_size=4, canonical_replicas=4, collate_fn=lm_batch, **layout)
+    torch.manual_seed(0)
+    model = GPT2LMHeadModel(GPT2Config(vocab_size=16, n_positions=16, n_embd=16, n_layer=1, n_head=2))
     trainer = LoggingTrainer(model=model, args=training, train_loader=loader,
                              seen=os.path.join(args.out, "seen"), crash_at=args.crash_at)
     trainer.train(resume_from_checkpoint=True if args.resume else None)

@@ -3,11 +3,15 @@
     python examples/train_lightning.py --dir /tmp/lit --crash-at 11   # killed after step 11
     python examples/train_lightning.py --dir /tmp/lit --resume         # from step 8's checkpoint
     python examples/train_lightning.py --dir /tmp/lit2 --devices 2     # DDP on CPU (gloo)
+    python examples/train_lightning.py --dir /tmp/lit3 --devices 2 --tensor-parallel 2  # one replica of 2 ranks
 
 Lightning saves a checkpoint every 4 steps (``ModelCheckpoint``); the data module's state in it
 is the loader's state as of the batch the step trained on, so ``trainer.fit(...,
 ckpt_path=...)`` continues with the next batch, on any number of devices. Every step appends
-the sample ids it trained on to ``--dir/seen.<rank>``.
+the sample ids it trained on to ``--dir/seen.<rank>``. With ``--tensor-parallel N`` the run
+uses ``ModelParallelStrategy``: the data module reads per data-parallel rank of its mesh, so the
+N ranks of a tensor-parallel group train on the same batches (the tiny model itself is not
+split).
 """
 import argparse
 import json
@@ -17,6 +21,7 @@ import signal
 import lightning.pytorch as pl
 import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
+from lightning.pytorch.strategies import ModelParallelStrategy
 
 from zephon import Dataset, Pipeline, StaticMixtureWorkSource
 from zephon.lightning import DataModule
@@ -38,6 +43,9 @@ class Tiny(pl.LightningModule):
             os.kill(os.getpid(), signal.SIGKILL)  # as a failure would
         return self.layer(ids.float()).pow(2).mean()
 
+    def configure_model(self):
+        """Where a model would be split over ``self.device_mesh["tensor_parallel"]``; this one stays whole."""
+
     def configure_optimizers(self):
         return torch.optim.SGD(self.parameters(), lr=1e-6)
 
@@ -48,6 +56,7 @@ def main():
     parser.add_argument("--devices", type=int, default=1)
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--crash-at", type=int, default=None)
+    parser.add_argument("--tensor-parallel", type=int, default=None, help="ranks per tensor-parallel group")
     parser.add_argument("--resume", action="store_true", help="continue from the newest checkpoint in --dir")
     args = parser.parse_args()
     os.makedirs(args.dir, exist_ok=True)
@@ -56,9 +65,12 @@ def main():
                                      {"web": 0.7, "code": 0.3}, chunk_size=8, seed=3)
     data = DataModule(Pipeline(source), batch_size=4, canonical_replicas=4)
     checkpoints = ModelCheckpoint(dirpath=args.dir, every_n_train_steps=4, save_top_k=-1, filename="{step}")
-    trainer = pl.Trainer(max_steps=args.steps, accelerator="cpu", devices=args.devices,
-                         strategy="ddp" if args.devices > 1 else "auto", callbacks=[checkpoints], logger=False,
-                         enable_progress_bar=False, enable_model_summary=False)
+    strategy = "ddp" if args.devices > 1 else "auto"
+    if args.tensor_parallel:
+        strategy = ModelParallelStrategy(data_parallel_size=args.devices // args.tensor_parallel,
+                                         tensor_parallel_size=args.tensor_parallel, save_distributed_checkpoint=False)
+    trainer = pl.Trainer(max_steps=args.steps, accelerator="cpu", devices=args.devices, strategy=strategy,
+                         callbacks=[checkpoints], logger=False, enable_progress_bar=False, enable_model_summary=False)
     newest = None
     if args.resume:
         steps = [int(name[len("step="):-len(".ckpt")]) for name in os.listdir(args.dir) if name.endswith(".ckpt")]

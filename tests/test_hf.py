@@ -74,3 +74,13 @@ def test_max_steps_defaults_to_the_loaders_optimizer_steps(tmp_path):
     trainer.train()
     assert trainer.state.global_step == -(-batches // 4) == args.max_steps
     assert loader.remaining() == 0 and trainer.lr_scheduler.get_last_lr()[0] == 0
+
+
+def test_a_tensor_parallel_group_trains_on_the_stream_of_one_process_and_resumes(tmp_path):
+    """A (dp=1, tp=2) mesh under torchrun: both ranks train on the batches one process reads,
+    and a run killed after step 7 resumes from checkpoint-4 on them."""
+    single, crashed = tmp_path / "single", tmp_path / "crashed"
+    train(single, 1)
+    assert train(crashed, 2, "--tensor-parallel", "2", "--crash-at", "7", check=False).returncode != 0
+    train(crashed, 2, "--tensor-parallel", "2", "--resume")
+    assert seen(crashed, 0) == seen(crashed, 1) == seen(single, 0)

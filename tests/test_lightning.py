@@ -60,6 +60,23 @@ def test_a_run_killed_on_two_devices_resumes_on_one(tmp_path):
     assert len(set(before + after)) == len(before) + len(after)  # nothing read twice
 
 
+def test_a_tensor_parallel_group_trains_on_one_stream_and_resumes_on_data_parallel_ranks(tmp_path):
+    """ModelParallelStrategy with one replica of two tensor-parallel ranks: both train on the
+    batches one device would; killed at step 11, it resumes from step 8 under DDP on two
+    data-parallel ranks, reading nothing twice."""
+    single, parallel = tmp_path / "single", tmp_path / "parallel"
+    train(single, "--devices", "1", "--steps", "12")
+    assert train(parallel, "--devices", "2", "--tensor-parallel", "2", "--crash-at", "11", check=False).returncode
+    assert seen(parallel, 0) == seen(parallel, 1) == {k: v for k, v in seen(single, 0).items() if k <= 11}
+    before = [p for step, ids in seen(parallel, 0).items() if step <= 8 for p in ids]
+    for rank in range(2):
+        (parallel / f"seen.{rank}").unlink()
+    train(parallel, "--devices", "2", "--resume", "--steps", "16")
+    after = [p for rank in range(2) for ids in seen(parallel, rank).values() for p in ids]
+    assert len(after) == 2 * 8 * 4  # steps 9 .. 16 on two ranks
+    assert len(set(before + after)) == len(before) + len(after)  # nothing read twice
+
+
 def test_a_bare_loader_in_lightning_says_what_to_use(tmp_path):
     script = tmp_path / "bare.py"
     script.write_text(

@@ -191,3 +191,13 @@ def test_torchrun_jobs_with_tensor_and_pipeline_parallelism_read_per_replica_and
                   str(tmp_path / "cut" / "ckpt"))
         resumed = _seen(tmp_path / f"dp{dp}", dp)
         assert [resumed[r] for r in range(dp)] == reference(dp, state)  # each lane continues from there
+
+
+def test_explicit_data_parallel_numbers_take_the_rest_of_the_world_as_peers(monkeypatch):
+    monkeypatch.setenv("WORLD_SIZE", "8")
+    monkeypatch.setenv("RANK", "5")
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    assert zt.detect_topology(dp_rank=1, dp_size=2) == zt.Topology(1, 2, 1, "explicit", peers=4, writes=True)
+    assert zt.detect_topology() == zt.Topology(5, 8, 1, "environment")
+    loader = zt.DataLoader(pipeline(), batch_size=BATCH, canonical_replicas=LANES, dp_rank=1, dp_size=2)
+    assert loader.lanes() == [4, 5, 6, 7]  # the second half, as rank 1 of 2

@@ -32,6 +32,9 @@ class DataModule(pl.LightningDataModule):
     **loader_kwargs
         Arguments of :class:`zephon.torch.DataLoader` (``batch_size``, ``num_workers``, …).
         Each rank reads its own lanes (Lightning's distributed sampler does not apply).
+        Under ``ModelParallelStrategy`` the readers are its mesh's ``"data_parallel"`` ranks
+        (a tensor-parallel group receives the same batches) unless ``device_mesh``,
+        ``dp_group`` or ``dp_rank`` / ``dp_size`` say otherwise.
 
     The data state in Lightning's checkpoint is the loader's global state as of the batch the
     last training step received. ``loader`` is the loader (after ``train_dataloader()``);
@@ -47,10 +50,20 @@ class DataModule(pl.LightningDataModule):
 
     def train_dataloader(self) -> Any:
         if self.loader is None:
-            self.loader = zt.DataLoader(self._pipeline, **self._kwargs)
+            self.loader = zt.DataLoader(self._pipeline, **self._layout(), **self._kwargs)
             if self._restored is not None:
                 self.loader.load_state_dict(self._restored)
         return _Feed(self)
+
+    def _layout(self) -> dict[str, Any]:
+        """The trainer's data-parallel mesh (``ModelParallelStrategy``), unless the arguments give a layout."""
+        from lightning.pytorch.strategies import ModelParallelStrategy
+
+        strategy = getattr(self.trainer, "strategy", None)
+        given = {"device_mesh", "dp_group", "dp_rank", "dp_size", "rank", "world_size"} & set(self._kwargs)
+        if not isinstance(strategy, ModelParallelStrategy) or given:
+            return {}
+        return {"device_mesh": strategy.device_mesh, "dp_dims": ("data_parallel",)}
 
     def on_before_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
         """Count a batch the training step is about to receive."""

@@ -19,14 +19,23 @@ from torch.utils.data import get_worker_info
 
 @dataclass(frozen=True, slots=True)
 class Topology:
-    """A reader's place: ``rank`` / ``world_size`` are its data-parallel rank and size."""
+    """Where a reader sits.
 
-    rank: int  # 0 <= rank < world_size
-    world_size: int  # >= 1
-    local_rank: int  # the process's rank on this node (LOCAL_RANK), 0 when unknown
-    origin: str  # "explicit", "device_mesh", "dp_group", "torch.distributed", "environment" or "single process"
-    peers: int = 1  # processes that read the same lanes (a replica's tensor / pipeline / context ranks)
-    writes: bool = True  # this process writes its replica's checkpoint files (its first rank)
+    ``rank`` / ``world_size``: its data-parallel rank (``0 <= rank < world_size``) and the
+    number of data-parallel ranks; ``local_rank``: the process's rank on its node
+    (``LOCAL_RANK``, 0 when unknown); ``origin``: where they came from (``"explicit"``,
+    ``"device_mesh"``, ``"dp_group"``, ``"torch.distributed"``, ``"environment"`` or
+    ``"single process"``); ``peers``: the processes of its data-parallel replica, which read the
+    same lanes (1 in a pure data-parallel job); ``writes``: whether it writes its replica's
+    checkpoint files (the replica's first rank).
+    """
+
+    rank: int
+    world_size: int
+    local_rank: int
+    origin: str
+    peers: int = 1
+    writes: bool = True
 
 
 def _env_int(name: str) -> int | None:
@@ -45,12 +54,13 @@ def _checked_ints(**values: Any) -> None:
             raise ValueError(f"{name}={value!r} must be an int >= 0")
 
 
-def _world() -> tuple[int, int | None, str]:
+def _world() -> tuple[int, int, str]:
     """The process's global rank and world size, and where they were found."""
     if dist.is_available() and dist.is_initialized():
         return dist.get_rank(), dist.get_world_size(), "torch.distributed"
-    if _env_int("WORLD_SIZE") is not None:
-        return _env_int("RANK") or 0, _env_int("WORLD_SIZE"), "environment"
+    world = _env_int("WORLD_SIZE")
+    if world is not None:
+        return _env_int("RANK") or 0, world, "environment"
     return 0, 1, "single process"
 
 
@@ -115,15 +125,14 @@ def detect_topology(rank: int | None = None, world_size: int | None = None, *, d
         r, w, peers, writes = _from_group(dp_group)
         origin = "dp_group"
     elif given:
-        explicit = (dp_rank, dp_size) if given[0].startswith("dp") else (rank, world_size)
-        r = world_rank if explicit[0] is None else explicit[0]
-        w = world if explicit[1] is None else explicit[1]
+        given_rank, given_size = (dp_rank, dp_size) if given[0].startswith("dp") else (rank, world_size)
+        r = world_rank if given_rank is None else given_rank
+        w = world if given_size is None else given_size
         origin = "explicit"
-        if world is not None and w and world > w and world % w == 0:
+        if w and world > w and world % w == 0:
             peers = world // w
     else:
         r, w = world_rank, world
-    assert w is not None  # WORLD_SIZE was set when it was read
     if w < 1 or not 0 <= r < w:
         raise ValueError(f"rank={r} and world_size={w} do not fit: need 0 <= rank < world_size and world_size >= 1")
     return Topology(r, w, local_rank, origin, peers, writes)
