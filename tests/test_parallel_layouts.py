@@ -201,3 +201,31 @@ def test_explicit_data_parallel_numbers_take_the_rest_of_the_world_as_peers(monk
     assert zt.detect_topology() == zt.Topology(5, 8, 1, "environment")
     loader = zt.DataLoader(pipeline(), batch_size=BATCH, canonical_replicas=LANES, dp_rank=1, dp_size=2)
     assert loader.lanes() == [4, 5, 6, 7]  # the second half, as rank 1 of 2
+
+
+def replicated(rank, world, replicate, workers):
+    """A DP 2 x TP 2 rank reading with ``replicate``: its batches' digests, its state after
+    batch 3 and at the end, and its stats."""
+    mesh = init_device_mesh("cpu", (2, 2), mesh_dim_names=("dp", "tp"))
+    loader = zt.DataLoader(pipeline(), batch_size=BATCH, canonical_replicas=LANES, device_mesh=mesh,
+                           replicate=replicate, num_workers=workers)
+    read, states = [], []
+    for batch in loader:
+        read.append(batch_digest(batch))
+        if len(read) == 3:
+            states.append(loader.state_dict())
+    return {"read": read, "states": [*states, loader.state_dict()], "stats": loader.stats()}
+
+
+def test_broadcast_replicas_receive_the_batches_computing_replicas_read(tmp_path):
+    computed = finish(*start_ranks(replicated, 4, tmp_path, "compute", 0, tag="compute"))
+    sent = finish(*start_ranks(replicated, 4, tmp_path, "broadcast", 1, tag="broadcast"))
+    assert [r["read"] for r in sent] == [r["read"] for r in computed]
+    for first, peer in ((0, 1), (2, 3)):  # rank = 2 dp + tp
+        assert sent[peer]["states"] == sent[first]["states"] and sent[peer]["stats"] == sent[first]["stats"]
+        assert [parse_state(s).entries for s in sent[first]["states"]] == \
+            [parse_state(s).entries for s in computed[first]["states"]]
+    with pytest.raises(ValueError, match="needs device_mesh"):
+        zt.DataLoader(pipeline(), replicate="broadcast", dp_rank=0, dp_size=1)
+    with pytest.raises(ValueError, match="replicate="):
+        zt.DataLoader(pipeline(), replicate="scatter")

@@ -25,6 +25,7 @@ from zephon.runtime import (
     Tracker, log_once,
 )
 from zephon.torch._bundles import Bundle, Plan, pointer_tensor
+from zephon.torch._relay import Relay
 from zephon.torch._workers import WorkerDiedError, dead_worker
 
 OBSERVE_EVERY = 8  # bundles between the stats' looks at the readers' chunk starts (see LoaderIterator._observe)
@@ -108,8 +109,8 @@ class LoaderIterator:
     tracks, per reader, how far the training loop has consumed."""
 
     def __init__(self, base: Any, plan: Plan, stats: LoaderStats, even: Even | None,
-                 count_left: Callable[[Mapping[int, Entry], Mapping[int, Any]], RankCount]):
-        self._base = base
+                 count_left: Callable[[Mapping[int, Entry], Mapping[int, Any]], RankCount], relay: Relay | None = None):
+        self._base, self._relay = base, relay  # relay: bundles come from (or go to) the replica's other ranks
         self._plan = plan
         self._stats, self._even, self._count_left = stats, even, count_left
         readers = [w for w, lanes in sorted(plan.lanes.items()) if lanes]
@@ -202,7 +203,7 @@ class LoaderIterator:
         pending = self._pending[worker]
         while not pending:
             try:
-                bundle = next(self._base)
+                bundle = next(self._base) if self._relay is None else self._relay.next(self._base)
             except StopIteration:
                 raise RuntimeError(f"zephon: DataLoader worker {worker} stopped before its last batch") from None
             self._pending[bundle.worker].append(bundle.land())  # at once: it frees the worker's slot

@@ -36,7 +36,8 @@ from zephon.torch._dcp import dcp_caller, dcp_state_dict, from_dcp, is_dcp_form
 from zephon.torch._dist import collective_device
 from zephon.torch._iterator import LoaderIterator
 from zephon.torch._slots import SPARE
-from zephon.torch._topology import Topology, detect_topology
+from zephon.torch._relay import BROADCAST, COMPUTE, Relay, replicas_of
+from zephon.torch._topology import Topology, detect_topology, dp_dim_names
 from zephon.torch._workers import watch_workers
 from zephon.work import WorkSource
 
@@ -113,6 +114,12 @@ class DataLoader(tud.DataLoader[Bundle]):
     dp_rank, dp_size : int or None, default None
         Instead of a mesh or group: the data-parallel rank and size (every rank of a replica
         then writes its checkpoint files, the same bytes).
+    replicate : str, default "compute"
+        How the ranks of a replica (``device_mesh``) get their batches: ``"compute"``, each
+        reads its lanes itself; ``"broadcast"``, the replica's first rank reads (with its
+        ``num_workers``) and sends each bundle of batches to the others, for pipelines whose
+        reading costs more than sending. Broadcast makes the replicas' process groups when the
+        loader is built (a collective: build it on every rank).
     cache_bytes : int or None, default 1 GiB (``2**30``)
         Each reader keeps, per dataset read from files, the decoded shards its lanes read:
         its fetch cache holds the dataset's ``cache_shards`` (default 1) *per lane* it reads,
@@ -136,7 +143,8 @@ class DataLoader(tud.DataLoader[Bundle]):
                  even_batches: bool = True, canonical_replicas: int | None = None, mapping: str = "contiguous",
                  rank: int | None = None, world_size: int | None = None, cache_bytes: int | None = 2**30,
                  device_mesh: Any = None, dp_dims: str | Sequence[str] = ("dp",), dp_group: Any = None,
-                 dp_rank: int | None = None, dp_size: int | None = None, **dataloader_kwargs: Any):
+                 dp_rank: int | None = None, dp_size: int | None = None, replicate: str = COMPUTE,
+                 **dataloader_kwargs: Any):
         if isinstance(pipeline, WorkSource):
             pipeline = Pipeline(pipeline)
         if not isinstance(pipeline, Pipeline):
@@ -163,8 +171,15 @@ class DataLoader(tud.DataLoader[Bundle]):
             dataloader_kwargs.setdefault("multiprocessing_context", "fork")
         drop_last = dataloader_kwargs.pop("drop_last", False)
         collate_fn = dataloader_kwargs.pop("collate_fn", None)
+        if replicate not in (COMPUTE, BROADCAST):
+            raise ValueError(f"replicate={replicate!r} must be {COMPUTE!r} (each rank of a replica reads) or "
+                             f"{BROADCAST!r} (its first rank reads and sends)")
+        if replicate == BROADCAST and device_mesh is None:
+            raise ValueError("replicate='broadcast' needs device_mesh= (the mesh names each replica's ranks)")
         topology = detect_topology(rank, world_size, device_mesh=device_mesh, dp_dims=dp_dims, dp_group=dp_group,
                                    dp_rank=dp_rank, dp_size=dp_size)
+        self._zephon_relay = (Relay(replicas_of(device_mesh, dp_dim_names(dp_dims)))
+                              if replicate == BROADCAST and topology.peers > 1 else None)
         self._zephon_book = LaneBook(pipeline, canonical_replicas=canonical_replicas, mapping=mapping,
                                      rank=topology.rank, world_size=topology.world_size,
                                      readers=max(1, num_workers) if type(num_workers) is int else 1)
@@ -335,9 +350,10 @@ class DataLoader(tud.DataLoader[Bundle]):
         if self.persistent_workers and self._iterator is not None:
             self._iterator._shutdown_workers()  # type: ignore[attr-defined]  # workers must start anew
             self._iterator = None
-        base = super().__iter__()
-        live = LoaderIterator(base, plan, self._zephon_stats, even, self._counter())
-        if self.num_workers > 0:
+        relay = self._zephon_relay
+        base = super().__iter__() if relay is None or relay.reads else None  # the others receive: no readers
+        live = LoaderIterator(base, plan, self._zephon_stats, even, self._counter(), relay)
+        if self.num_workers > 0 and base is not None:
             widen_pipe(base)
             watch_workers(live)
         self._zephon_live = live

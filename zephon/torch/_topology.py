@@ -64,13 +64,18 @@ def _world() -> tuple[int, int, str]:
     return 0, 1, "single process"
 
 
+def dp_dim_names(dp_dims: str | Sequence[str]) -> tuple[str, ...]:
+    """``dp_dims`` as a tuple of names."""
+    return (dp_dims,) if isinstance(dp_dims, str) else tuple(dp_dims)
+
+
 def _from_mesh(mesh: Any, dp_dims: str | Sequence[str]) -> tuple[int, int, int, bool]:
     """Data-parallel rank and size, peers and whether this rank writes, from a ``DeviceMesh``."""
     names = tuple(getattr(mesh, "mesh_dim_names", None) or ())
     if not names or not hasattr(mesh, "get_local_rank"):
         raise ValueError(f"device_mesh={mesh!r} must be a torch.distributed DeviceMesh with named dimensions "
                          "(init_device_mesh(..., mesh_dim_names=(\"dp\", \"tp\")))")
-    dims = (dp_dims,) if isinstance(dp_dims, str) else tuple(dp_dims)
+    dims = dp_dim_names(dp_dims)
     unknown = [d for d in dims if d not in names]
     if not dims or unknown or len(set(dims)) != len(dims):
         raise ValueError(f"dp_dims={dp_dims!r} must name distinct dimensions of the mesh, which has {list(names)}")
