@@ -2,6 +2,8 @@
 the strict mixture's prefix bound, and a JSON state that replays exactly at every cut."""
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 from hypothesis import given, strategies as st
@@ -108,6 +110,17 @@ def strict(shares, seq_len, queue):
     names = {f"c{k}": k for k in range(len(shares))}
     config = mixture.config("strict", dict(zip(names, shares)), names, 0.01, queue)
     return Packing(pack.config(seq_len, pad_id=0), config)
+
+
+@pytest.mark.parametrize("ended", [False, True])
+def test_strict_leaves_a_restored_document_of_an_unweighted_component_queued(ended):
+    """A state restored with a document of a component now weighted 0 (or a share edited to 0)
+    fills from the weighted components only; that document stays queued."""
+    packing = strict([0.5, 0.5, 0.0], 8, queue=1)
+    stray = Doc(0, (0, 0, 0), 2, np.ones(5, dtype=np.int64))
+    state = dataclasses.replace(packing.init(), queues=((), (), (mixture.Piece(stray, 0, 5),)), ended=ended)
+    state = packing.step(state, Doc(1, (0, 0, 1), 0, np.ones(3, dtype=np.int64)))
+    assert state.queues[2] == (mixture.Piece(stray, 0, 5),) and state.placed[2] == 0
 
 
 @given(st.lists(st.integers(1, 300), min_size=60, max_size=200), st.integers(8, 64), st.data())

@@ -229,3 +229,17 @@ def test_broadcast_replicas_receive_the_batches_computing_replicas_read(tmp_path
         zt.DataLoader(pipeline(), replicate="broadcast", dp_rank=0, dp_size=1)
     with pytest.raises(ValueError, match="replicate="):
         zt.DataLoader(pipeline(), replicate="scatter")
+
+
+def broadcast_on_a_part(rank, world):
+    mesh = init_device_mesh("cpu", (2, 2, 2), mesh_dim_names=("pp", "dp", "tp"))
+    try:
+        zt.DataLoader(pipeline(), device_mesh=mesh["dp", "tp"], replicate="broadcast")
+    except ValueError as error:
+        return str(error)
+    return None
+
+
+def test_broadcast_over_a_part_of_the_job_is_refused_on_every_rank(tmp_path):
+    said = finish(*start_ranks(broadcast_on_a_part, 8, tmp_path, tag="part"))
+    assert all(s is not None and "the mesh of the whole job (8 ranks), not a part of it (4 ranks)" in s for s in said)

@@ -229,4 +229,9 @@ def test_a_batch_digest_reads_values_not_containers():
     assert batch_digest(batch) != batch_digest({**batch, "input_ids": torch.arange(6, dtype=torch.int32).reshape(2, 3)})
     assert batch_digest(batch) != batch_digest({**batch, "input_ids": torch.arange(6).reshape(3, 2)})
     # pinned: the digest of a batch never changes (other processes, versions and machines compare them)
-    assert batch_digest(batch) == "5f098f286626a0bbbaf19a5c1a17990590ed358e1843988e300f69e717953d33"
+    assert batch_digest(batch) == "a7645e64a5375649335df88ed324eba81161fc705789973eb2ed6c82b80d5f77"
+    assert batch_digest({1: "a"}) != batch_digest({"1": "a"})  # keys by type and value
+    words = np.array(["a", None], dtype=object)
+    assert batch_digest(words) == batch_digest(words.copy()) == batch_digest(["a", None])  # objects by value
+    half = torch.ones(3, dtype=torch.bfloat16)
+    assert batch_digest(half) == batch_digest(half.clone()) != batch_digest(half.to(torch.float16))

@@ -50,20 +50,22 @@ class DataModule(pl.LightningDataModule):
 
     def train_dataloader(self) -> Any:
         if self.loader is None:
-            self.loader = zt.DataLoader(self._pipeline, **self._layout(), **self._kwargs)
+            self.loader = zt.DataLoader(self._pipeline, **{**self._layout(), **self._kwargs})
             if self._restored is not None:
                 self.loader.load_state_dict(self._restored)
         return _Feed(self)
 
     def _layout(self) -> dict[str, Any]:
         """The trainer's data-parallel mesh (``ModelParallelStrategy``), unless the arguments give a layout."""
-        from lightning.pytorch.strategies import ModelParallelStrategy
-
+        try:
+            from lightning.pytorch.strategies import ModelParallelStrategy  # Lightning 2.3 on
+        except ImportError:
+            return {}
         strategy = getattr(self.trainer, "strategy", None)
         given = {"device_mesh", "dp_group", "dp_rank", "dp_size", "rank", "world_size"} & set(self._kwargs)
         if not isinstance(strategy, ModelParallelStrategy) or given:
             return {}
-        return {"device_mesh": strategy.device_mesh, "dp_dims": ("data_parallel",)}
+        return {"device_mesh": strategy.device_mesh, "dp_dims": ("data_parallel",)}  # the loader's dp_dims win
 
     def on_before_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
         """Count a batch the training step is about to receive."""

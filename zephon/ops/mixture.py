@@ -124,9 +124,9 @@ def _fill(config: MixtureConfig, packing: PackConfig, state: StrictState,
     """``state`` with ``queues`` in place of its own, filled as far as the rule allows."""
     placed, packed, late = list(state.placed), state.pack, list(state.late)
     shares = config.shares
-    alive = [c for c, share in enumerate(shares) if share > 0]  # only they queue documents (``step``)
-    waiting = sum(map(len, queues))
-    while waiting:
+    alive = [c for c, share in enumerate(shares) if share > 0]
+    waiting = sum(map(len, queues))  # what is held, weighted or not (a restored state may hold either)
+    while any(queues[c] for c in alive):
         if state.ended:
             c = _behind(shares, placed, [c for c in alive if queues[c]])
         else:

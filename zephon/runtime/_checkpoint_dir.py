@@ -150,18 +150,15 @@ def save_checkpoint_dir(directory: str | os.PathLike[str], loader: Any, *, step:
     is complete.
 
     In a job with tensor, pipeline or context parallelism (a loader built with a
-    ``device_mesh`` or ``dp_group``), files are per data-parallel rank, and a loader's rank
-    that is not the first of its replica writes nothing (the first writes the same lanes):
-    it returns whether the step is complete yet.
+    ``device_mesh`` or ``dp_group``), files are per data-parallel rank. Given the loader, a
+    rank that is not the first of its replica writes nothing (the first writes the same
+    lanes) and returns whether the step is complete yet; given a state, every rank writes
+    it (the same bytes as its replica's other ranks).
 
     Refuses (``ValueError``, before writing) a directory that holds another run's steps or
     complete steps after ``step`` (a run that started over or was rolled back needs its own
     directory), and a step already complete with other positions for this rank's lanes.
     """
-    if not getattr(getattr(loader, "topology", None), "writes", True):
-        _check_arguments(step, keep)
-        parsed = parse_state(_state_of(loader))
-        return parsed.run is not None and MARKER in Store(directory, filesystem).listing(_folder(step, parsed.run))[1]
     state = _state_of(loader)
     parsed = parse_state(state)
     rank, group = _group_of(parsed)
@@ -174,6 +171,8 @@ def save_checkpoint_dir(directory: str | os.PathLike[str], loader: Any, *, step:
     _refuse_other_runs(store, steps, parsed.run)
     _refuse_newer(store, steps, step)
     folder = _folder(step, parsed.run)
+    if not getattr(getattr(loader, "topology", None), "writes", True):
+        return MARKER in store.listing(folder)[1]
     if MARKER in store.listing(folder)[1]:
         _check_same(store, folder, parsed, rank)
         return True

@@ -21,15 +21,26 @@ def _canonical(value: Any, out: Any) -> None:
     """Feed ``value`` to the hash ``out``: arrays (and tensors) by dtype, shape and bytes;
     mappings by sorted key; sequences in order; anything else by its JSON."""
     if hasattr(value, "detach"):  # a torch tensor: its values on the CPU
-        value = value.detach().cpu().numpy()
+        tensor = value.detach().cpu().contiguous()
+        try:
+            value = tensor.numpy()
+        except TypeError:  # a dtype numpy lacks (bfloat16, ...): its bytes
+            import torch
+
+            out.update(f"t{tensor.dtype}{tuple(tensor.shape)}".encode())
+            out.update(tensor.reshape(-1).view(torch.uint8).numpy().tobytes())
+            return
     if hasattr(value, "__array__"):
         array = np.ascontiguousarray(np.asarray(value))
+        if array.dtype == object:  # objects: by value, not by address
+            _canonical(array.tolist(), out)
+            return
         out.update(f"a{array.dtype.str}{array.shape}".encode())
         out.update(array.tobytes())
     elif isinstance(value, Mapping):
         out.update(b"m%d" % len(value))
-        for key in sorted(value, key=str):
-            out.update(json.dumps(str(key)).encode())
+        for key in sorted(value, key=lambda k: (type(k).__name__, str(k))):
+            out.update(f"{type(key).__name__}:{json.dumps(str(key))}".encode())
             _canonical(value[key], out)
     elif isinstance(value, (list, tuple)):
         out.update(b"l%d" % len(value))
@@ -63,16 +74,21 @@ def assert_parallel_reads(reads: Mapping[int, Sequence[Hashable]], replicas: Ite
         :func:`batch_digest` of each.
     replicas : iterable of sequences of int
         The global ranks of each data-parallel replica (its tensor / pipeline / context
-        ranks), e.g. ``mesh["tp"].mesh.tolist()`` rows per data-parallel rank. Every rank of
-        ``reads`` must be in exactly one.
+        ranks), e.g. ``mesh.mesh.tolist()`` for a ``("dp", "tp")`` mesh (a row per
+        data-parallel rank). Every rank of ``reads`` must be in exactly one. Replicas must
+        not share a batch, so keys must tell batches apart (a digest of their sample ids does).
     stream : iterable or None, default None
         The batches the whole job should read (any order), e.g. those of one process per
-        data-parallel rank of a reference run.
+        data-parallel rank of a reference run on the same data-parallel size (with
+        ``even_batches``, the surplus held back depends on it).
     """
     groups = [list(group) for group in replicas]
     placed = [rank for group in groups for rank in group]
     if sorted(placed) != sorted(reads) or len(set(placed)) != len(placed):
-        raise AssertionError(f"replicas {groups} must hold every rank of reads ({sorted(reads)}) exactly once")
+        twice = sorted({r for r in placed if placed.count(r) > 1})
+        raise AssertionError(f"replicas {groups} must hold every rank of reads exactly once: ranks not in a replica "
+                             f"{sorted(set(reads) - set(placed))}, in no reads {sorted(set(placed) - set(reads))}, "
+                             f"in two replicas {twice}")
     owner: dict[Hashable, int] = {}
     for group in groups:
         first = group[0]

@@ -37,7 +37,7 @@ from zephon.runtime import (
 )
 from zephon.torch._collate import collate_rows, columnar_batch
 from zephon.torch._packed import packed_bundles, units_per_bundle
-from zephon.torch._slots import Slots, stow, take, unstow
+from zephon.torch._slots import ALIGN, Slots, stow, take, unstow
 from zephon.torch._topology import current_worker
 from zephon.torch._workers import freeze_inherited, guard_worker
 
@@ -46,7 +46,8 @@ SLOT_BUNDLE = 131072  # samples per shared-memory slot: fewer bundles, each with
 PIPE_BYTES = 1 << 20  # the workers' result pipe, widened to this (Linux's default ceiling for a user)
 SHIP_BYTES = 256 << 10  # tensors up to this size cross from workers as numpy arrays (``ship``)
 RECORD_BUNDLE = 2048  # samples per bundle when records are read
-PACKED_BYTES = 3 * 8  # slot bytes per packed token: input_ids, segment_ids and position_ids, int64
+PACKED_ARRAYS = 3  # a packed batch's (B, seq_len) int64 arrays: input_ids, segment_ids, position_ids
+PACKED_BYTES = PACKED_ARRAYS * 8  # slot bytes per packed token
 log = logging.getLogger("zephon")
 
 
@@ -155,8 +156,9 @@ class Plan:
         if self.pointer_path:
             self.slots = Slots.for_pointers(readers, self._whole_units(SLOT_BUNDLE), count, context)
         elif packing is not None and self.batch_size is not None and self.collate_fn is None:
-            tokens = units_per_bundle(self.batch_size, packing.pack.seq_len) * self.batch_size * packing.pack.seq_len
-            self.slots = Slots(readers, tokens * PACKED_BYTES, count, context)
+            units = units_per_bundle(self.batch_size, packing.pack.seq_len)
+            width = units * (self.batch_size * packing.pack.seq_len * PACKED_BYTES + PACKED_ARRAYS * ALIGN)
+            self.slots = Slots(readers, width, count, context)
 
 
 class Readers(IterableDataset[Bundle]):

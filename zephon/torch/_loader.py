@@ -339,7 +339,8 @@ class DataLoader(tud.DataLoader[Bundle]):
         plan = Plan(book.pipeline, book.canonical_replicas, lanes, book.entries(), batch_size, drop_last, collate_fn,
                     self._zephon_cache_bytes, book.operators())
         context = self.multiprocessing_context or torch.multiprocessing.get_context()
-        if self.num_workers > 0 and context.get_start_method() == "fork":
+        relay = self._zephon_relay
+        if self.num_workers > 0 and context.get_start_method() == "fork" and (relay is None or relay.reads):
             assert self.prefetch_factor is not None  # torch sets it whenever there are workers
             plan.share_memory(readers, self.prefetch_factor + SPARE, context)
         even = self._even()
@@ -350,7 +351,6 @@ class DataLoader(tud.DataLoader[Bundle]):
         if self.persistent_workers and self._iterator is not None:
             self._iterator._shutdown_workers()  # type: ignore[attr-defined]  # workers must start anew
             self._iterator = None
-        relay = self._zephon_relay
         base = super().__iter__() if relay is None or relay.reads else None  # the others receive: no readers
         live = LoaderIterator(base, plan, self._zephon_stats, even, self._counter(), relay)
         if self.num_workers > 0 and base is not None:

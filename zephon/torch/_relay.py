@@ -19,6 +19,9 @@ COMPUTE, BROADCAST = "compute", "broadcast"
 def replicas_of(mesh: Any, dp_dims: Sequence[str]) -> list[list[int]]:
     """The global ranks of each data-parallel replica of ``mesh``, one list per data-parallel
     rank (row-major over ``dp_dims``), each from its first rank (every other coordinate 0)."""
+    if mesh.mesh.numel() != dist.get_world_size():
+        raise ValueError(f"replicate='broadcast' needs the mesh of the whole job ({dist.get_world_size()} ranks), "
+                         f"not a part of it ({mesh.mesh.numel()} ranks): pass the world's mesh with dp_dims")
     names = list(mesh.mesh_dim_names)
     order = [names.index(d) for d in dp_dims] + [k for k, d in enumerate(names) if d not in dp_dims]
     size = 1

@@ -26,7 +26,7 @@ import torch
 SPARE = 2  # slots per worker beyond the bundles torch keeps in flight: the one being read, the one before
 _RECORD = 28  # bytes per sample in a pointer slot: three int64 pointer fields and an int32 component id
 STOW_BYTES = 4096  # arrays from this size on are stowed in a slot; smaller ones cross the pipe
-_ALIGN = 64  # stowed arrays start at multiples of this (a cache line)
+ALIGN = 64  # stowed arrays start at multiples of this (a cache line)
 log = logging.getLogger("zephon")
 _tokens = itertools.count()
 _open: weakref.WeakValueDictionary[int, Slots] = weakref.WeakValueDictionary()  # the trainer's, by token
@@ -137,6 +137,8 @@ def stow(slots: Slots, worker: int, units: list[Any]) -> tuple[int, int, int] | 
     """In a worker: the large tensors of dict ``units`` copied into a free slot, each replaced
     by its place there; what the bundle carries for them (None: no slot was free, or nothing
     was large enough). Tensors that do not fit stay as they are."""
+    if not units:
+        return None
     slot = slots.claim(worker)
     if slot is None:
         slots.say_piped(worker)
@@ -149,7 +151,7 @@ def stow(slots: Slots, worker: int, units: list[Any]) -> tuple[int, int, int] | 
             array = value.numpy()
             region[at:at + array.nbytes].view(array.dtype).reshape(array.shape)[...] = array
             unit[key] = _Stowed(at, array.dtype.str, array.shape)
-            at = -(-(at + array.nbytes) // _ALIGN) * _ALIGN
+            at = -(-(at + array.nbytes) // ALIGN) * ALIGN
     if at == 0:
         slots.release(worker, slot)
         return None

@@ -78,7 +78,8 @@ def _from_mesh(mesh: Any, dp_dims: str | Sequence[str]) -> tuple[int, int, int, 
     dims = dp_dim_names(dp_dims)
     unknown = [d for d in dims if d not in names]
     if not dims or unknown or len(set(dims)) != len(dims):
-        raise ValueError(f"dp_dims={dp_dims!r} must name distinct dimensions of the mesh, which has {list(names)}")
+        raise ValueError(f"dp_dims={dp_dims!r} must name distinct dimensions of the mesh, which has {list(names)} (for "
+                         "a dimension flattened from others, e.g. torchtitan's 'dp', name those it was made of)")
     rank = 0
     for d in dims:  # row-major over the data-parallel dimensions
         rank = rank * mesh.size(names.index(d)) + mesh.get_local_rank(d)
@@ -120,6 +121,9 @@ def detect_topology(rank: int | None = None, world_size: int | None = None, *, d
              if value is not None]
     if len(given) > 1:
         raise ValueError(f"give one of device_mesh, dp_group, dp_rank/dp_size or rank/world_size, not {given}")
+    if (dp_rank is None) != (dp_size is None):
+        raise ValueError(f"dp_rank={dp_rank!r} and dp_size={dp_size!r}: give both (this rank's data-parallel rank and "
+                         "the number of data-parallel ranks)")
     local_rank = _env_int("LOCAL_RANK") or 0
     world_rank, world, origin = _world()
     peers, writes = 1, True
