@@ -243,3 +243,12 @@ def broadcast_on_a_part(rank, world):
 def test_broadcast_over_a_part_of_the_job_is_refused_on_every_rank(tmp_path):
     said = finish(*start_ranks(broadcast_on_a_part, 8, tmp_path, tag="part"))
     assert all(s is not None and "the mesh of the whole job (8 ranks), not a part of it (4 ranks)" in s for s in said)
+
+
+def test_a_stream_dataset_reads_per_data_parallel_rank_too():
+    whole = [item["_sample_id"] for item in pipeline().to_torch_dataset(canonical_replicas=LANES)]
+    halves = [[item["_sample_id"] for item in pipeline().to_torch_dataset(canonical_replicas=LANES, dp_rank=r,
+                                                                          dp_size=2)] for r in range(2)]
+    places = [(t.rank, t.world_size) for t in (pipeline().to_torch_dataset(dp_rank=r, dp_size=2).topology
+                                                for r in range(2))]
+    assert places == [(0, 2), (1, 2)] and halves[0] != halves[1] and sorted(halves[0] + halves[1]) == sorted(whole)

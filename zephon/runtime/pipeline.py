@@ -446,13 +446,14 @@ class Pipeline:
     # acyclic and torch optional.
 
     def to_torch_dataset(self, *, canonical_replicas: int | None = None, mapping: str = "contiguous",
-                         rank: int | None = None, world_size: int | None = None) -> Any:
-        """A torch ``IterableDataset`` of the items: see :class:`zephon.torch.StreamDataset`.
+                         rank: int | None = None, world_size: int | None = None, **layout: Any) -> Any:
+        """A torch ``IterableDataset`` of the items: see :class:`zephon.torch.StreamDataset`
+        (``layout``: its ``device_mesh``, ``dp_dims``, ``dp_group``, ``dp_rank``, ``dp_size``).
         A packed pipeline is read with :class:`zephon.torch.DataLoader` (``TypeError`` here)."""
         from zephon.torch import StreamDataset
 
         return StreamDataset(self, canonical_replicas=canonical_replicas, mapping=mapping, rank=rank,
-                             world_size=world_size)
+                             world_size=world_size, **layout)
 
     def to_indexable_torch_dataset(self, *, lane: int | None = None, canonical_replicas: int | None = None) -> Any:
         """A map-style torch ``Dataset`` of the items: see :class:`zephon.torch.IndexedDataset`.

@@ -15,7 +15,10 @@ class StreamDataset(IterableDataset[Any]):
     """The items of a pipeline as a torch ``IterableDataset``, lanes spread over ranks and workers.
 
     Rank and world size come from ``rank`` / ``world_size``, else ``torch.distributed``, else
-    torchrun's environment, else a single process (read when the dataset is built).
+    torchrun's environment, else a single process (read when the dataset is built). In a job
+    with tensor, pipeline or context parallelism, ``device_mesh`` (with ``dp_dims``),
+    ``dp_group`` or ``dp_rank`` / ``dp_size`` make the data-parallel ranks the readers, as for
+    :class:`zephon.torch.DataLoader`: the ranks of a replica get the same items.
     ``canonical_replicas`` lanes (default: 8 x the world size at the first start, room to grow
     8x; a loaded checkpoint's value otherwise) go to ranks by ``mapping`` and a
     rank's lanes to its DataLoader workers the same way; a reader round-robins samples over
@@ -34,13 +37,16 @@ class StreamDataset(IterableDataset[Any]):
     """
 
     def __init__(self, pipeline: Pipeline, *, canonical_replicas: int | None = None, mapping: str = "contiguous",
-                 rank: int | None = None, world_size: int | None = None):
+                 rank: int | None = None, world_size: int | None = None, device_mesh: Any = None,
+                 dp_dims: str | Sequence[str] = ("dp",), dp_group: Any = None, dp_rank: int | None = None,
+                 dp_size: int | None = None):
         if not isinstance(pipeline, Pipeline):
             raise TypeError(f"StreamDataset needs a zephon.Pipeline, got {type(pipeline).__name__}")
         if pipeline.packing is not None:
             raise TypeError("StreamDataset does not read packed pipelines: use zephon.torch.DataLoader(pipeline, "
                             "batch_size=...), which checkpoints the packer")
-        topology = detect_topology(rank, world_size)
+        topology = detect_topology(rank, world_size, device_mesh=device_mesh, dp_dims=dp_dims, dp_group=dp_group,
+                                   dp_rank=dp_rank, dp_size=dp_size)
         self._book = LaneBook(pipeline, canonical_replicas=canonical_replicas, mapping=mapping,
                               rank=topology.rank, world_size=topology.world_size)
         self.topology = topology
