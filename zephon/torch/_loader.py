@@ -102,7 +102,7 @@ class DataLoader(tud.DataLoader[Bundle]):
     device_mesh : torch.distributed.DeviceMesh or None, default None
         A job with tensor, pipeline or context parallelism: the readers are the mesh's
         data-parallel ranks (``dp_dims``). The ranks of one data-parallel replica read the
-        same lanes and receive identical batches (no broadcast); ``len``, ``even_batches``,
+        same lanes and receive identical batches (see ``replicate``); ``len``, ``even_batches``,
         ``stats()`` and checkpoints count data-parallel ranks, and only a replica's first rank
         writes checkpoint files.
     dp_dims : str or tuple of str, default ("dp",)
