@@ -9,6 +9,7 @@ in the same order, so their batches, ``state_dict()`` and ``stats()`` are the sa
 """
 from __future__ import annotations
 
+import math
 from typing import Any, Sequence
 
 import torch.distributed as dist
@@ -24,9 +25,7 @@ def replicas_of(mesh: Any, dp_dims: Sequence[str]) -> list[list[int]]:
                          f"not a part of it ({mesh.mesh.numel()} ranks): pass the world's mesh with dp_dims")
     names = list(mesh.mesh_dim_names)
     order = [names.index(d) for d in dp_dims] + [k for k, d in enumerate(names) if d not in dp_dims]
-    size = 1
-    for d in dp_dims:
-        size *= mesh.size(names.index(d))
+    size = math.prod(mesh.size(names.index(d)) for d in dp_dims)
     ranks: list[list[int]] = mesh.mesh.permute(order).reshape(size, -1).tolist()
     return ranks
 
