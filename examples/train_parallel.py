@@ -11,7 +11,7 @@ step, that they hold the same batch (as a real tensor-parallel layer needs), and
 data-parallel ranks all-reduce a stand-in gradient over their group. Every rank appends the
 sample ids it trains on to ``--out/seen.<rank>``; every ``--save-every`` steps the loader's
 state goes to the checkpoint directory ``--out/ckpt`` (a file per data-parallel rank, written
-by the replica's first rank). ``--crash-at N`` kills the process after step N, as a failure
+by the replica's first rank). ``--crash-at N`` kills every process after step N, as a failure
 would; ``--resume DIR`` continues from that directory's newest complete step.
 """
 import argparse
@@ -71,6 +71,7 @@ def main():
             if step % args.save_every == 0:
                 zt.save_checkpoint_dir(os.path.join(args.out, "ckpt"), loader, step=step)
             if step == args.crash_at:
+                dist.barrier()  # every rank has taken step N: the whole job fails there, not one rank a step early
                 os.kill(os.getpid(), signal.SIGKILL)
     if rank == 0:
         print(f"{step} steps on data-parallel rank {loader.topology.rank} of {loader.topology.world_size}")
