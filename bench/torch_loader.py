@@ -20,7 +20,7 @@ import time
 from collections import Counter
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Iterator
 
 import numpy as np
 import pyarrow as pa
@@ -378,6 +378,19 @@ def mixture_order(rows: MixtureRows, rng: np.random.Generator) -> np.ndarray:
     return order[:end]
 
 
+def in_memory_table(files: dict[str, list[str]]) -> pa.Table:
+    """Every component's ``text`` and ``component`` in memory, rows in :class:`MixtureRows` index order."""
+    return pa.concat_tables([pq.read_table(path, columns=["text", "component"])
+                             for paths in files.values() for path in paths]).combine_chunks()
+
+
+def in_memory_batches(table: pa.Table, order: np.ndarray) -> Iterator[dict[str, list]]:
+    """The hand-written in-memory loop: per batch one ``take`` of the table and its columns as lists."""
+    for a in range(0, len(order) - BATCH + 1, BATCH):
+        rows = table.take(pa.array(order[a:a + BATCH]))
+        yield {"text": rows.column("text").to_pylist(), "component": rows.column("component").to_pylist()}
+
+
 def drain(loader: Iterable[dict], batches: int, key: str, errors: list[list[float]]) -> float:
     """Samples/s of ``batches`` batches after one untimed warm-up batch; appends the timed batches'
     composition errors (``batch[key]`` holds a batch's components) to ``errors``."""
@@ -423,6 +436,7 @@ def mixture_rows(cfg: Settings) -> list[Row]:
     pipeline, files = mixture_pipeline(directory), component_files(directory)
     hf_rows, arrow_rows = hf_mixture(files, directory / "hf-cache"), MixtureRows(files)
     order = mixture_order(arrow_rows, np.random.default_rng(SEED))
+    table = in_memory_table(files)
     n = cfg.mixture_batches
     loaders: dict[str, Callable[[list[list[float]]], float]] = {
         "zephon default (16 lanes), workers=2": lambda e: zephon_mixture(pipeline, 2, None, n, e),
@@ -432,6 +446,7 @@ def mixture_rows(cfg: Settings) -> list[Row]:
         "HF interleave_datasets, workers=2": lambda e: torch_mixture(hf_rows, n, e, collate_fn=hf_collate),
         "pyarrow map-style Dataset, workers=2": lambda e: torch_mixture(arrow_rows, n, e, sampler=order,
                                                                         collate_fn=_unbatched),
+        "in-memory pyarrow take loop, one process": lambda e: drain(in_memory_batches(table, order), n, "component", e),
     }
     errors: list[list[list[float]]] = [[] for _ in loaders]  # per loader, per call, per batch
     rates = paired(cfg.repeats, *(functools.partial(measure, e) for measure, e in zip(loaders.values(), errors)))
@@ -444,12 +459,14 @@ def mixture_rows(cfg: Settings) -> list[Row]:
                      worst <= 2 if zephon else None, [max(repeat) for repeat in repeats]),
                  Row("  batch composition error, mean", mean, "samples", "", None, None,
                      [statistics.fmean(repeat) for repeat in repeats])]
-    default, one_lane, _, mapped, hf_rate, arrow_rate = rates
-    for label, base, target, bound in (("default lanes / one lane per reader", one_lane, ">= 90%", 0.9),
-                                       ("per-item map / columnar (default)", default, ">= 60%", 0.6),
-                                       ("default / HF map-style", hf_rate, ">= 2x", 2.0),
-                                       ("default / pyarrow map-style", arrow_rate, ">= 50%", 0.5)):
-        top = mapped if label.startswith("per-item") else default
+    default, one_lane, single, mapped, hf_rate, arrow_rate, memory = rates
+    for label, top, base, target, bound in (
+            ("default lanes / one lane per reader", default, one_lane, ">= 90%", 0.9),
+            ("per-item map / columnar (default)", mapped, default, ">= 60%", 0.6),
+            ("default / HF map-style", default, hf_rate, ">= 2x", 2.0),
+            ("default / pyarrow map-style", default, arrow_rate, ">= 50%", 0.5),
+            ("workers=0 / in-memory take loop", single, memory, ">= 50%", 0.5),
+            ("workers=2 / workers=0", default, single, ">= 1.6x", 1.6)):
         ratio = median_ratio(top, base)
         rows.append(Row(f"  {label}", ratio, "x", target, ratio, ratio >= bound, [d / b for d, b in zip(top, base)]))
     return rows

@@ -69,6 +69,19 @@ def test_fetch_returns_exactly_the_rows_at_the_pointers_in_order(datasets, point
     assert fetch(datasets, pointers, columns=["id"]) == [{"id": w["id"]} for w in want]
 
 
+@given(st.integers(0, 3), st.lists(st.integers(0, 10**6), max_size=40), st.sampled_from([None, ["text"]]))
+def test_gather_hands_out_the_pieces_whose_rows_a_take_picks(datasets, shard, draws, columns):
+    count = PARQUET_COUNTS[shard]
+    offsets = np.array([d % count for d in draws] if count else [], dtype=np.int64)
+    tables, rows = datasets[0].gather(shard, offsets, columns)
+    want = datasets[0].read_table(shard, offsets, columns)
+    assert pa.concat_tables(tables).take(pa.array(rows, pa.int64())).equals(want)
+    assert len(tables) <= -(-count // 5) + (not len(offsets))  # each row group of 5 rows once at most
+    js_tables, js_rows = datasets[1].gather(0, [5, 0], columns)  # not columnar: its read_table, as one table
+    assert len(js_tables) == 1 and js_rows.tolist() == [0, 1]
+    assert js_tables[0].equals(datasets[1].read_table(0, [5, 0], columns))
+
+
 def test_fetch_table_combines_datasets_by_column_name(tmp_path):
     a = Dataset.from_records("a", [[{"id": 1, "x": "a"}, {"id": 2, "x": "b"}]])
     b = Dataset.from_records("b", [[{"id": 3}]])

@@ -270,30 +270,41 @@ def test_records_batches_and_custom_collate():
     assert [i for b in lists for i in b] == items
 
 
-def test_parquet_columnar_batches_equal_collated_items(tmp_path):
+@pytest.mark.parametrize("workers", [0, 2])
+def test_parquet_columnar_batches_equal_collated_items(tmp_path, workers):
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     (tmp_path / "p").mkdir()
+    (tmp_path / "q").mkdir()
     for s in range(3):
         pq.write_table(pa.table({"id": pa.array(range(100 * s, 100 * s + 40), pa.int32()),
                                  "score": [0.5 * i for i in range(40)], "ok": [i % 2 == 0 for i in range(40)],
-                                 "text": [f"t{s}.{i}" for i in range(40)]}), tmp_path / "p" / f"{s}.parquet",
-                       row_group_size=16)
-    dataset = Dataset.from_path("p", tmp_path / "p", cache_dir=tmp_path / "c")
-    pipeline = Pipeline(StaticMixtureWorkSource([dataset], {"p": 1}, chunk_size=12, shuffle_within_shard=True))
-    assert pipeline.columnar
-    columnar = list(zt.DataLoader(pipeline, batch_size=10, num_workers=2, canonical_replicas=2))
-    items = list(zt.DataLoader(pipeline, batch_size=10, num_workers=2, canonical_replicas=2,
-                               collate_fn=zt.collate))
-    assert len(columnar) == len(items) == 12
-    for a, b in zip(columnar, items):
-        assert list(a) == list(b) == ["id", "score", "ok", "text", "_sample_id", "_component"]
-        for key in a:
-            if isinstance(a[key], torch.Tensor):
-                assert a[key].dtype == b[key].dtype and torch.equal(a[key], b[key]), key
-            else:
-                assert a[key] == b[key], key
+                                 "text": [f"t{s}.{i}" for i in range(40)],
+                                 "note": pa.array(["" if i % 5 else f"n{i}" for i in range(40)], pa.large_string())}),
+                       tmp_path / "p" / f"{s}.parquet", row_group_size=16)
+        pq.write_table(pa.table({"id": pa.array(range(1000 + 100 * s, 1000 + 100 * s + 30), pa.int32()),
+                                 "ok": [i % 3 == 0 for i in range(30)], "text": [f"ü{s}·{i}" * (i % 4) for i in range(30)],
+                                 "note": pa.array([f"m{i}" for i in range(30)], pa.large_string())}),
+                       tmp_path / "q" / f"{s}.parquet", row_group_size=7)
+    datasets = [Dataset.from_path(name, tmp_path / name, cache_dir=tmp_path / "c") for name in "pq"]
+    for weights, columns in (({"p": 1}, None), ({"p": 2, "q": 1}, ["id", "ok", "text", "note"]),
+                             ({"q": 1}, ["note", "text"])):
+        pipeline = Pipeline(StaticMixtureWorkSource([d for d in datasets if d.name in weights], weights, chunk_size=12,
+                                                    shuffle_within_shard=True), columns=columns)
+        assert pipeline.columnar
+        columnar = list(zt.DataLoader(pipeline, batch_size=10, num_workers=workers, canonical_replicas=2))
+        items = list(zt.DataLoader(pipeline, batch_size=10, num_workers=workers, canonical_replicas=2,
+                                   collate_fn=zt.collate))
+        assert len(columnar) == len(items) > 8
+        for a, b in zip(columnar, items):
+            assert list(a) == list(b) == [*(columns or ["id", "score", "ok", "text", "note"]), "_sample_id",
+                                          "_component"]
+            for key in a:
+                if isinstance(a[key], torch.Tensor):
+                    assert a[key].dtype == b[key].dtype and torch.equal(a[key], b[key]), key
+                else:
+                    assert a[key] == b[key] and type(a[key]) is type(b[key]) is list, key
 
 
 def test_len_is_the_iterations_total_and_remaining_what_is_still_to_come():

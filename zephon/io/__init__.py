@@ -9,6 +9,7 @@
 | :class:`RetryPolicy` | retries and timeouts of storage reads (:mod:`zephon.io.retry`) |
 | :func:`fetch` | pointers ``(dataset_id, shard_id, offset)`` → records, in pointer order |
 | :func:`fetch_table` | the same as one Arrow table (the columnar form) |
+| :func:`fetch_rows` | the decoded row groups those rows are in, uncopied, and each pointer's row there |
 | :func:`block_span` | how many shards a fetch cache must hold under block shuffle |
 | :class:`Readahead` | a reader's bounded background loading of the records its lanes need next |
 | :class:`CacheInfo`, :class:`ReadaheadStats` | the figures of ``Dataset.cache_info()`` and ``Readahead.stats()`` (dicts) |
@@ -17,7 +18,7 @@
 | :class:`Store` | a directory of whole files, local or in object storage (a checkpoint directory) |
 """
 from zephon.io._cache import CacheInfo
-from zephon.io._fetch import block_span, fetch, fetch_table
+from zephon.io._fetch import block_span, fetch, fetch_rows, fetch_table
 from zephon.io._readahead import Readahead, ReadaheadStats
 from zephon.io._store import Store
 from zephon.io.atomic import AtomicWriteError, write_atomically
@@ -27,5 +28,5 @@ from zephon.io.local import open_regular
 from zephon.io.retry import RetryPolicy, ShardChangedError, StorageError, StorageTimeoutError
 
 __all__ = ["AtomicWriteError", "CacheInfo", "Dataset", "Readahead", "ReadaheadStats", "RetryPolicy", "ShardChangedError",
-           "Store", "StorageError", "StorageTimeoutError", "block_span", "build_catalog", "fetch", "fetch_table", "open_regular",
-           "write_atomically"]
+           "Store", "StorageError", "StorageTimeoutError", "block_span", "build_catalog", "fetch", "fetch_rows", "fetch_table",
+           "open_regular", "write_atomically"]

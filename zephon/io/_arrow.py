@@ -105,9 +105,6 @@ class ArrowReader(ShardReader[_Meta]):
             table = table.select(list(columns))
         return table, len(data)
 
-    def _take(self, k: int, value: pa.Table, local: np.ndarray, columns: tuple[str, ...] | None) -> pa.Table:
-        return value.take(pa.array(local))
-
     def empty(self, k: int, columns: tuple[str, ...] | None) -> pa.Table:
         empty = self.meta(k).schema.empty_table()
         return empty if columns is None else empty.select(list(columns))

@@ -1,12 +1,12 @@
 """Fetch: pointers ``(dataset_id, shard_id, offset)`` to records, batched per shard.
 
 ``fetch`` returns records (dicts for path datasets) and ``fetch_table`` one Arrow table, both
-in pointer order. Pointers are sorted by ``(dataset, shard, offset)`` and grouped by
-``(dataset, shard)``; each group is one ``Dataset.read`` / ``read_table`` call with ascending
-offsets, so a shard's row groups (Parquet) or lines (JSONL) are read once per call, front to
-back. ``fetch_table`` then restores pointer order with one Arrow ``take``. Groups run in the
-order of their *last* pointer, so the shards a chunk ends on are the most recently used and
-survive in each dataset's bounded fetch cache for the next chunk.
+in pointer order. Pointers are grouped by ``(dataset, shard)``; each group is one
+``Dataset.read`` / ``gather`` call, so a shard's row groups (Parquet) or lines (JSONL) are read
+once per call, front to back. ``fetch_table`` takes the rows of every group, in pointer order,
+with one Arrow ``take`` over the decoded row groups themselves, so it copies each row once.
+Groups run in the order of their *last* pointer, so the shards a chunk ends on are the most
+recently used and survive in each dataset's bounded fetch cache for the next chunk.
 """
 from __future__ import annotations
 
@@ -28,19 +28,15 @@ def _pointers(pointers: Any) -> np.ndarray:
     return array.astype(np.int64, copy=False)
 
 
-def _plan(pointers: np.ndarray) -> tuple[np.ndarray, list[np.ndarray], list[int]]:
-    """Pointer positions sorted by ``(dataset, shard, offset)``, split per ``(dataset, shard)``.
-
-    Returns ``(order, groups, run_order)``: ``groups`` in sorted order, each with ascending
-    offsets (so each shard is read front to back), and ``run_order``, the groups by their
-    last position in the input.
-    """
-    order = np.lexsort((pointers[:, 2], pointers[:, 1], pointers[:, 0]))
+def _plan(pointers: np.ndarray) -> tuple[list[np.ndarray], list[int]]:
+    """Pointer positions grouped per ``(dataset, shard)`` (ascending in each group), and the
+    groups' indices in the order of their last position."""
+    order = np.lexsort((pointers[:, 1], pointers[:, 0]))
     keys = pointers[order, :2]
     cuts = np.flatnonzero((keys[1:] != keys[:-1]).any(axis=1)) + 1
     groups = np.split(order, cuts) if len(order) else []
-    run_order = sorted(range(len(groups)), key=lambda g: int(groups[g].max()))
-    return order, groups, run_order
+    run_order = sorted(range(len(groups)), key=lambda g: int(groups[g][-1]))
+    return groups, run_order
 
 
 def _dataset(datasets_by_id: Mapping[int, Dataset], dataset_id: int) -> Dataset:
@@ -64,7 +60,7 @@ def fetch(datasets_by_id: Mapping[int, Dataset], pointers: Any, columns: Sequenc
     """
     array = _pointers(pointers)
     out: list[Any] = [None] * len(array)
-    _, groups, run_order = _plan(array)
+    groups, run_order = _plan(array)
     for g in run_order:
         positions = groups[g]
         dataset = _dataset(datasets_by_id, int(array[positions[0], 0]))
@@ -81,26 +77,33 @@ def fetch_table(datasets_by_id: Mapping[int, Dataset], pointers: Any,
     Tables of different datasets are combined by column name; a column missing from one
     dataset is null in its rows.
     """
+    table, rows = fetch_rows(datasets_by_id, pointers, columns)
+    return table.take(pa.array(rows))
+
+
+def fetch_rows(datasets_by_id: Mapping[int, Dataset], pointers: Any,
+               columns: Sequence[str] | None = None) -> tuple[pa.Table, np.ndarray]:
+    """:func:`fetch_table` before its one ``take``: a table whose chunks are the decoded row
+    groups (record batches) the pointers fall in, uncopied, and each pointer's row in it."""
     array = _pointers(pointers)
-    order, groups, run_order = _plan(array)
-    pieces: list[pa.Table | None] = [None] * len(groups)
+    groups, run_order = _plan(array)
+    tables: list[pa.Table] = []
+    rows = np.empty(len(array), dtype=np.int64)
+    held = 0  # rows in tables
     for g in run_order:
         positions = groups[g]
         dataset = _dataset(datasets_by_id, int(array[positions[0], 0]))
-        pieces[g] = dataset.read_table(int(array[positions[0], 1]), array[positions, 2], columns)
-    if not pieces:
-        return pa.table({})
+        pieces, local = dataset.gather(int(array[positions[0], 1]), array[positions, 2], columns)
+        rows[positions] = local + held
+        held += sum(piece.num_rows for piece in pieces)
+        tables += pieces
+    if not tables:
+        return pa.table({}), rows
     try:
-        table = pa.concat_tables(pieces, promote_options="default") if len(pieces) > 1 else pieces[0]
-        assert table is not None  # every group's piece was read
+        return pa.concat_tables(tables, promote_options="default"), rows
     except (pa.ArrowException, TypeError) as error:
         raise ValueError(f"fetch_table: the datasets' columns do not combine into one table ({error}); "
                          "pass columns= with columns of one type everywhere") from error
-    if (order[1:] > order[:-1]).all():  # already in pointer order
-        return table.combine_chunks()
-    inverse = np.empty_like(order)
-    inverse[order] = np.arange(len(order))
-    return table.combine_chunks().take(pa.array(inverse))
 
 
 def block_span(counts: Any, block_size: int | None) -> int:

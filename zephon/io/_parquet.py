@@ -83,9 +83,6 @@ class ParquetReader(ShardReader[_Meta]):
             table = reader.read_row_group(piece, columns=None if columns is None else list(columns))
         return table, table.get_total_buffer_size()
 
-    def _take(self, k: int, value: pa.Table, local: np.ndarray, columns: tuple[str, ...] | None) -> pa.Table:
-        return value.take(pa.array(local))
-
     def empty(self, k: int, columns: tuple[str, ...] | None) -> pa.Table:
         empty = self.meta(k).metadata.schema.to_arrow_schema().empty_table()
         return empty if columns is None else empty.select(list(columns))

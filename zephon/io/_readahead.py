@@ -291,15 +291,16 @@ class Readahead:
         if not len(pointers):
             return
         keys = pointers[:, 0] * (1 << 40) + pointers[:, 1]
-        _, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
+        order = np.argsort(keys, kind="stable")
+        cuts = np.flatnonzero(np.diff(keys[order])) + 1
+        groups = sorted(np.split(order, cuts), key=lambda positions: int(positions[0]))  # ascending positions each
         pool, span = self._pool, len(pointers)
-        for group in np.argsort(first, kind="stable").tolist():
-            reader = self._readers.get(int(pointers[first[group], 0]))
+        for positions in groups:
+            reader = self._readers.get(int(pointers[positions[0], 0]))
             if reader is None:
                 continue
-            positions = np.flatnonzero(inverse == group)
 
-            def plan(reader: ShardReader[Any] = reader, k: int = int(pointers[first[group], 1]),
+            def plan(reader: ShardReader[Any] = reader, k: int = int(pointers[positions[0], 1]),
                      at: np.ndarray = positions) -> None:
                 try:
                     pool.plan(reader, k, at, pointers[at, 2], priority, done)

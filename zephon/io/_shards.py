@@ -10,8 +10,10 @@ A shard is read in *pieces*: Parquet row groups, Arrow record batches, spans of 
 identity check when it is first opened (size and mtime against the catalog), the retry
 policy (:mod:`zephon.io.retry`), the fetch cache, and which pieces some offsets need
 (:meth:`ShardReader.plan`, what the readahead prefetches). A subclass says how to open a
-shard (``_open``), where its pieces end (``_ends``), how big one is (``_estimate``), how to
-load one (``_load``) and how to take rows from it (``_take``).
+shard (``_open``), where its pieces end (``_ends``), how big one is (``_estimate``) and how to
+load one (``_load``). A columnar format's pieces are Arrow tables, which :meth:`ShardReader.gather`
+hands out whole so that a caller takes the rows of many shards with one Arrow ``take``; any
+other format says how to take records from a piece (``_take``).
 """
 from __future__ import annotations
 
@@ -165,7 +167,7 @@ class ShardReader(Generic[Meta]):
     """Reads rows of a dataset's shards piece by piece (see the module docstring); ``Meta`` is
     what the format keeps of an open shard."""
 
-    columnar = True  # pieces are Arrow tables (False: ``_take`` returns records)
+    columnar = True  # pieces are Arrow tables, read by ``gather`` (False: ``_take`` returns records)
     piece_name = "piece"  # what a piece is called in messages
 
     def __init__(self, shards: Shards, cache: ShardCache):
@@ -255,6 +257,7 @@ class ShardReader(Generic[Meta]):
         raise NotImplementedError
 
     def _take(self, k: int, value: Piece, local: np.ndarray, columns: tuple[str, ...] | None) -> Rows:
+        """Records at ``local`` offsets of a piece (readers that are not ``columnar``)."""
         raise NotImplementedError
 
     # -- pieces ---------------------------------------------------------------------------------
@@ -330,13 +333,22 @@ class ShardReader(Generic[Meta]):
                 raise ValueError(f"{self.uri(k)}: these records do not form one Arrow table ({error})") from error
         if not len(offsets):
             return self.empty(k, columns)
-        order, parts = self.parts(k, offsets, columns)
-        gathered = pa.concat_tables([table for _, table in parts])
-        if order is None:
-            return gathered
-        inverse = np.empty_like(order)
-        inverse[order] = np.arange(len(order))
-        return gathered.combine_chunks().take(pa.array(inverse))
+        tables, rows = self.gather(k, offsets, columns)
+        return pa.concat_tables(tables).take(pa.array(rows))
+
+    def gather(self, k: int, offsets: np.ndarray, columns: tuple[str, ...] | None
+               ) -> tuple[list[pa.Table], np.ndarray]:
+        """A columnar reader's pieces that rows ``offsets`` of shard ``k`` fall in (validated by
+        the caller, at least one), in piece order, and each offset's row in their concatenation:
+        the rows are ``concat_tables(tables).take(rows)``, gathered in one ``take`` by a caller
+        that reads several shards."""
+        ends = self._ends(k, self.meta(k))
+        pieces = np.searchsorted(ends, offsets, side="right")
+        used, inverse = np.unique(pieces, return_inverse=True)
+        tables: list[pa.Table] = [self.piece(k, p, columns) for p in used.tolist()]
+        sizes = np.array([table.num_rows for table in tables], dtype=np.int64)
+        shift = np.cumsum(sizes) - ends[used]  # a piece's first row in the concatenation, less its first offset
+        return tables, offsets + shift[inverse.reshape(-1)]
 
     def read(self, k: int, offsets: np.ndarray, columns: Sequence[str] | None) -> list[Any]:
         columns = None if columns is None else tuple(columns)

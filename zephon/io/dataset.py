@@ -493,6 +493,21 @@ class Dataset:
                             f"{type(records[0]).__name__}")
         return pa.Table.from_pylist(records)
 
+    def gather(self, shard_id: int, offsets: Sequence[int] | np.ndarray, columns: Sequence[str] | None = None
+               ) -> tuple[list[pa.Table], np.ndarray]:
+        """The tables that hold rows ``offsets`` of shard ``shard_id`` and each offset's row in
+        their concatenation: ``read_table(shard_id, offsets, columns)`` equals
+        ``pa.concat_tables(tables).take(rows)``. A Parquet or Arrow dataset hands out its
+        decoded row groups (record batches) uncopied, so a reader of many shards takes all its
+        rows with one ``take``; any other dataset gives its ``read_table`` as the one table."""
+        if self._reader is None or not self._reader.columnar:
+            table = self.read_table(shard_id, offsets, columns)
+            return [table], np.arange(table.num_rows, dtype=np.int64)
+        k, rows, names = self._prepare(shard_id, offsets, columns)
+        if not len(rows):
+            return [self._reader.empty(k, names)], rows
+        return self._reader.gather(k, rows, names)
+
     def _shard_index(self, shard_id: Any) -> int:
         k = int(np.searchsorted(self._ids, shard_id))
         if k == len(self._ids) or self._ids[k] != shard_id:

@@ -17,7 +17,9 @@ A :class:`Readers` dataset and its :class:`Plan` travel to workers started by "s
 "forkserver" by pickle, and every :class:`Bundle` comes back by pickle. The tensors of the
 batches a worker made cross as numpy arrays pickled as bytes (``ship``, undone by ``land`` in
 the main process): torch's shared-memory hand-off costs about a millisecond per tensor, which
-for batch-sized tensors is more than the batch.
+for batch-sized tensors is more than the batch. Columnar batches' strings cross as their
+bytes (``zephon.torch._collate.Strings``) and become Python strings in ``land`` too, in every
+reader: pickling each string costs a worker as much as reading it.
 """
 from __future__ import annotations
 
@@ -35,7 +37,7 @@ from torch.utils.data import IterableDataset, get_worker_info
 from zephon.runtime import (
     DROPPED, KEY_COMPONENT, KEY_SAMPLE_ID, Entry, Event, LaneMux, Pipeline, Segment, Snapshot, joined,
 )
-from zephon.torch._collate import collate_rows, columnar_batch
+from zephon.torch._collate import Strings, collate_rows, columnar_batches
 from zephon.torch._packed import packed_bundles, units_per_bundle
 from zephon.torch._slots import ALIGN, Slots, stow, take, unstow
 from zephon.torch._topology import current_worker
@@ -46,6 +48,8 @@ SLOT_BUNDLE = 131072  # samples per shared-memory slot: fewer bundles, each with
 PIPE_BYTES = 1 << 20  # the workers' result pipe, widened to this (Linux's default ceiling for a user)
 SHIP_BYTES = 256 << 10  # tensors up to this size cross from workers as numpy arrays (``ship``)
 RECORD_BUNDLE = 2048  # samples per bundle when records are read
+COLUMNAR_BUNDLE = 16384  # samples per bundle of columnar batches at most (a fetch's fixed costs spread thin) ...
+COLUMNAR_BYTES = 32 << 20  # ... and about this many bytes of their rows (a reader's first bundle: RECORD_BUNDLE)
 PACKED_ARRAYS = 3  # a packed batch's (B, seq_len) int64 arrays: input_ids, segment_ids, position_ids
 PACKED_BYTES = PACKED_ARRAYS * 8  # slot bytes per packed token
 log = logging.getLogger("zephon")
@@ -91,7 +95,7 @@ class Bundle:
         self.bounds: list[int] | None = None  # unit k holds samples [bounds[k], bounds[k+1]); None: one per unit
         self.stop = start  # absolute position after the bundle's last sample
         self.skipped: list[int] | None = None  # batches: samples drop_last dropped that each passes over (None: none)
-        self.shipped = False  # the units' tensors travel as numpy arrays (``ship``); ``land`` restores them
+        self.shipped = False  # the units hold what ``land`` makes the batches of (tensors as numpy, strings as bytes)
         self.dropped: list[int] | None = None  # batches of records: items a filter dropped from each
         self.slot: tuple[int, int, int] | None = None  # from a worker: where its pointers or units' arrays wait
         self.tokens: np.ndarray | None = None  # packed, per unit: real tokens per component id, padding, tokens dropped
@@ -148,6 +152,10 @@ class Plan:
         """About ``samples``, in whole batches (at least one)."""
         unit = self.batch_size or 1
         return max(1, samples // unit) * unit
+
+    def fit_bundles(self, row_bytes: float) -> None:
+        """Size this reader's next columnar bundles for rows of ``row_bytes`` bytes each."""
+        self.bundle_size = self._whole_units(int(min(COLUMNAR_BUNDLE, COLUMNAR_BYTES // max(row_bytes, 1.0))))
 
     def share_memory(self, readers: int, count: int, context: Any) -> None:
         """Send bundles from forked workers through ``count`` shared-memory slots per reader:
@@ -313,8 +321,9 @@ def _batches(bundle: Bundle, plan: Plan, pointers: np.ndarray, components: np.nd
     assert bundle.bounds is not None  # _framed cut the samples into batches
     spans = list(zip(bundle.bounds[:-1], bundle.bounds[1:]))
     if plan.columnar:
-        bundle.units = [columnar_batch(plan.pipeline, pointers[a:b], components[a:b]) for a, b in spans]
-        bundle.components = components
+        bundle.units, row_bytes = columnar_batches(plan.pipeline, pointers, components, bundle.bounds)
+        bundle.components, bundle.shipped = components, True  # land() makes their strings
+        plan.fit_bundles(row_bytes)
         return
     marked = plan.pipeline.materialize_marked(pointers, components)
     units, kept, bounds, dropped = [], [], [0], []
@@ -396,9 +405,11 @@ def ship(value: Any) -> Any:
 
 
 def land(value: Any) -> Any:
-    """The inverse of :func:`ship`."""
+    """The inverse of :func:`ship`; a column of :class:`Strings` becomes its list."""
     if type(value) is _Shipped:
         return torch.from_numpy(value.array.copy())  # writable: the training step may change it
+    if type(value) is Strings:
+        return value.values()
     if type(value) is dict:
         return {key: land(item) for key, item in value.items()}
     if type(value) in (tuple, list) and value and type(value[0]) in _CARRIERS:

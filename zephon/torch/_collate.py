@@ -8,7 +8,8 @@ import pyarrow as pa
 import torch
 from torch.utils.data import default_collate
 
-from zephon.io import fetch_table
+from zephon._ext.strings import gather, strings
+from zephon.io import fetch_rows
 from zephon.runtime import KEY_COMPONENT, KEY_SAMPLE_ID
 
 KEY_DOCUMENTS = "_documents"  # a packed sequence's pieces
@@ -69,10 +70,96 @@ def column_batch(column: pa.ChunkedArray) -> Any:
     return default_collate(column.to_pylist())
 
 
-def columnar_batch(pipeline: Any, pointers: np.ndarray, components: np.ndarray) -> dict[str, Any]:
-    """The batch of ``pointers`` read as Arrow columns: equal to ``collate(pipeline.materialize(...))``."""
-    table = fetch_table(pipeline.datasets_by_id, pointers, pipeline.columns)
-    out = {name: column_batch(table.column(name)) for name in table.column_names}
-    out[KEY_SAMPLE_ID] = torch.from_numpy(np.array(pointers, dtype=np.int64))
-    out[KEY_COMPONENT] = pipeline.component_names(components)
-    return out
+def column_batches(column: pa.ChunkedArray, rows: np.ndarray, bounds: Sequence[int]) -> list[Any]:
+    """What ``column_batch`` makes of rows ``rows[bounds[k]:bounds[k + 1]]`` of ``column``, for
+    each ``k``; a column of strings as :class:`Strings`, which become its list when the batch
+    is handed out.
+
+    Strings are gathered as bytes straight from the column's chunks (the ``strings`` kernel),
+    numbers with one numpy gather; any other column, or one with nulls, is taken with Arrow
+    and converted batch by batch."""
+    kind = column.type
+    spans = list(zip(bounds[:-1], bounds[1:]))
+    if column.null_count == 0:
+        if pa.types.is_string(kind) or pa.types.is_large_string(kind):
+            offsets, data = gather_strings(column.chunks, rows)
+            return [Strings(offsets[a:b + 1] - offsets[a], data[offsets[a]:offsets[b]]) for a, b in spans]
+        dtype = np.int64 if pa.types.is_integer(kind) else np.float64 if pa.types.is_floating(kind) else None
+        if dtype is not None:
+            numbers = np.concatenate([np.asarray(chunk, dtype=dtype) for chunk in column.chunks])[rows]
+            return [torch.from_numpy(numbers[a:b]) for a, b in spans]
+    taken = column.take(pa.array(rows))
+    return [column_batch(taken.slice(a, b - a)) for a, b in spans]
+
+
+def gather_strings(chunks: Sequence[pa.Array], rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Rows ``rows`` of the concatenation of ``chunks`` (string arrays without nulls) as one
+    ``(offsets, UTF-8 bytes)`` pair, each row copied once (``zephon._ext.strings.gather``)."""
+    lengths = np.array([len(chunk) for chunk in chunks], dtype=np.int64)
+    ends = np.cumsum(lengths)
+    chunk = np.searchsorted(ends, rows, side="right")
+    offsets, data = zip(*(_buffers(array) for array in chunks)) if chunks else ((), ())
+    return gather(list(offsets), list(data), chunk, rows - (ends - lengths)[chunk])
+
+
+def _buffers(array: pa.Array) -> tuple[np.ndarray, np.ndarray]:
+    """A string array's offsets (int64, its own rows' only) and its UTF-8 bytes."""
+    _, offsets, data = array.buffers()
+    width = np.int64 if pa.types.is_large_string(array.type) else np.int32
+    start = array.offset
+    own = np.frombuffer(offsets, dtype=width)[start:start + len(array) + 1] if offsets is not None else _NO_ROWS
+    return own.astype(np.int64), (np.frombuffer(data, dtype=np.uint8) if data is not None else _NO_BYTES)
+
+
+_NO_ROWS, _NO_BYTES = np.zeros(1, dtype=np.int64), np.zeros(0, dtype=np.uint8)
+
+
+class Strings:
+    """A batch's column of strings as its rows' UTF-8 bytes and offsets: it crosses from a
+    worker as two byte strings, and :meth:`values` makes its list where the batch is handed out."""
+
+    __slots__ = ("offsets", "data")
+
+    def __init__(self, offsets: np.ndarray, data: np.ndarray):
+        self.offsets, self.data = offsets, data
+
+    def values(self) -> list[str]:
+        return strings(self.offsets, self.data)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return _arrive, (self.offsets.tobytes(), self.data.tobytes())
+
+
+def _arrive(offsets: bytes, data: bytes) -> Strings:
+    return Strings(np.frombuffer(offsets, dtype=np.int64), np.frombuffer(data, dtype=np.uint8))
+
+
+def gather_reference(offsets: Sequence[np.ndarray], data: Sequence[np.ndarray], chunk: np.ndarray,
+                     local: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """What the ``strings`` kernel's ``gather`` computes: row ``i`` is bytes ``offsets[c][r]``
+    to ``offsets[c][r + 1]`` of ``data[c]``, with ``c, r = chunk[i], local[i]``."""
+    rows = [bytes(data[c][offsets[c][r]:offsets[c][r + 1]]) for c, r in zip(chunk.tolist(), local.tolist())]
+    ends = np.cumsum([0] + [len(row) for row in rows], dtype=np.int64)
+    return ends, np.frombuffer(b"".join(rows), dtype=np.uint8)
+
+
+def strings_reference(offsets: np.ndarray, data: np.ndarray) -> list[str]:
+    """What the ``strings`` kernel's ``strings`` computes: row ``i``'s UTF-8 bytes decoded."""
+    return [bytes(data[a:b]).decode() for a, b in zip(offsets[:-1].tolist(), offsets[1:].tolist())]
+
+
+def columnar_batches(pipeline: Any, pointers: np.ndarray, components: np.ndarray,
+                     bounds: Sequence[int]) -> tuple[list[dict[str, Any]], float]:
+    """The batches ``[bounds[k], bounds[k + 1])`` of these samples, read as Arrow columns
+    (batch ``k`` equals ``collate(pipeline.materialize(...))`` of its samples once landed:
+    see :class:`Strings`), and the decoded bytes per row of the row groups read."""
+    table, rows = fetch_rows(pipeline.datasets_by_id, pointers, pipeline.columns)
+    columns = {name: column_batches(table.column(name), rows, bounds) for name in table.column_names}
+    names = pipeline.batch_names(components, bounds)
+    batches = []
+    for k, (a, b) in enumerate(zip(bounds[:-1], bounds[1:])):
+        batch = {name: values[k] for name, values in columns.items()}
+        batch[KEY_SAMPLE_ID] = torch.from_numpy(np.array(pointers[a:b], dtype=np.int64))
+        batch[KEY_COMPONENT] = names[k]
+        batches.append(batch)
+    return batches, table.nbytes / max(table.num_rows, 1)

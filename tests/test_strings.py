@@ -1,0 +1,78 @@
+"""The strings kernel (string columns gathered as bytes, then made str) against its twins, and its refusals."""
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from zephon._ext.strings import gather, strings
+from zephon.torch._collate import Strings, gather_reference, gather_strings, strings_reference
+
+
+@st.composite
+def columns(draw: st.DrawFn) -> tuple[list[pa.Array], np.ndarray]:
+    """String chunks (some sliced, some large_string) and rows of their concatenation."""
+    kind = draw(st.sampled_from([pa.string(), pa.large_string()]))
+    chunks = []
+    for values in draw(st.lists(st.lists(st.text(max_size=6), max_size=8), min_size=1, max_size=5)):
+        array = pa.array(["pad"] + values + ["pad"], kind)
+        chunks.append(array.slice(1, len(values)) if draw(st.booleans()) else pa.array(values, kind))
+    total = sum(len(chunk) for chunk in chunks)
+    rows = draw(st.lists(st.integers(0, total - 1), max_size=40)) if total else []
+    return chunks, np.array(rows, dtype=np.int64)
+
+
+@given(columns())
+def test_gathered_rows_are_arrows_take_of_the_concatenation(case):
+    chunks, rows = case
+    offsets, data = gather_strings(chunks, rows)
+    want = pa.chunked_array(chunks, chunks[0].type).take(pa.array(rows, pa.int64())).to_pylist()
+    assert strings(offsets, data) == strings_reference(offsets, data) == want
+    cuts = sorted({0, len(rows), *rows.tolist()[:3]} & set(range(len(rows) + 1)))
+    for a, b in zip(cuts[:-1], cuts[1:]):
+        assert Strings(offsets[a:b + 1] - offsets[a], data[offsets[a]:offsets[b]]).values() == want[a:b]
+
+
+@given(columns(), st.data())
+def test_the_kernel_matches_its_twin(case, data):
+    chunks, _ = case
+    offsets = [np.cumsum([0] + [len(v.encode()) for v in chunk.to_pylist()], dtype=np.int64) for chunk in chunks]
+    blobs = [np.frombuffer("".join(chunk.to_pylist()).encode(), dtype=np.uint8) for chunk in chunks]
+    pairs = [(c, r) for c, chunk in enumerate(chunks) for r in range(len(chunk))]
+    picked = data.draw(st.lists(st.sampled_from(pairs), max_size=30)) if pairs else []
+    chunk = np.array([c for c, _ in picked], dtype=np.int64)
+    local = np.array([r for _, r in picked], dtype=np.int64)
+    got, want = gather(offsets, blobs, chunk, local), gather_reference(offsets, blobs, chunk, local)
+    assert np.array_equal(got[0], want[0]) and np.array_equal(got[1], want[1])
+
+
+def test_a_batch_of_strings_crosses_a_pickle_as_its_bytes():
+    import pickle
+
+    offsets, data = gather_strings([pa.array(["é", "", "ab"])], np.array([2, 0, 1]))
+    batch = pickle.loads(pickle.dumps(Strings(offsets, data), protocol=4))
+    assert batch.values() == ["ab", "é", ""] and batch.data.tobytes() == "abé".encode()
+
+
+def test_rows_and_offsets_outside_their_chunks_are_refused():
+    offsets, data = [np.array([0, 2, 3], dtype=np.int64)], [np.frombuffer(b"abc", dtype=np.uint8)]
+    with pytest.raises(ValueError, match="row 1 names row 2 of chunk 0, which does not exist"):
+        gather(offsets, data, np.array([0, 0]), np.array([0, 2]))
+    with pytest.raises(ValueError, match="names row 0 of chunk 1"):
+        gather(offsets, data, np.array([1]), np.array([0]))
+    with pytest.raises(ValueError, match="offsets 2..9 of row 1 are outside its 3 bytes"):
+        gather([np.array([0, 2, 9], dtype=np.int64)], data, np.array([0]), np.array([1]))
+    with pytest.raises(ValueError, match="2 offsets arrays for 1 data arrays"):
+        gather(offsets * 2, data, np.array([0]), np.array([0]))
+    with pytest.raises(ValueError, match="1 chunk ids for 2 rows"):
+        gather(offsets, data, np.array([0]), np.array([0, 1]))
+    with pytest.raises(ValueError, match="row 1 spans bytes 2..1 of 3"):
+        strings(np.array([0, 2, 1]), data[0])
+    with pytest.raises(ValueError, match="start at 1"):
+        strings(np.array([1, 2]), data[0])
+    with pytest.raises(ValueError, match="no offsets"):
+        strings(np.array([], dtype=np.int64), data[0])
+    with pytest.raises(UnicodeDecodeError):
+        strings(np.array([0, 1]), np.frombuffer(b"\xff", dtype=np.uint8))
