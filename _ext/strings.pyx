@@ -96,12 +96,15 @@ def gather(list offsets not None, list data not None, chunk, local) -> tuple:
     out_data = np.empty(ends[n], dtype=np.uint8)
     cdef uint8_t[::1] bytes_out = out_data
     cdef uint8_t* into = &bytes_out[0] if ends[n] else NULL
-    for j in range(n):
-        i = order[j]
-        c, r = at[i], row[i]
-        start = chunks.offsets[c][r]
-        if ends[i + 1] > ends[i]:
-            memcpy(into + ends[i], chunks.data[c] + start, ends[i + 1] - ends[i])
+    cdef const int64_t** sources = chunks.offsets
+    cdef const char** blobs = chunks.data
+    with nogil:  # a reader's other threads (fetching the next bundle) run meanwhile
+        for j in range(n):
+            i = order[j]
+            c, r = at[i], row[i]
+            start = sources[c][r]
+            if ends[i + 1] > ends[i]:
+                memcpy(into + ends[i], blobs[c] + start, ends[i + 1] - ends[i])
     return out_offsets, out_data
 
 

@@ -28,12 +28,15 @@ import logging
 import os
 import pickle
 import threading
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Callable, Iterator, Mapping, MutableMapping
 
 import numpy as np
+import pyarrow as pa
 import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
+from zephon.io import fetch_rows
 from zephon.runtime import (
     DROPPED, KEY_COMPONENT, KEY_SAMPLE_ID, Entry, Event, LaneMux, Pipeline, Segment, Snapshot, joined,
 )
@@ -211,7 +214,8 @@ def bundles(plan: Plan, worker: int) -> Iterator[Bundle]:
     else:
         mux = LaneMux(pipeline.source, lanes, plan.replicas, plan.entries, pipeline.vocabulary, pipeline.readahead(),
                       unit=size or 1)
-        made = iter(lambda: _next_bundle(mux, plan, worker, slots), None)
+        made = (_columnar_bundles(mux, plan, worker) if plan.columnar
+                else iter(lambda: _next_bundle(mux, plan, worker, slots), None))
     try:
         for bundle in made:
             if in_worker and bundle.units is not None:
@@ -232,12 +236,7 @@ def _next_bundle(mux: LaneMux, plan: Plan, worker: int, slots: Slots | None) -> 
     slot = None if slots is None else slots.claim(worker)
     if slots is not None:
         return _slot_bundle(mux, plan, worker, slots, slot) if slot is not None else _piped(mux, plan, worker, slots)
-    start = mux.position
-    pieces, turns = mux.take_pieces(plan.bundle_size)
-    bundle, keep = _framed(mux, plan, worker, start, sum(len(c) for _, c in pieces), turns)
-    pointers, components = joined(pieces)
-    if keep is not None:
-        pointers, components = pointers[keep], components[keep]
+    bundle, pointers, components = _taken(mux, plan, worker)
     if plan.pointer_path:
         bundle.pointers, bundle.components = pointers, components
     elif plan.batch_size is None:
@@ -245,6 +244,43 @@ def _next_bundle(mux: LaneMux, plan: Plan, worker: int, slots: Slots | None) -> 
     else:
         _batches(bundle, plan, pointers, components)
     return bundle
+
+
+def _taken(mux: LaneMux, plan: Plan, worker: int) -> tuple[Bundle, np.ndarray, np.ndarray]:
+    """The reader's next ``plan.bundle_size`` samples: their bundle, framed, and the pointers and
+    component ids of the rows its batches keep."""
+    start = mux.position
+    pieces, turns = mux.take_pieces(plan.bundle_size)
+    bundle, keep = _framed(mux, plan, worker, start, sum(len(c) for _, c in pieces), turns)
+    pointers, components = joined(pieces)
+    if keep is not None:
+        pointers, components = pointers[keep], components[keep]
+    return bundle, pointers, components
+
+
+def _columnar_bundles(mux: LaneMux, plan: Plan, worker: int) -> Iterator[Bundle]:
+    """The reader's bundles of columnar batches: each bundle's rows are fetched (read and
+    decoded, ``zephon.io.fetch_rows``) in a background thread while the one before is made into
+    batches and handed on."""
+    pipeline = plan.pipeline
+    with ThreadPoolExecutor(1, thread_name_prefix="zephon-fetch") as fetcher:
+        def ahead() -> tuple[Bundle, np.ndarray, np.ndarray, Future[tuple[pa.Table, np.ndarray]]]:
+            bundle, pointers, components = _taken(mux, plan, worker)
+            return bundle, pointers, components, fetcher.submit(fetch_rows, pipeline.datasets_by_id, pointers,
+                                                                pipeline.columns)
+        following = ahead()
+        while True:
+            bundle, pointers, components, fetched = following
+            if not bundle.last:
+                following = ahead()
+            table, rows = fetched.result()
+            assert bundle.bounds is not None  # _framed cut the samples into batches
+            bundle.units = columnar_batches(pipeline, table, rows, pointers, components, bundle.bounds)
+            bundle.components, bundle.shipped = components, True  # land() makes their strings
+            plan.fit_bundles(table.nbytes / max(table.num_rows, 1))
+            yield bundle
+            if bundle.last:
+                return
 
 
 def _slot_bundle(mux: LaneMux, plan: Plan, worker: int, slots: Slots, slot: int) -> Bundle:
@@ -320,11 +356,6 @@ def _batches(bundle: Bundle, plan: Plan, pointers: np.ndarray, components: np.nd
     bundle's ``bounds``, set anew) and, with filter steps, the items a filter dropped from each."""
     assert bundle.bounds is not None  # _framed cut the samples into batches
     spans = list(zip(bundle.bounds[:-1], bundle.bounds[1:]))
-    if plan.columnar:
-        bundle.units, row_bytes = columnar_batches(plan.pipeline, pointers, components, bundle.bounds)
-        bundle.components, bundle.shipped = components, True  # land() makes their strings
-        plan.fit_bundles(row_bytes)
-        return
     marked = plan.pipeline.materialize_marked(pointers, components)
     units, kept, bounds, dropped = [], [], [0], []
     for a, b in spans:

@@ -9,7 +9,6 @@ import torch
 from torch.utils.data import default_collate
 
 from zephon._ext.strings import gather, strings
-from zephon.io import fetch_rows
 from zephon.runtime import KEY_COMPONENT, KEY_SAMPLE_ID
 
 KEY_DOCUMENTS = "_documents"  # a packed sequence's pieces
@@ -148,12 +147,11 @@ def strings_reference(offsets: np.ndarray, data: np.ndarray) -> list[str]:
     return [bytes(data[a:b]).decode() for a, b in zip(offsets[:-1].tolist(), offsets[1:].tolist())]
 
 
-def columnar_batches(pipeline: Any, pointers: np.ndarray, components: np.ndarray,
-                     bounds: Sequence[int]) -> tuple[list[dict[str, Any]], float]:
-    """The batches ``[bounds[k], bounds[k + 1])`` of these samples, read as Arrow columns
-    (batch ``k`` equals ``collate(pipeline.materialize(...))`` of its samples once landed:
-    see :class:`Strings`), and the decoded bytes per row of the row groups read."""
-    table, rows = fetch_rows(pipeline.datasets_by_id, pointers, pipeline.columns)
+def columnar_batches(pipeline: Any, table: pa.Table, rows: np.ndarray, pointers: np.ndarray, components: np.ndarray,
+                     bounds: Sequence[int]) -> list[dict[str, Any]]:
+    """The batches ``[bounds[k], bounds[k + 1])`` of these samples, from their rows ``rows`` of
+    ``table`` (``zephon.io.fetch_rows``): batch ``k`` equals ``collate(pipeline.materialize(...))``
+    of its samples once landed (see :class:`Strings`)."""
     columns = {name: column_batches(table.column(name), rows, bounds) for name in table.column_names}
     names = pipeline.batch_names(components, bounds)
     batches = []
@@ -162,4 +160,4 @@ def columnar_batches(pipeline: Any, pointers: np.ndarray, components: np.ndarray
         batch[KEY_SAMPLE_ID] = torch.from_numpy(np.array(pointers[a:b], dtype=np.int64))
         batch[KEY_COMPONENT] = names[k]
         batches.append(batch)
-    return batches, table.nbytes / max(table.num_rows, 1)
+    return batches
