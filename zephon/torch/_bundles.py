@@ -24,11 +24,12 @@ reader: pickling each string costs a worker as much as reading it.
 from __future__ import annotations
 
 import copy
+import functools
 import logging
 import os
 import pickle
 import threading
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Iterator, Mapping, MutableMapping
 
 import numpy as np
@@ -214,7 +215,7 @@ def bundles(plan: Plan, worker: int) -> Iterator[Bundle]:
     else:
         mux = LaneMux(pipeline.source, lanes, plan.replicas, plan.entries, pipeline.vocabulary, pipeline.readahead(),
                       unit=size or 1)
-        made = (_columnar_bundles(mux, plan, worker) if plan.columnar
+        made = (_columnar_bundles(mux, plan, worker, not in_worker) if plan.columnar
                 else iter(lambda: _next_bundle(mux, plan, worker, slots), None))
     try:
         for bundle in made:
@@ -258,22 +259,27 @@ def _taken(mux: LaneMux, plan: Plan, worker: int) -> tuple[Bundle, np.ndarray, n
     return bundle, pointers, components
 
 
-def _columnar_bundles(mux: LaneMux, plan: Plan, worker: int) -> Iterator[Bundle]:
-    """The reader's bundles of columnar batches: each bundle's rows are fetched (read and
-    decoded, ``zephon.io.fetch_rows``) in a background thread while the one before is made into
-    batches and handed on."""
+def _columnar_bundles(mux: LaneMux, plan: Plan, worker: int, background: bool) -> Iterator[Bundle]:
+    """The reader's bundles of columnar batches. With ``background`` (a reader in the main
+    process, beside which a core is free) each bundle's rows are fetched (read and decoded,
+    ``zephon.io.fetch_rows``) in a thread while the one before is made into batches; a
+    DataLoader worker fetches in line (the workers run in parallel already: on two cores, a
+    thread more in each of two workers gained nothing measurable)."""
     pipeline = plan.pipeline
-    with ThreadPoolExecutor(1, thread_name_prefix="zephon-fetch") as fetcher:
-        def ahead() -> tuple[Bundle, np.ndarray, np.ndarray, Future[tuple[pa.Table, np.ndarray]]]:
-            bundle, pointers, components = _taken(mux, plan, worker)
-            return bundle, pointers, components, fetcher.submit(fetch_rows, pipeline.datasets_by_id, pointers,
-                                                                pipeline.columns)
-        following = ahead()
+    fetcher = ThreadPoolExecutor(1, thread_name_prefix="zephon-fetch") if background else None
+
+    def take() -> tuple[Bundle, np.ndarray, np.ndarray, Callable[[], tuple[pa.Table, np.ndarray]]]:
+        bundle, pointers, components = _taken(mux, plan, worker)
+        fetch = functools.partial(fetch_rows, pipeline.datasets_by_id, pointers, pipeline.columns)
+        return bundle, pointers, components, fetch if fetcher is None else fetcher.submit(fetch).result
+
+    try:
+        following = take()
         while True:
             bundle, pointers, components, fetched = following
-            if not bundle.last:
-                following = ahead()
-            table, rows = fetched.result()
+            if fetcher is not None and not bundle.last:
+                following = take()
+            table, rows = fetched()
             assert bundle.bounds is not None  # _framed cut the samples into batches
             bundle.units = columnar_batches(pipeline, table, rows, pointers, components, bundle.bounds)
             bundle.components, bundle.shipped = components, True  # land() makes their strings
@@ -281,6 +287,11 @@ def _columnar_bundles(mux: LaneMux, plan: Plan, worker: int) -> Iterator[Bundle]
             yield bundle
             if bundle.last:
                 return
+            if fetcher is None:
+                following = take()
+    finally:
+        if fetcher is not None:
+            fetcher.shutdown()
 
 
 def _slot_bundle(mux: LaneMux, plan: Plan, worker: int, slots: Slots, slot: int) -> Bundle:
