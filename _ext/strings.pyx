@@ -25,18 +25,20 @@ import numpy as np
 
 
 cdef class _Chunks:
-    """The chunks' buffers as raw pointers (the caller's lists keep the arrays alive)."""
+    """The chunks' buffers as raw pointers."""
 
     cdef const int64_t** offsets
     cdef const char** data
     cdef int64_t* rows
     cdef int64_t* size
     cdef Py_ssize_t count
+    cdef tuple arrays  # the arrays the pointers point into, held here (the caller's lists may change)
 
     def __cinit__(self, list offsets, list data):
         if len(offsets) != len(data):
             raise ValueError(f"gather: {len(offsets)} offsets arrays for {len(data)} data arrays")
         self.count = len(offsets)
+        self.arrays = (tuple(offsets), tuple(data))
         cdef Py_ssize_t room = max(self.count, 1)
         self.offsets = <const int64_t**> PyMem_Malloc(room * sizeof(int64_t*))
         self.data = <const char**> PyMem_Malloc(room * sizeof(char*))
@@ -48,7 +50,7 @@ cdef class _Chunks:
         cdef const uint8_t[::1] d
         cdef Py_ssize_t c
         for c in range(self.count):
-            o, d = offsets[c], data[c]
+            o, d = self.arrays[0][c], self.arrays[1][c]
             if o.shape[0] < 1:
                 raise ValueError(f"gather: chunk {c} has no offsets (a chunk of n rows has n + 1)")
             self.offsets[c] = &o[0]

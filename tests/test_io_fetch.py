@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from zephon import StaticMixtureWorkSource
-from zephon.io import Dataset, block_span, fetch, fetch_table
+from zephon.io import Dataset, block_span, fetch, fetch_table, take_rows
 
 PARQUET_COUNTS = [13, 0, 29, 7]
 JSONL_COUNTS = [6, 11, 0]
@@ -150,3 +150,16 @@ def test_a_mixture_over_parquet_datasets_streams_records_whose_ids_match(tmp_pat
             seen.update(r["id"] for r in records)
     every = {row_id(d, s, o) for d, c in enumerate(counts.values()) for s, n in enumerate(c) for o in range(n)}
     assert set(seen) == every and set(seen.values()) == {1}  # one pass: every row exactly once
+
+
+@given(st.lists(st.integers(0, 5), min_size=1, max_size=6), st.data())
+def test_take_rows_is_arrows_take_without_joining_the_chunks(sizes, data):
+    tables = [pa.table({"i": pa.array(range(100 * k, 100 * k + n), pa.int64()),
+                        "s": pa.array([f"r{k}.{j}" for j in range(n)], pa.string())})
+              for k, n in enumerate(sizes)]
+    table = pa.concat_tables(tables)
+    rows = np.array(data.draw(st.lists(st.integers(0, max(table.num_rows - 1, 0)), max_size=30))
+                    if table.num_rows else [], dtype=np.int64)
+    want = table.combine_chunks().take(pa.array(rows, pa.int64()))
+    assert take_rows(table, rows).equals(want)
+    assert take_rows(table.column("s"), rows).to_pylist() == want.column("s").to_pylist()

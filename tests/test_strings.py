@@ -48,6 +48,13 @@ def test_the_kernel_matches_its_twin(case, data):
     assert np.array_equal(got[0], want[0]) and np.array_equal(got[1], want[1])
 
 
+def test_an_empty_chunk_without_offsets_gathers_nothing():
+    empty = pa.Array.from_buffers(pa.string(), 0, [None, pa.py_buffer(b""), pa.py_buffer(b"")])
+    empty.validate(full=True)
+    offsets, data = gather_strings([empty, pa.array(["x"])], np.array([0, 0]))
+    assert strings(offsets, data) == ["x", "x"]
+
+
 def test_a_batch_of_strings_crosses_a_pickle_as_its_bytes():
     import pickle
 

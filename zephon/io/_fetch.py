@@ -3,10 +3,11 @@
 ``fetch`` returns records (dicts for path datasets) and ``fetch_table`` one Arrow table, both
 in pointer order. Pointers are grouped by ``(dataset, shard)``; each group is one
 ``Dataset.read`` / ``gather`` call, so a shard's row groups (Parquet) or lines (JSONL) are read
-once per call, front to back. ``fetch_table`` takes the rows of every group, in pointer order,
-with one Arrow ``take`` over the decoded row groups themselves, so it copies each row once.
-Groups run in the order of their *last* pointer, so the shards a chunk ends on are the most
-recently used and survive in each dataset's bounded fetch cache for the next chunk.
+once per call, front to back. ``fetch_rows`` hands out the decoded row groups themselves and
+each pointer's row in them; ``fetch_table`` takes those rows from each row group and puts them
+in pointer order (``take_rows``). Groups run in the order of their *last* pointer, so the
+shards a chunk ends on are the most recently used and survive in each dataset's bounded fetch
+cache for the next chunk.
 """
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import pyarrow as pa
 
+from zephon.io._take import take_rows
 from zephon.io.dataset import Dataset
 
 
@@ -29,13 +31,14 @@ def _pointers(pointers: Any) -> np.ndarray:
 
 
 def _plan(pointers: np.ndarray) -> tuple[list[np.ndarray], list[int]]:
-    """Pointer positions grouped per ``(dataset, shard)`` (ascending in each group), and the
-    groups' indices in the order of their last position."""
-    order = np.lexsort((pointers[:, 1], pointers[:, 0]))
+    """Pointer positions sorted by ``(dataset, shard, offset)``, split per ``(dataset, shard)``
+    (so each shard is read front to back), and the groups' indices in the order of their last
+    position in the input."""
+    order = np.lexsort((pointers[:, 2], pointers[:, 1], pointers[:, 0]))
     keys = pointers[order, :2]
     cuts = np.flatnonzero((keys[1:] != keys[:-1]).any(axis=1)) + 1
     groups = np.split(order, cuts) if len(order) else []
-    run_order = sorted(range(len(groups)), key=lambda g: int(groups[g][-1]))
+    run_order = sorted(range(len(groups)), key=lambda g: int(groups[g].max()))
     return groups, run_order
 
 
@@ -78,7 +81,7 @@ def fetch_table(datasets_by_id: Mapping[int, Dataset], pointers: Any,
     dataset is null in its rows.
     """
     table, rows = fetch_rows(datasets_by_id, pointers, columns)
-    return table.take(pa.array(rows))
+    return take_rows(table, rows)
 
 
 def fetch_rows(datasets_by_id: Mapping[int, Dataset], pointers: Any,

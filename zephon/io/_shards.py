@@ -31,6 +31,7 @@ import pyarrow.fs as pafs
 
 from zephon.io._cache import Piece, PieceKey, ShardCache
 from zephon.io._fs import Entry, Location
+from zephon.io._take import take_rows
 from zephon.io.retry import RetryPolicy, ShardChangedError, StorageError
 
 T = TypeVar("T")
@@ -334,14 +335,14 @@ class ShardReader(Generic[Meta]):
         if not len(offsets):
             return self.empty(k, columns)
         tables, rows = self.gather(k, offsets, columns)
-        return pa.concat_tables(tables).take(pa.array(rows))
+        return take_rows(pa.concat_tables(tables), rows)
 
     def gather(self, k: int, offsets: np.ndarray, columns: tuple[str, ...] | None
                ) -> tuple[list[pa.Table], np.ndarray]:
         """A columnar reader's pieces that rows ``offsets`` of shard ``k`` fall in (validated by
         the caller, at least one), in piece order, and each offset's row in their concatenation:
-        the rows are ``concat_tables(tables).take(rows)``, gathered in one ``take`` by a caller
-        that reads several shards."""
+        the rows are ``concat_tables(tables).take(rows)``, gathered at once by a caller that
+        reads several shards."""
         ends = self._ends(k, self.meta(k))
         pieces = np.searchsorted(ends, offsets, side="right")
         used, inverse = np.unique(pieces, return_inverse=True)

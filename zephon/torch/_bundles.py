@@ -53,7 +53,8 @@ PIPE_BYTES = 1 << 20  # the workers' result pipe, widened to this (Linux's defau
 SHIP_BYTES = 256 << 10  # tensors up to this size cross from workers as numpy arrays (``ship``)
 RECORD_BUNDLE = 2048  # samples per bundle when records are read
 COLUMNAR_BUNDLE = 16384  # samples per bundle of columnar batches at most (a fetch's fixed costs spread thin) ...
-COLUMNAR_BYTES = 32 << 20  # ... and about this many bytes of their rows (a reader's first bundle: RECORD_BUNDLE)
+COLUMNAR_BYTES = 32 << 20  # ... and about this many bytes of their rows, at the row groups' bytes per row (the
+# row groups themselves are the fetch cache's: a bundle holds those its rows are in while it is made)
 PACKED_ARRAYS = 3  # a packed batch's (B, seq_len) int64 arrays: input_ids, segment_ids, position_ids
 PACKED_BYTES = PACKED_ARRAYS * 8  # slot bytes per packed token
 log = logging.getLogger("zephon")
@@ -227,6 +228,9 @@ def bundles(plan: Plan, worker: int) -> Iterator[Bundle]:
             if bundle.last:
                 return
     finally:
+        close = getattr(made, "close", None)
+        if close is not None:
+            close()  # its fetches end before the cache's bound does
         for release in releases:
             release()
 
@@ -277,8 +281,12 @@ def _columnar_bundles(mux: LaneMux, plan: Plan, worker: int, background: bool) -
         following = take()
         while True:
             bundle, pointers, components, fetched = following
+            error = None
             if fetcher is not None and not bundle.last:
-                following = take()
+                try:
+                    following = take()
+                except Exception as taking:  # noqa: BLE001 - raised once this bundle is handed on
+                    error = taking
             table, rows = fetched()
             assert bundle.bounds is not None  # _framed cut the samples into batches
             bundle.units = columnar_batches(pipeline, table, rows, pointers, components, bundle.bounds)
@@ -287,11 +295,13 @@ def _columnar_bundles(mux: LaneMux, plan: Plan, worker: int, background: bool) -
             yield bundle
             if bundle.last:
                 return
+            if error is not None:
+                raise error
             if fetcher is None:
                 following = take()
     finally:
         if fetcher is not None:
-            fetcher.shutdown()
+            fetcher.shutdown(cancel_futures=True)  # after the fetch in progress, if any
 
 
 def _slot_bundle(mux: LaneMux, plan: Plan, worker: int, slots: Slots, slot: int) -> Bundle:

@@ -9,6 +9,7 @@ import torch
 from torch.utils.data import default_collate
 
 from zephon._ext.strings import gather, strings
+from zephon.io import take_rows
 from zephon.runtime import KEY_COMPONENT, KEY_SAMPLE_ID
 
 KEY_DOCUMENTS = "_documents"  # a packed sequence's pieces
@@ -74,20 +75,15 @@ def column_batches(column: pa.ChunkedArray, rows: np.ndarray, bounds: Sequence[i
     each ``k``; a column of strings as :class:`Strings`, which become its list when the batch
     is handed out.
 
-    Strings are gathered as bytes straight from the column's chunks (the ``strings`` kernel),
-    numbers with one numpy gather; any other column, or one with nulls, is taken with Arrow
-    and converted batch by batch."""
+    Strings are gathered as bytes straight from the column's chunks (the ``strings`` kernel);
+    any other column is taken from each chunk (``zephon.io.take_rows``) and converted batch by
+    batch."""
     kind = column.type
     spans = list(zip(bounds[:-1], bounds[1:]))
-    if column.null_count == 0:
-        if pa.types.is_string(kind) or pa.types.is_large_string(kind):
-            offsets, data = gather_strings(column.chunks, rows)
-            return [Strings(offsets[a:b + 1] - offsets[a], data[offsets[a]:offsets[b]]) for a, b in spans]
-        dtype = np.int64 if pa.types.is_integer(kind) else np.float64 if pa.types.is_floating(kind) else None
-        if dtype is not None:
-            numbers = np.concatenate([np.asarray(chunk, dtype=dtype) for chunk in column.chunks])[rows]
-            return [torch.from_numpy(numbers[a:b]) for a, b in spans]
-    taken = column.take(pa.array(rows))
+    if column.null_count == 0 and (pa.types.is_string(kind) or pa.types.is_large_string(kind)):
+        offsets, data = gather_strings(column.chunks, rows)
+        return [Strings(offsets[a:b + 1] - offsets[a], data[offsets[a]:offsets[b]]) for a, b in spans]
+    taken = take_rows(column, rows)
     return [column_batch(taken.slice(a, b - a)) for a, b in spans]
 
 
@@ -103,11 +99,13 @@ def gather_strings(chunks: Sequence[pa.Array], rows: np.ndarray) -> tuple[np.nda
 
 def _buffers(array: pa.Array) -> tuple[np.ndarray, np.ndarray]:
     """A string array's offsets (int64, its own rows' only) and its UTF-8 bytes."""
+    if not len(array):  # its offsets buffer may be empty or absent
+        return _NO_ROWS, _NO_BYTES
     _, offsets, data = array.buffers()
     width = np.int64 if pa.types.is_large_string(array.type) else np.int32
     start = array.offset
-    own = np.frombuffer(offsets, dtype=width)[start:start + len(array) + 1] if offsets is not None else _NO_ROWS
-    return own.astype(np.int64), (np.frombuffer(data, dtype=np.uint8) if data is not None else _NO_BYTES)
+    own = np.frombuffer(offsets, dtype=width)[start:start + len(array) + 1].astype(np.int64)
+    return own, (np.frombuffer(data, dtype=np.uint8) if data is not None else _NO_BYTES)
 
 
 _NO_ROWS, _NO_BYTES = np.zeros(1, dtype=np.int64), np.zeros(0, dtype=np.uint8)
