@@ -86,7 +86,7 @@ def fetch_table(datasets_by_id: Mapping[int, Dataset], pointers: Any,
 
 def fetch_rows(datasets_by_id: Mapping[int, Dataset], pointers: Any,
                columns: Sequence[str] | None = None) -> tuple[pa.Table, np.ndarray]:
-    """:func:`fetch_table` before its one ``take``: a table whose chunks are the decoded row
+    """:func:`fetch_table` before it takes the rows: a table whose chunks are the decoded row
     groups (record batches) the pointers fall in, uncopied, and each pointer's row in it."""
     array = _pointers(pointers)
     groups, run_order = _plan(array)

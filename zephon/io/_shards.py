@@ -12,8 +12,8 @@ policy (:mod:`zephon.io.retry`), the fetch cache, and which pieces some offsets 
 (:meth:`ShardReader.plan`, what the readahead prefetches). A subclass says how to open a
 shard (``_open``), where its pieces end (``_ends``), how big one is (``_estimate``) and how to
 load one (``_load``). A columnar format's pieces are Arrow tables, which :meth:`ShardReader.gather`
-hands out whole so that a caller takes the rows of many shards with one Arrow ``take``; any
-other format says how to take records from a piece (``_take``).
+hands out whole so that a caller gathers the rows of many shards at once; any other format
+says how to take records from a piece (``_take``).
 """
 from __future__ import annotations
 

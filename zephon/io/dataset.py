@@ -498,8 +498,8 @@ class Dataset:
         """The tables that hold rows ``offsets`` of shard ``shard_id`` and each offset's row in
         their concatenation: ``read_table(shard_id, offsets, columns)`` equals
         ``pa.concat_tables(tables).take(rows)``. A Parquet or Arrow dataset hands out its
-        decoded row groups (record batches) uncopied, so a reader of many shards takes all its
-        rows with one ``take``; any other dataset gives its ``read_table`` as the one table."""
+        decoded row groups (record batches) uncopied, so a reader of many shards gathers all its
+        rows at once; any other dataset gives its ``read_table`` as the one table."""
         if self._reader is None or not self._reader.columnar:
             table = self.read_table(shard_id, offsets, columns)
             return [table], np.arange(table.num_rows, dtype=np.int64)
