@@ -105,3 +105,15 @@ def write_datatrove(path, docs, token_size=2):
     with open(f"{path}.index", "wb") as out:
         out.write(np.cumsum([len(d) for d in docs], dtype=np.int64).astype("<u8").tobytes())
     return path
+
+
+def json_leaves(value, path=()):
+    """The paths to every scalar and empty container of a JSON value."""
+    if isinstance(value, dict) and value:
+        for key, item in value.items():
+            yield from json_leaves(item, path + (key,))
+    elif isinstance(value, list) and value:
+        for index, item in enumerate(value):
+            yield from json_leaves(item, path + (index,))
+    else:
+        yield path

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from zephon import Dataset, StaticMixtureWorkSource
 from zephon.core.checkpoint import canonical, sealed
 from zephon.runtime import make_state, parse_state
-from zephon.runtime._columns import decode, encode
+from zephon.runtime._columns import assembled, decode, encode, getters, select, values
 from zephon.runtime._state import dataset_fingerprints
 
 scalars = st.one_of(st.none(), st.booleans(), st.integers(-2**70, 2**70), st.text(max_size=4),
@@ -39,6 +39,25 @@ def test_columns_give_back_exactly_what_went_in(values):
     column = encode(values)
     back = decode(json.loads(json.dumps(column)), len(values), "c")
     assert canonical(back) == canonical(values)  # 1, 1.0 and True differ here, as do 0.0 and -0.0
+
+
+@given(st.one_of(st.lists(json_values, min_size=1, max_size=6), alike().filter(bool)), st.data())
+def test_some_lanes_field_by_field_are_those_lanes_one_by_one(lanes, data):
+    """``values`` and ``select`` read the lanes ``ks`` of a column at once: as ``assembled``
+    reads them lane by lane (``select`` keeps the fields apart)."""
+    tree = getters(json.loads(json.dumps(encode(lanes))), len(lanes), "c")
+    ks = data.draw(st.lists(st.integers(0, len(lanes) - 1), max_size=8))
+    one_by_one = [assembled(tree)(k) for k in ks]
+    assert canonical(values(tree, ks)) == canonical(one_by_one)
+    assert canonical(by_lane(select(tree, ks), len(ks))) == canonical(one_by_one)
+
+
+def by_lane(fields, count):
+    """``select``'s fields (a dict of fields, or the lanes' values) as the lanes' values."""
+    if not isinstance(fields, dict):
+        return fields
+    columns = {key: by_lane(value, count) for key, value in fields.items()}
+    return [{key: column[i] for key, column in columns.items()} for i in range(count)]
 
 
 def test_alike_lanes_are_stored_by_field_and_step():

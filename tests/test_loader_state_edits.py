@@ -12,6 +12,7 @@ from hypothesis import given, settings, strategies as st
 import zephon.torch as zt
 from zephon import Pipeline
 from zephon.core.checkpoint import sealed
+from helpers import json_leaves
 from test_packed_loader import pipeline, run
 
 STRUCTURE = {"fields", "same", "start", "step", "float64", "width"}  # keys of the column encoding
@@ -24,18 +25,6 @@ def _plain():
 
 PIPELINES = {"plain": _plain, "pack": pipeline, "strict": lambda: pipeline(mode="strict")}
 STATES = {kind: run(make(), cut=2)[1] for kind, make in PIPELINES.items()}
-
-
-def leaves(value, path=()):
-    """The paths to every scalar and empty container of a JSON value."""
-    if isinstance(value, dict) and value:
-        for key, item in value.items():
-            yield from leaves(item, path + (key,))
-    elif isinstance(value, list) and value:
-        for index, item in enumerate(value):
-            yield from leaves(item, path + (index,))
-    else:
-        yield path
 
 
 def edited(state, path, value):
@@ -53,7 +42,7 @@ def names_the_field(message, path):
 
 
 edits = st.sampled_from(sorted(PIPELINES)).flatmap(lambda kind: st.tuples(
-    st.just(kind), st.sampled_from([p for p in leaves(STATES[kind]) if p != ("digest",)]), st.sampled_from(HOSTILE)))
+    st.just(kind), st.sampled_from([p for p in json_leaves(STATES[kind]) if p != ("digest",)]), st.sampled_from(HOSTILE)))
 
 
 @settings(max_examples=300, deadline=None)
@@ -82,7 +71,7 @@ def test_an_edited_and_resealed_leaf_is_refused_naming_it_or_runs_on(edit):
 def test_every_leaf_given_another_type_is_refused_or_changes_nothing(kind):
     """A value of another JSON type is never taken for the one written (True is not 1)."""
     state = STATES[kind]
-    for path in leaves(state):
+    for path in json_leaves(state):
         if path == ("digest",):
             continue
         node = state

@@ -353,19 +353,23 @@ def _cursors_from_json(value: Any, config: SourceConfig) -> tuple[CursorState, .
         if not isinstance(entry, dict) or set(entry) != {KEY_EPOCH, KEY_POSITION, KEY_TAILS}:
             raise ValueError(f"checkpoint cursor of {d.name!r} must be {{'epoch': int, 'position': int, "
                              f"'tails': int}}, got {show(entry)}")
-        epoch = _count(f"cursor {d.name!r} epoch", entry[KEY_EPOCH], _last_epoch(d))
+        epoch = _count(f"cursor {d.name!r} epoch", entry[KEY_EPOCH], last_epoch(d))
         position = _count(f"cursor {d.name!r} position", entry[KEY_POSITION], d.total)
-        # every "drop" pass start skips a tail of at most total - 1 samples (a pass that gave none ends
-        # the stream); "carry" skips none
-        skipped = 0 if d.pass_tail == CARRY else min(epoch * max(d.total - 1, 0), MAX_CHUNK_INDEX)
-        tails = _count(f"cursor {d.name!r} tails", entry[KEY_TAILS], skipped)
+        tails = _count(f"cursor {d.name!r} tails", entry[KEY_TAILS], skipped_tails(d, epoch))
         cursors.append(CursorState(epoch=epoch, position=position, tails=tails))
     return tuple(cursors)
 
 
-def _last_epoch(d: Any) -> int:
+def last_epoch(d: DatasetPlan) -> int:
     """The largest pass index a cursor of ``d`` can stand in (``stop_after_passes`` bounds no
     single dataset: a small one may repeat many times while a large one finishes its passes)."""
     if d.policy != REPEAT:
         return 0
     return MAX_CHUNK_INDEX if d.max_repeats is None else d.max_repeats
+
+
+def skipped_tails(d: DatasetPlan, epoch: int) -> int:
+    """The most samples a cursor of ``d`` in pass ``epoch`` can have skipped: every "drop" pass
+    start skips a tail of at most total - 1 samples (a pass that gave none ends the stream);
+    "carry" skips none."""
+    return 0 if d.pass_tail == CARRY else min(epoch * max(d.total - 1, 0), MAX_CHUNK_INDEX)

@@ -27,6 +27,7 @@ from zephon.runtime._checkpoint_dir import MARKER as CHECKPOINT_MARKER
 from zephon.runtime._checkpoint_dir import STEP_FOLDER
 from zephon.runtime._checkpoint_dir import complete_steps, finalize_checkpoint_dir, load_checkpoint_dir, save_checkpoint_dir
 from zephon.runtime._even import Even, EvenBatchesDict, RankCount, count_rank, count_ranks, countable, even_target, maybe_finite
+from zephon.runtime._gc import paused_gc
 from zephon.runtime._lanes import CONTIGUOUS, INTERLEAVED, MAPPINGS, rank_lanes, worker_lanes
 from zephon.runtime._migrate import migrate_checkpoint
 from zephon.runtime._packed import (
@@ -48,7 +49,7 @@ __all__ = [
     "maybe_finite", "DatasetRecord", "Entry", "Event", "INTERLEAVED", "ItemStream", "Items", "KEY_COMPONENT", "KEY_SAMPLE_ID", "LOADER_STATE_KIND",
     "LaneBook", "LaneMux", "LanesDict", "PackedReader", "Snapshot", "Snapshots", "count_packed", "count_sequences", "documents", "initial_operator",
     "sequence_items", "LoaderState", "LoaderStateDict", "MAPPINGS", "Piece", "Pipeline", "SERVED", "Sealer", "Segment", "Tracker", "initial_entries",
-    "load_checkpoint", "log_once", "make_state", "merge_states", "migrate_checkpoint", "parse_state", "rank_lanes", "run_fingerprint",
+    "load_checkpoint", "log_once", "make_state", "merge_states", "migrate_checkpoint", "parse_state", "paused_gc", "rank_lanes", "run_fingerprint",
     "joined", "save_checkpoint", "worker_lanes", "complete_steps", "finalize_checkpoint_dir", "load_checkpoint_dir",
     "save_checkpoint_dir", "split_state",
 ]

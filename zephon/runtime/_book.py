@@ -6,9 +6,11 @@ from collections import ChainMap
 from typing import Any, Mapping, Sequence
 
 from zephon.core.checkpoint import canonical, digest
+from zephon.core.lane_checks import all_restore
 from zephon.runtime._lanes import check_mapping, rank_lanes, worker_lanes
 from zephon.runtime._state import (
     ATTEMPT,
+    Ledger,
     LoaderState,
     LoaderStateDict,
     dataset_differences,
@@ -27,6 +29,16 @@ log = logging.getLogger("zephon")
 SEALING_SOURCES = (StaticMixtureWorkSource, PhasedMixtureWorkSource)  # exactly these (a subclass may change its states)
 GROWTH = 8  # default lanes per reader of the first topology: room to grow 8x without an idle reader
 _logged: set[str] = set()
+
+
+def _all_restore(template: Any, parsed: LoaderState, lanes: list[int]) -> bool:
+    """Whether ``lanes`` of a state of sealed lane columns are shown, column by column, to restore
+    into a ``StaticMixtureWorkSource`` (``zephon.core.lane_checks``); False: check each lane."""
+    ledger = parsed.entries
+    if type(template) is not StaticMixtureWorkSource:
+        return False
+    fields = ledger.fields(lanes)
+    return fields is not None and all_restore(template.config, ledger.common, fields, lanes, parsed.canonical_replicas)
 
 
 def log_once(message: str) -> None:
@@ -117,6 +129,26 @@ class LaneBook:
             raise RuntimeError(f"zephon: no position for lanes {missing}; load a state that covers them")
         return {lane: self._entries[lane] for lane in lanes}
 
+    def saved_entries(self, lanes: Sequence[int] | None = None) -> dict[int, Entry]:
+        """:meth:`entries` as a saved state takes them: where the source seals its states (and a
+        saved state leaves the seals out), lanes still at a loaded position keep their states as
+        loaded, unsealed (sealing costs tens of microseconds a lane)."""
+        lanes = self.rank_lanes() if lanes is None else lanes
+        moved, loaded = self._layers()
+        if loaded is None or type(self.pipeline.source) not in SEALING_SOURCES or \
+                not all(lane in moved or lane in loaded for lane in lanes):
+            return self.entries(lanes)  # (which raises for lanes without a position)
+        still = loaded.plain([lane for lane in lanes if lane not in moved])
+        return {lane: moved[lane] if lane in moved else still[lane] for lane in lanes}
+
+    def _layers(self) -> tuple[Mapping[int, Entry], Ledger | None]:
+        """The lanes moved since a state was loaded, and the loaded ledger (None: none loaded)."""
+        entries = self._entries
+        if isinstance(entries, ChainMap):
+            moved, base = entries.maps
+            return moved, base if isinstance(base, Ledger) else None
+        return {}, entries if isinstance(entries, Ledger) else None
+
     def operators(self, lanes: Sequence[int] | None = None) -> dict[int, Any]:
         """A packed pipeline's operator states of ``lanes`` (default: the rank's); {} unpacked."""
         packing = self.pipeline.packing
@@ -188,14 +220,16 @@ class LaneBook:
                              f"reads (it holds lanes {have if len(have) <= 16 else f'{have[:16]}...'}); load "
                              "the global checkpoint (all_gather_state / merge_states of every rank's state)")
         template = self.pipeline.source
+        if not _all_restore(template, parsed, lanes):
+            for lane in lanes:
+                try:
+                    template.clone_for_lane(lane, replicas).load_state_dict(parsed.entries[lane][0])
+                except (ValueError, TypeError, KeyError) as error:
+                    raise ValueError(f"lane {lane} of the checkpoint does not restore into this pipeline's source: "
+                                     f"{error}") from error
         hint = template.chunk_size_hint()
         for lane in lanes:
-            state_of_lane, consumed, _ = parsed.entries[lane]
-            try:
-                template.clone_for_lane(lane, replicas).load_state_dict(state_of_lane)
-            except (ValueError, TypeError, KeyError) as error:
-                raise ValueError(f"lane {lane} of the checkpoint does not restore into this pipeline's source: "
-                                 f"{error}") from error
+            consumed = parsed.entries.consumed(lane)
             if hint is not None and consumed > hint:
                 raise ValueError(f"lane {lane} of the checkpoint has consumed={consumed} samples of a chunk of "
                                  f"at most {hint}; the checkpoint is corrupted")

@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import base64
 import binascii
-import math
+import operator
+from itertools import chain
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -32,25 +33,28 @@ def encode(values: Sequence[Any]) -> Any:
     """The column of ``values`` (one JSON value per lane)."""
     if not values:
         return []
-    first = values[0]
-    if type(first) in _SAME and all(type(v) is type(first) and v == first for v in values):
+    first, types = values[0], set(map(type, values))
+    if len(types) == 1 and type(first) in _SAME and values.count(first) == len(values):
         return {"same": first}
-    if type(first) is dict and first and all(type(v) is dict and v.keys() == first.keys() for v in values):
-        return {"fields": {key: encode([v[key] for v in values]) for key in first}}
-    if type(first) is int and len(values) > 1 and all(type(v) is int for v in values):
+    if types == {dict} and first and all(map(first.keys().__eq__, map(dict.keys, values))):
+        return {"fields": {key: encode(list(map(operator.itemgetter(key), values))) for key in first}}
+    if types == {int} and len(values) > 1:
         step = values[1] - first
-        if all(v == first + k * step for k, v in enumerate(values)):
+        if step and all(map(operator.eq, values, range(first, first + step * len(values), step))):
             return {"start": first, "step": step}
-    if all(type(v) is float and math.isfinite(v) for v in values):
-        return {"float64": _floats(values)}
-    if type(first) is list and first and all(type(v) is list and len(v) == len(first) and
-                                             all(type(x) is float and math.isfinite(x) for x in v) for v in values):
-        return {"float64": _floats([x for v in values for x in v]), "width": len(first)}
+    if types == {float} and (text := _float64(values)) is not None:
+        return {"float64": text}
+    if types == {list} and first and set(map(len, values)) == {len(first)}:
+        flat = list(chain.from_iterable(values))
+        if set(map(type, flat)) == {float} and (text := _float64(flat)) is not None:
+            return {"float64": text, "width": len(first)}
     return list(values)
 
 
-def _floats(values: Sequence[float]) -> str:
-    return base64.b64encode(np.asarray(values, dtype="<f8").tobytes()).decode("ascii")
+def _float64(values: Sequence[float]) -> str | None:
+    """The base64 of ``values`` as little-endian float64; None where one is not finite."""
+    array = np.asarray(values, dtype="<f8")
+    return base64.b64encode(array.tobytes()).decode("ascii") if np.isfinite(array).all() else None
 
 
 def leaves(column: Any) -> int:
@@ -71,6 +75,12 @@ def decode(column: Any, n: int, where: str) -> list[Any]:
 def getter(column: Any, n: int, where: str) -> Callable[[int], Any]:
     """``value(k)``: the value of lane ``k`` of ``column``, made when asked for (a rank restores
     a few lanes of many). The column's form is checked at once: ``ValueError`` naming ``where``."""
+    return assembled(getters(column, n, where))
+
+
+def getters(column: Any, n: int, where: str) -> Any:
+    """The getters of ``column`` field by field: a dict of its fields' getters for a ``fields``
+    column, the getter of its values otherwise (checked as :func:`getter`)."""
     if type(column) is list:
         return _values(column, n, where).__getitem__
     if type(column) is not dict:
@@ -83,11 +93,35 @@ def getter(column: Any, n: int, where: str) -> Callable[[int], Any]:
         start, step = column["start"], column["step"]
         return lambda k: start + k * step
     if keys == {"fields"} and type(column["fields"]) is dict and column["fields"]:
-        fields = [(key, getter(value, n, f"{where}.{key}")) for key, value in column["fields"].items()]
-        return lambda k: {key: value(k) for key, value in fields}
+        return {key: getters(value, n, f"{where}.{key}") for key, value in column["fields"].items()}
     if keys in ({"float64"}, {"float64", "width"}):
         return _float_getter(column, n, where)
     raise ValueError(f"{where}: not a column: {show(column)}")
+
+
+def assembled(tree: Any) -> Callable[[int], Any]:
+    """``value(k)`` of a :func:`getters` tree: lane ``k``'s value, its dicts made whole."""
+    if type(tree) is not dict:
+        return tree  # type: ignore[no-any-return]  # a leaf's getter
+    fields = [(key, assembled(value)) for key, value in tree.items()]
+    return lambda k: {key: value(k) for key, value in fields}
+
+
+def values(tree: Any, ks: Sequence[int]) -> list[Any]:
+    """The values of lanes ``ks`` of a :func:`getters` tree, each lane's dicts made whole: what
+    ``assembled(tree)`` gives lane by lane, made field by field (a few times faster)."""
+    if type(tree) is not dict:
+        return [tree(k) for k in ks]
+    keys = list(tree)
+    return [dict(zip(keys, lane)) for lane in zip(*(values(value, ks) for value in tree.values()))]
+
+
+def select(tree: Any, ks: Sequence[int]) -> Any:
+    """The values of lanes ``ks`` of a :func:`getters` tree, field by field: a dict of the
+    fields' selections for a ``fields`` column, a list of the lanes' values otherwise."""
+    if type(tree) is dict:
+        return {key: select(value, ks) for key, value in tree.items()}
+    return [tree(k) for k in ks]
 
 
 def _values(column: list[Any], n: int, where: str) -> list[Any]:

@@ -31,11 +31,11 @@ import copy
 import math
 import re
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Iterator, Mapping, TypedDict
+from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence, TypedDict
 
 from zephon.core.checkpoint import KEY_DIGEST, canonical, digest, sealed
 from zephon.limits import MAX_LOADER_STATE_NODES, MAX_REPLICAS, MAX_SAMPLES, check_json, show
-from zephon.runtime._columns import decode, encode, getter, leaves
+from zephon.runtime._columns import assembled, decode, encode, getters, leaves, select, values
 from zephon.runtime._lanes import MAPPINGS
 from zephon.runtime._stream import Entry
 
@@ -93,7 +93,7 @@ class LoaderState:
     ``operators``' per-lane states and the ``topology`` it was taken on."""
 
     canonical_replicas: int
-    entries: Mapping[int, tuple[dict[str, Any], int, int]]  # lane -> (source state, consumed, turn flags): Entry
+    entries: Ledger  # lane -> (source state, consumed, turn flags): Entry
     datasets: list[DatasetRecord]  # ascending ids
     topology: dict[str, Any] = field(default_factory=dict)
     run: str | None = None
@@ -281,6 +281,7 @@ class _Columns:
     consumed: list[Any]
     turn: list[Any]
     state: Callable[[int], Any]
+    fields: Any = None  # version 2: the state column's getters field by field (``_columns.getters``)
 
 
 def _lane_columns(lanes: Any, replicas: int) -> tuple[_Columns, bool]:
@@ -293,7 +294,8 @@ def _lane_columns(lanes: Any, replicas: int) -> tuple[_Columns, bool]:
     _check_expansion(count, [lanes[key] for key in ("lane", "consumed", "turn", "state")])
     try:
         ids, consumed, turn = (decode(lanes[key], count, f"lanes.{key}") for key in ("lane", "consumed", "turn"))
-        columns = _Columns(ids, consumed, turn, getter(lanes["state"], count, "lanes.state"))
+        tree = getters(lanes["state"], count, "lanes.state")
+        columns = _Columns(ids, consumed, turn, assembled(tree), tree)
     except ValueError as error:
         raise _bad(str(error)) from None
     _check_dicts(lanes["state"], ids)
@@ -334,7 +336,7 @@ def _lane_columns_v1(lanes: Any) -> _Columns:
     return _Columns([r[0] for r in lanes], [r[1] for r in lanes], [r[2] for r in lanes], [r[3] for r in lanes].__getitem__)
 
 
-class _Ledger(Mapping[int, tuple[dict[str, Any], int, int]]):
+class Ledger(Mapping[int, tuple[dict[str, Any], int, int]]):
     """A parsed state's entries by lane, each lane's source state made (decoded from its
     columns and sealed again) when first asked for: a rank restores a few lanes of a global state."""
 
@@ -364,6 +366,28 @@ class _Ledger(Mapping[int, tuple[dict[str, Any], int, int]]):
         seals were left out (None otherwise)."""
         return self._shared
 
+    def consumed(self, lane: int) -> int:
+        """Samples of lane ``lane``'s chunk in flight the loop received."""
+        consumed: int = self._columns.consumed[self._index[lane]]
+        return consumed
+
+    def plain(self, lanes: Sequence[int]) -> dict[int, tuple[dict[str, Any], int, int]]:
+        """The entries of ``lanes`` with the source states as stored, without the seal that
+        ``ledger[lane]`` adds (a saved state leaves it out again), made field by field."""
+        if self._shared is None or self._columns.fields is None:
+            return {lane: self[lane] for lane in lanes}
+        columns, ks = self._columns, [self._index[lane] for lane in lanes]
+        rests = values(columns.fields, ks)
+        return {lane: ({**self._common, **rest}, columns.consumed[k], columns.turn[k])
+                for lane, k, rest in zip(lanes, ks, rests)}
+
+    def fields(self, lanes: Sequence[int]) -> Any:
+        """The sealed lanes' stored source states past the shared part, field by field
+        (:func:`zephon.runtime._columns.select`); None for a state whose lanes keep their seals."""
+        if self._shared is None or self._columns.fields is None:
+            return None
+        return select(self._columns.fields, [self._index[lane] for lane in lanes])
+
     def stored(self, lane: int) -> tuple[dict[str, Any], int, int]:
         """Lane ``lane`` as stored: the rest of its source state past the shared part (no seal),
         consumed and turn flags."""
@@ -380,7 +404,7 @@ class _Ledger(Mapping[int, tuple[dict[str, Any], int, int]]):
         return len(self._index)
 
 
-def _entries(columns: _Columns, common: dict[str, Any], replicas: int, is_sealed: bool) -> _Ledger:
+def _entries(columns: _Columns, common: dict[str, Any], replicas: int, is_sealed: bool) -> Ledger:
     """The ledger of a state's lane columns, their positions validated (each lane's source state
     is validated by the source it restores into)."""
     lanes = columns.lanes
@@ -397,7 +421,7 @@ def _entries(columns: _Columns, common: dict[str, Any], replicas: int, is_sealed
     if len(set(lanes)) != len(lanes):
         ordered = sorted(lanes)
         raise _bad(f"lane {next(b for a, b in zip(ordered, ordered[1:]) if a == b)} appears twice")
-    return _Ledger(columns, common, is_sealed)
+    return Ledger(columns, common, is_sealed)
 
 
 def _operators(operators: Any, lanes: list[Any]) -> dict[str, dict[int, Any]]:
@@ -444,7 +468,7 @@ def merge_states(states: Iterable[Any]) -> LoaderStateDict:
     if ranks:
         topology["ranks"] = sorted(ranks)
     run = next((p.run for p in parsed if p.run is not None), None)  # version 1 states name no run
-    sealed_alike = [p.entries for p in parsed if isinstance(p.entries, _Ledger) and p.entries.shared is not None]
+    sealed_alike = [p.entries for p in parsed if isinstance(p.entries, Ledger) and p.entries.shared is not None]
     if len(sealed_alike) == len(parsed) and all(ledger.shared == sealed_alike[0].shared for ledger in sealed_alike):
         rows = _merged({lane: ledger.stored(lane) for lane in ledger} for ledger in sealed_alike)  # no lane unsealed
         return _assembled(first.canonical_replicas, first.datasets, run, sealed_alike[0].common, rows, True,

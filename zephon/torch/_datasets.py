@@ -6,7 +6,7 @@ from typing import Any, Sequence
 import numpy as np
 from torch.utils.data import Dataset, IterableDataset
 
-from zephon.runtime import ItemStream, LaneBook, LoaderStateDict, Pipeline, log_once
+from zephon.runtime import ItemStream, LaneBook, LoaderStateDict, Pipeline, log_once, paused_gc
 from zephon.torch._topology import current_worker, detect_topology
 from zephon.work import PointerSequence
 
@@ -76,8 +76,9 @@ class StreamDataset(IterableDataset[Any]):
     def state_dict(self) -> LoaderStateDict:
         """Where the lanes read in this process stand (JSON: a :class:`zephon.runtime.LoaderStateDict`)."""
         lanes, workers = self._lanes()
-        entries = self._live.entries() if self._live is not None else self._book.entries(lanes)
-        return self._book.state(entries, num_workers=None if workers == 1 else workers)
+        with paused_gc():
+            entries = self._live.entries() if self._live is not None else self._book.saved_entries(lanes)
+            return self._book.state(entries, num_workers=None if workers == 1 else workers)
 
     def check_state_dict(self, state: Any) -> None:
         """Raise ``ValueError`` unless ``state`` restores here (see ``load_state_dict``)."""

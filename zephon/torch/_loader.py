@@ -29,7 +29,7 @@ import torch.utils.data as tud
 from zephon.limits import MAX_LAG
 from zephon.runtime import (
     Entry, Even, LaneBook, LoaderStateDict, LoaderStats, LoaderStatsDict, Pipeline, RankCount, count_packed, count_rank,
-    count_ranks, countable, even_target, log_once, maybe_finite, rank_lanes,
+    count_ranks, countable, even_target, log_once, maybe_finite, paused_gc, rank_lanes,
 )
 from zephon.torch._bundles import Bundle, Plan, Readers, widen_pipe
 from zephon.torch._dcp import dcp_caller, dcp_state_dict, from_dcp, is_dcp_form
@@ -437,15 +437,16 @@ class DataLoader(tud.DataLoader[Bundle]):
         if type(lag) is not int or not 0 <= lag <= MAX_LAG:
             raise ValueError(f"state_dict(lag={lag!r}) must be an int in 0 .. {MAX_LAG} (batches before the last one "
                              "yielded)")
-        live = self._zephon_live
-        if live is None:
-            if lag:
-                raise ValueError(f"state_dict(lag={lag}): no iteration is running, so there are no batches to step "
-                                 "back over; lag=0 is the state after the last batch received")
-            return self._zephon_book.state(self._entries(), num_workers=self.num_workers, operators=self._operators(),
-                                           batch_size=self.batch_size)
-        return self._zephon_book.state(live.entries(lag), num_workers=self.num_workers, operators=live.operators(lag),
-                                       batch_size=self.batch_size)
+        live, book = self._zephon_live, self._zephon_book
+        if live is None and lag:
+            raise ValueError(f"state_dict(lag={lag}): no iteration is running, so there are no batches to step "
+                             "back over; lag=0 is the state after the last batch received")
+        with paused_gc():
+            if live is None:
+                return book.state(book.saved_entries(), num_workers=self.num_workers, operators=self._operators(),
+                                  batch_size=self.batch_size)
+            return book.state(live.entries(lag), num_workers=self.num_workers, operators=live.operators(lag),
+                              batch_size=self.batch_size)
 
     def check_state_dict(self, state: Any) -> None:
         """Raise ``ValueError`` unless ``state`` restores into this loader (nothing changes)."""

@@ -1,0 +1,159 @@
+"""The column-wise check of many lanes' checkpoints (``zephon.core.lane_checks``) against the
+check it stands for: each lane's clone's ``load_state_dict``."""
+from __future__ import annotations
+
+import copy
+import json
+
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+import zephon.torch as zt
+from zephon import Pipeline, StaticMixtureWorkSource
+from zephon.core.checkpoint import KEY_DIGEST, KEY_STATE, canonical
+from zephon.core.lane_checks import all_restore
+from zephon.runtime._state import dataset_fingerprints, make_state, parse_state
+from zephon.testing import sources
+from helpers import json_leaves, three_datasets
+
+POLICIES = st.sampled_from(["repeat", "stop", "redistribute"])
+HOSTILE = [-1, 0, 1, 2, 10**6, 2**62, 2**62 + 1, 2**63, "x", None, True, False, 0.5, -0.0, 1.5, float("nan"),
+           [], {}, [0.0, 0.0], {"a": 1}]
+
+
+def lane_states(template, replicas, draw):
+    """Each lane's checkpoint, a drawn number of chunks in."""
+    states = {}
+    for lane in range(replicas):
+        clone = template.clone_for_lane(lane, replicas)
+        for _ in range(draw(st.integers(0, 4))):
+            clone.next_chunk()
+        states[lane] = clone.state_dict()
+    return states
+
+
+def loader_state(template, replicas, states):
+    """The global loader state of the lanes' ``states``, as JSON text gives it back."""
+    entries = {lane: (state, 0, 0) for lane, state in states.items()}
+    made = make_state(replicas, entries, dataset_fingerprints(template.datasets_by_id), {}, sealed_by_source=True)
+    return json.loads(json.dumps(made))
+
+
+@st.composite
+def global_states(draw):
+    """A template and the global loader state of its lanes, each a drawn number of chunks in."""
+    template, replicas = draw(sources()), draw(st.integers(2, 6))
+    return template, loader_state(template, replicas, lane_states(template, replicas, draw))
+
+
+@st.composite
+def edited_states(draw, policies=POLICIES):
+    """A template and a global state of its lanes in which one or two leaves of some lanes'
+    checkpoints (or of every lane's alike) were changed; the loader state's own digest is made
+    again, as an edit would make it. Positions and headers are edited more often than settings."""
+    template, replicas = draw(sources(policies=policies)), draw(st.integers(2, 6))
+    states = lane_states(template, replicas, draw)
+    original = copy.deepcopy(states)
+    for _ in range(draw(st.integers(1, 2))):
+        first = draw(st.integers(0, replicas - 1))
+        where = [p for p in json_leaves(original[first]) if p != ("digest",)]
+        kind = draw(st.sampled_from([KEY_STATE, "header", "any"]))
+        chosen = [p for p in where if (p[0] == KEY_STATE if kind == KEY_STATE else len(p) == 1 or kind == "any")]
+        path = draw(st.sampled_from(chosen or where))
+        old = at(original[first], path)
+        shifted = [old + draw(st.integers(-3, 3))] if type(old) in (int, float) else []
+        value = draw(st.sampled_from(shifted + HOSTILE))
+        for lane in range(replicas) if draw(st.booleans()) else [first]:
+            parent = at(states[lane], path[:-1])
+            if has(parent, path[-1]):
+                parent[path[-1]] = value
+    return template, loader_state(template, replicas, states)
+
+
+def has(node, key):
+    return isinstance(node, dict) and key in node or isinstance(node, list) and type(key) is int and key < len(node)
+
+
+def at(value, path):
+    """The node at ``path`` of ``value``; None where an edit cut the path off."""
+    for key in path:
+        value = value[key] if has(value, key) else None
+    return value
+
+
+def shown(template, state, lanes):
+    parsed = parse_state(state)
+    ledger = parsed.entries
+    return all_restore(template.config, ledger.common, ledger.fields(lanes), lanes, parsed.canonical_replicas)
+
+
+def each_restores(template, state, lanes):
+    parsed = parse_state(state)
+    try:
+        for lane in lanes:
+            template.clone_for_lane(lane, parsed.canonical_replicas).load_state_dict(parsed.entries[lane][0])
+    except (ValueError, TypeError, KeyError):
+        return False
+    return True
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(global_states(), st.data())
+def test_a_written_state_is_shown_to_restore(made, data):
+    template, state = made
+    lanes = sorted(data.draw(st.sets(st.integers(0, state["canonical_replicas"] - 1), min_size=1)))
+    assert each_restores(template, state, lanes)
+    # the column check takes every state a loader writes, but one where all lanes share one source state
+    assert shown(template, state, lanes) or KEY_STATE in state["source"]
+
+
+@settings(max_examples=50, deadline=None)
+@given(global_states(), st.data())
+def test_a_ledger_gives_some_lanes_unsealed_as_it_gives_them_one_by_one(made, data):
+    _, state = made
+    ledger = parse_state(state).entries
+    lanes = sorted(data.draw(st.sets(st.sampled_from(sorted(ledger)), min_size=1)))
+    plain = ledger.plain(lanes)
+    for lane in lanes:
+        unsealed = {key: value for key, value in ledger[lane][0].items() if key != KEY_DIGEST}
+        assert canonical(plain[lane]) == canonical((unsealed, *ledger[lane][1:]))
+
+
+def assert_shown_only_where_each_restores(made):
+    template, state = made
+    lanes = list(range(state["canonical_replicas"]))
+    if shown(template, state, lanes):
+        assert each_restores(template, state, lanes)
+
+
+@settings(max_examples=1000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(edited_states())
+def test_an_edited_state_is_shown_to_restore_only_where_each_lane_restores(made):
+    assert_shown_only_where_each_restores(made)
+
+
+@settings(max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(edited_states(policies=st.just("redistribute")))
+def test_the_same_where_chunks_may_draw_less_and_only_the_bounds_refuse(made):
+    """Redistributing datasets turn off the check that the chunk index agrees with what the
+    cursors read, which refuses most edits of a position: each bound is then on its own."""
+    assert_shown_only_where_each_restores(made)
+
+
+def test_a_loader_checks_a_global_state_by_columns_not_lane_by_lane(monkeypatch):
+    template, replicas = StaticMixtureWorkSource(three_datasets(), {"web": 3, "code": 2, "math": 1}, chunk_size=8,
+                                                 seed=3), 32
+    states = {}
+    for lane in range(replicas):
+        clone = template.clone_for_lane(lane, replicas)
+        clone.next_chunk()
+        states[lane] = clone.state_dict()
+    state = loader_state(template, replicas, states)
+    restored = []
+    monkeypatch.setattr(StaticMixtureWorkSource, "load_state_dict", lambda self, s: restored.append(s))
+    zt.DataLoader(Pipeline(template), batch_size=4, canonical_replicas=replicas).load_state_dict(state)
+    assert restored == []
+    edited = copy.deepcopy(states)
+    edited[5]["state"]["chunk_index"] += 1
+    zt.DataLoader(Pipeline(template), batch_size=4, canonical_replicas=replicas).load_state_dict(
+        loader_state(template, replicas, edited))
+    assert len(restored) == replicas  # not shown: every lane is checked on its own, which names the fault

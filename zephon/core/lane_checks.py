@@ -1,0 +1,94 @@
+"""Many lanes' checkpoints checked at once, field by field: what ``load_state_dict`` of each
+lane's clone checks, for the thousands of lanes of one loader state.
+
+A loader state stores its lanes' source states as columns: the keys every lane shares once
+(``shared``) and each other field as one value per lane. :func:`all_restore` walks those
+columns instead of building and checking each lane's checkpoint (about 6 µs a lane instead
+of 100). It answers True only where it has shown that every lane restores; False means
+"not shown" (a form it does not take: a migrated or token-mode state, a custom allocator; or
+a bad value), and the caller checks lane by lane, which names the fault.
+"""
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+from zephon.core import alloc as allocators
+from zephon.core.checkpoint import (KEY_ALLOC, KEY_CHUNK, KEY_CURSORS, KEY_EPOCH, KEY_FINGERPRINT, KEY_KIND,
+                                    KEY_LANE, KEY_POSITION, KEY_REPLICAS, KEY_STATE, KEY_TAILS, KEY_VERSION,
+                                    KIND, VERSION, fingerprint_differences, last_epoch, skipped_tails)
+from zephon.core.config import REDISTRIBUTE, SourceConfig
+from zephon.limits import MAX_CHUNK_INDEX
+
+SHARED_KEYS = frozenset((KEY_KIND, KEY_VERSION, KEY_REPLICAS, KEY_FINGERPRINT))
+BODY_KEYS = frozenset((KEY_CHUNK, KEY_ALLOC, KEY_CURSORS))
+CURSOR_KEYS = frozenset((KEY_EPOCH, KEY_POSITION, KEY_TAILS))
+
+
+def all_restore(config: SourceConfig, shared: dict[str, Any], fields: Any, lanes: Sequence[int],
+                replicas: int) -> bool:
+    """Whether every ``lanes[k]``'s checkpoint, ``shared`` plus lane ``k`` of ``fields``
+    (sealed), restores into lane ``lanes[k]`` of ``replicas`` of a ``StaticMixtureWorkSource``
+    over ``config``: the checks of its ``load_state_dict``, column by column.
+
+    ``fields`` holds the lanes' other keys: a dict where every lane has a dict with those keys
+    (each a ``fields`` value again), a list of one value per lane otherwise. Pure.
+    """
+    if config.token_mode or type(config.allocator) not in allocators.KERNEL_CODES:
+        return False
+    if not _shared_fits(config, shared, replicas):
+        return False
+    if not (type(fields) is dict and fields.keys() == {KEY_LANE, KEY_STATE}):
+        return False
+    ids, body = fields[KEY_LANE], fields[KEY_STATE]
+    if not (all(type(v) is int for v in ids) and ids == list(lanes)):
+        return False
+    if not (type(body) is dict and body.keys() == BODY_KEYS):
+        return False
+    chunks, read = body[KEY_CHUNK], _read(config, body[KEY_CURSORS])
+    if read is None or not (_counts(chunks, MAX_CHUNK_INDEX) and _allocs(config, body[KEY_ALLOC])):
+        return False
+    if any(d.policy == REDISTRIBUTE for d in config.datasets):  # chunks may draw less: no drawn check
+        return True
+    size = config.chunk_size
+    return all(r == c * size for r, c in zip(read, chunks))
+
+
+def _shared_fits(config: SourceConfig, shared: dict[str, Any], replicas: int) -> bool:
+    """The shared keys are exactly the header a lane of ``replicas`` of this config writes."""
+    return (shared.keys() == SHARED_KEYS and shared[KEY_KIND] == KIND and type(shared[KEY_VERSION]) is int
+            and shared[KEY_VERSION] == VERSION and type(shared[KEY_REPLICAS]) is int
+            and shared[KEY_REPLICAS] == replicas and not fingerprint_differences(shared[KEY_FINGERPRINT], config))
+
+
+def _counts(values: Any, upper: int) -> bool:
+    return type(values) is list and all(type(v) is int and 0 <= v <= upper for v in values)
+
+
+def _allocs(config: SourceConfig, values: Any) -> bool:
+    """Each lane's allocator state is what the built-in allocator's ``state_from_json`` takes."""
+    if type(values) is not list:
+        return False
+    if type(config.allocator) is allocators.FixedAllocator:
+        return all(v == [] for v in values)
+    n = len(config.datasets)
+    return all(type(v) is list and len(v) == n and all(type(x) is float and abs(x) <= 1.0 for x in v)
+               for v in values)
+
+
+def _read(config: SourceConfig, cursors: Any) -> list[int] | None:
+    """Samples each lane's cursors have read (None where a cursor is malformed or out of range)."""
+    if not (type(cursors) is dict and cursors.keys() == set(config.names)):
+        return None
+    read = None
+    for d in config.datasets:
+        cursor = cursors[d.name]
+        if not (type(cursor) is dict and cursor.keys() == CURSOR_KEYS):
+            return None
+        epochs, positions, tails = cursor[KEY_EPOCH], cursor[KEY_POSITION], cursor[KEY_TAILS]
+        if not (_counts(epochs, last_epoch(d)) and _counts(positions, d.total) and type(tails) is list
+                and all(type(t) is int and 0 <= t <= skipped_tails(d, e) for t, e in zip(tails, epochs))):
+            return None
+        total = d.total
+        lane_read = [e * total + p - t for e, p, t in zip(epochs, positions, tails)]
+        read = lane_read if read is None else [a + b for a, b in zip(read, lane_read)]
+    return read
