@@ -2,19 +2,20 @@
 """Strings of Arrow string columns: gathered as bytes from many row groups, then made Python ``str``.
 
 Defined by zephon/torch/_collate.py::gather_reference and ::strings_reference. A chunk is an
-Arrow string array without nulls, given as its ``offsets`` (int64, one more than its rows)
-and ``data`` (uint8, UTF-8). ``gather`` puts row ``local[i]`` of chunk ``chunk[i]`` at
-position ``i`` of one new ``(offsets, data)`` pair; ``strings`` makes the ``str`` of each row
-of such a pair. Arrow's ``take`` over many row groups first joins them all (a copy of every
-row group) and then copies the rows; ``gather`` copies each row once, chunk by chunk (a
-counting sort), so that a row group stays in cache while its rows are copied. A reader that
-sends batches to another process sends the gathered bytes, and the receiver makes the strings.
+Arrow string array without nulls, given as its ``offsets`` (int32 or int64, as Arrow keeps
+them: one more than its rows) and ``data`` (uint8, UTF-8). ``gather`` puts row ``local[i]``
+of chunk ``chunk[i]`` at position ``i`` of one new ``(offsets, data)`` pair; ``strings``
+makes the ``str`` of each row of such a pair. Arrow's ``take`` over many row groups first
+joins them all (a copy of every row group) and then copies the rows; ``gather`` copies each
+row once, chunk by chunk (a counting sort), so that a row group stays in cache while its rows
+are copied. A reader that sends batches to another process sends the gathered bytes, and the
+receiver makes the strings.
 """
 from cpython.list cimport PyList_New
 from cpython.mem cimport PyMem_Free, PyMem_Malloc
 from cpython.ref cimport PyObject
 from cpython.unicode cimport PyUnicode_DecodeUTF8
-from libc.stdint cimport int64_t, uint8_t
+from libc.stdint cimport int32_t, int64_t, uint8_t
 from libc.string cimport memcpy
 
 cdef extern from "Python.h":  # steals the new value's reference: no juggling per row
@@ -24,10 +25,16 @@ cdef extern from "Python.h":  # steals the new value's reference: no juggling pe
 import numpy as np
 
 
+cdef inline int64_t _offset(const void* offsets, bint wide, int64_t r) noexcept nogil:
+    """Offset ``r`` of a chunk's int64 (``wide``) or int32 offsets."""
+    return (<const int64_t*> offsets)[r] if wide else (<const int32_t*> offsets)[r]
+
+
 cdef class _Chunks:
     """The chunks' buffers as raw pointers."""
 
-    cdef const int64_t** offsets
+    cdef const void** offsets
+    cdef bint* wide
     cdef const char** data
     cdef int64_t* rows
     cdef int64_t* size
@@ -38,28 +45,39 @@ cdef class _Chunks:
         if len(offsets) != len(data):
             raise ValueError(f"gather: {len(offsets)} offsets arrays for {len(data)} data arrays")
         self.count = len(offsets)
-        self.arrays = (tuple(offsets), tuple(data))
+        self.arrays = (tuple(np.asarray(o) for o in offsets), tuple(data))
         cdef Py_ssize_t room = max(self.count, 1)
-        self.offsets = <const int64_t**> PyMem_Malloc(room * sizeof(int64_t*))
+        self.offsets = <const void**> PyMem_Malloc(room * sizeof(void*))
+        self.wide = <bint*> PyMem_Malloc(room * sizeof(bint))
         self.data = <const char**> PyMem_Malloc(room * sizeof(char*))
         self.rows = <int64_t*> PyMem_Malloc(room * sizeof(int64_t))
         self.size = <int64_t*> PyMem_Malloc(room * sizeof(int64_t))
-        if not (self.offsets and self.data and self.rows and self.size):
+        if not (self.offsets and self.wide and self.data and self.rows and self.size):
             raise MemoryError()
-        cdef const int64_t[::1] o
+        cdef const int64_t[::1] o64
+        cdef const int32_t[::1] o32
         cdef const uint8_t[::1] d
-        cdef Py_ssize_t c
+        cdef Py_ssize_t c, n
         for c in range(self.count):
             o, d = self.arrays[0][c], self.arrays[1][c]
-            if o.shape[0] < 1:
+            self.wide[c] = o.dtype == np.int64
+            if self.wide[c]:
+                o64 = o
+                n, self.offsets[c] = o64.shape[0], &o64[0] if o64.shape[0] else NULL
+            elif o.dtype == np.int32:
+                o32 = o
+                n, self.offsets[c] = o32.shape[0], &o32[0] if o32.shape[0] else NULL
+            else:
+                raise ValueError(f"gather: chunk {c}'s offsets are {o.dtype}, not int32 or int64")
+            if n < 1:
                 raise ValueError(f"gather: chunk {c} has no offsets (a chunk of n rows has n + 1)")
-            self.offsets[c] = &o[0]
-            self.rows[c] = o.shape[0] - 1
+            self.rows[c] = n - 1
             self.data[c] = <const char*> &d[0] if d.shape[0] else NULL
             self.size[c] = d.shape[0]
 
     def __dealloc__(self):
         PyMem_Free(self.offsets)
+        PyMem_Free(self.wide)
         PyMem_Free(self.data)
         PyMem_Free(self.rows)
         PyMem_Free(self.size)
@@ -83,7 +101,7 @@ def gather(list offsets not None, list data not None, chunk, local) -> tuple:
         c, r = at[i], row[i]
         if c < 0 or c >= chunks.count or r < 0 or r >= chunks.rows[c]:
             raise ValueError(f"gather: row {i} names row {r} of chunk {c}, which does not exist")
-        start, stop = chunks.offsets[c][r], chunks.offsets[c][r + 1]
+        start, stop = _offset(chunks.offsets[c], chunks.wide[c], r), _offset(chunks.offsets[c], chunks.wide[c], r + 1)
         if start < 0 or stop < start or stop > chunks.size[c]:
             raise ValueError(f"gather: chunk {c}'s offsets {start}..{stop} of row {r} are outside its "
                              f"{chunks.size[c]} bytes")
@@ -98,13 +116,14 @@ def gather(list offsets not None, list data not None, chunk, local) -> tuple:
     out_data = np.empty(ends[n], dtype=np.uint8)
     cdef uint8_t[::1] bytes_out = out_data
     cdef uint8_t* into = &bytes_out[0] if ends[n] else NULL
-    cdef const int64_t** sources = chunks.offsets
+    cdef const void** sources = chunks.offsets
+    cdef bint* wide = chunks.wide
     cdef const char** blobs = chunks.data
     with nogil:  # a reader's other threads (fetching the next bundle) run meanwhile
         for j in range(n):
             i = order[j]
             c, r = at[i], row[i]
-            start = sources[c][r]
+            start = _offset(sources[c], wide[c], r)
             if ends[i + 1] > ends[i]:
                 memcpy(into + ends[i], blobs[c] + start, ends[i + 1] - ends[i])
     return out_offsets, out_data

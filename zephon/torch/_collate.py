@@ -98,13 +98,14 @@ def gather_strings(chunks: Sequence[pa.Array], rows: np.ndarray) -> tuple[np.nda
 
 
 def _buffers(array: pa.Array) -> tuple[np.ndarray, np.ndarray]:
-    """A string array's offsets (int64, its own rows' only) and its UTF-8 bytes."""
+    """A string array's offsets (its own rows' only, int32 or int64 as Arrow keeps them: a view)
+    and its UTF-8 bytes."""
     if not len(array):  # its offsets buffer may be empty or absent
         return _NO_ROWS, _NO_BYTES
     _, offsets, data = array.buffers()
     width = np.int64 if pa.types.is_large_string(array.type) else np.int32
     start = array.offset
-    own = np.frombuffer(offsets, dtype=width)[start:start + len(array) + 1].astype(np.int64)
+    own = np.frombuffer(offsets, dtype=width)[start:start + len(array) + 1]
     return own, (np.frombuffer(data, dtype=np.uint8) if data is not None else _NO_BYTES)
 
 
