@@ -5,19 +5,21 @@ from __future__ import annotations
 import copy
 import json
 
+import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 import zephon.torch as zt
-from zephon import Pipeline, StaticMixtureWorkSource
+from zephon import Dataset, Pipeline, StaticMixtureWorkSource
 from zephon.core.checkpoint import KEY_DIGEST, KEY_STATE, canonical
 from zephon.core.lane_checks import all_restore
+from zephon.limits import MAX_CHUNK_INDEX
 from zephon.runtime._state import dataset_fingerprints, make_state, parse_state
 from zephon.testing import sources
 from helpers import json_leaves, three_datasets
 
 POLICIES = st.sampled_from(["repeat", "stop", "redistribute"])
-HOSTILE = [-1, 0, 1, 2, 10**6, 2**62, 2**62 + 1, 2**63, "x", None, True, False, 0.5, -0.0, 1.5, float("nan"),
-           [], {}, [0.0, 0.0], {"a": 1}]
+HOSTILE = [-1, 0, 1, 2, 10**6, 2**62, 2**62 + 1, 2**63, "x", None, True, False, 0.0, 1.0, 5.0, 0.5, -0.0, 1.5,
+           float("nan"), [], {}, [0.0, 0.0], {"a": 1}]
 
 
 def lane_states(template, replicas, draw):
@@ -48,21 +50,35 @@ def global_states(draw):
 @st.composite
 def edited_states(draw, policies=POLICIES):
     """A template and a global state of its lanes in which one or two leaves of some lanes'
-    checkpoints (or of every lane's alike) were changed; the loader state's own digest is made
-    again, as an edit would make it. Positions and headers are edited more often than settings."""
+    checkpoints (or of every lane's alike) were changed, or a key added or taken away; the loader
+    state's own digest is made again, as an edit would make it. Positions and headers are edited
+    more often than settings, and numbers are moved next to their bounds."""
     template, replicas = draw(sources(policies=policies)), draw(st.integers(2, 6))
     states = lane_states(template, replicas, draw)
     original = copy.deepcopy(states)
+    near = [v for d in template.config.datasets for v in (d.total - 1, d.total, d.total + 1)]  # bounds of cursors
     for _ in range(draw(st.integers(1, 2))):
         first = draw(st.integers(0, replicas - 1))
         where = [p for p in json_leaves(original[first]) if p != ("digest",)]
-        kind = draw(st.sampled_from([KEY_STATE, "header", "any"]))
-        chosen = [p for p in where if (p[0] == KEY_STATE if kind == KEY_STATE else len(p) == 1 or kind == "any")]
-        path = draw(st.sampled_from(chosen or where))
+        kind = draw(st.sampled_from([KEY_STATE, "header", "any", "keys"]))
+        if kind == "keys":  # a key (an item) added to, or taken from, a dict (a list) of the state
+            path = draw(st.sampled_from([p[:k] for p in where for k in range(len(p))]))
+            node = at(original[first], path)
+            key = draw(st.sampled_from(["x", *node] if isinstance(node, dict) else [None]))
+        else:
+            chosen = [p for p in where if (p[0] == KEY_STATE if kind == KEY_STATE else len(p) == 1 or kind == "any")]
+            path = draw(st.sampled_from(chosen or where))
         old = at(original[first], path)
-        shifted = [old + draw(st.integers(-3, 3))] if type(old) in (int, float) else []
+        shifted = [old + draw(st.integers(-3, 3)), *near] if type(old) in (int, float) else []
         value = draw(st.sampled_from(shifted + HOSTILE))
         for lane in range(replicas) if draw(st.booleans()) else [first]:
+            if kind == "keys":
+                node = at(states[lane], path)
+                if isinstance(node, dict):
+                    node.pop(key) if key in node else node.__setitem__(key, 0)
+                elif isinstance(node, list):
+                    node.pop() if node and draw(st.booleans()) else node.append(0.0)
+                continue
             parent = at(states[lane], path[:-1])
             if has(parent, path[-1]):
                 parent[path[-1]] = value
@@ -157,3 +173,54 @@ def test_a_loader_checks_a_global_state_by_columns_not_lane_by_lane(monkeypatch)
     zt.DataLoader(Pipeline(template), batch_size=4, canonical_replicas=replicas).load_state_dict(
         loader_state(template, replicas, edited))
     assert len(restored) == replicas  # not shown: every lane is checked on its own, which names the fault
+
+
+class _Strict:
+    """An allocator of its own that refuses every checkpoint state."""
+
+    name = "strict"
+
+    def init(self, n):
+        return [0.0] * n
+
+    def allocate(self, state, weights, chunk_size):
+        quotas = [chunk_size if c == 0 else 0 for c in range(len(weights))]
+        return tuple(quotas), state
+
+    def state_from_json(self, value, n):
+        raise ValueError("strict: no state of mine")
+
+
+@pytest.mark.parametrize("case", ["allocator of its own", "dataset name of 4.5 M characters"])
+def test_what_the_column_check_does_not_know_is_left_to_each_lane(case):
+    name = "d" * (64 * 70_000) if case.startswith("dataset") else "d"
+    allocation = _Strict() if case.startswith("allocator") else "accumulator"
+    template = StaticMixtureWorkSource([Dataset.from_counts(name, [50] * 4)], {name: 1.0}, chunk_size=4,
+                                       exhausted_policy="repeat", allocation=allocation)
+    state = loader_state(template, 4, lane_states(template, 4, lambda _: 1))  # a chunk each: the lanes differ
+    assert "state" in state["lanes"]["state"]["fields"] and not each_restores(template, state, [0, 1, 2, 3])
+    assert not shown(template, state, [0, 1, 2, 3])
+
+
+@pytest.mark.parametrize("edit", ["chunk index past the largest", "an accumulator short, on every lane"])
+def test_edits_that_only_one_bound_refuses_are_not_shown(edit):
+    template = StaticMixtureWorkSource(three_datasets(), {"web": 3, "code": 2, "math": 1}, chunk_size=8,
+                                       exhausted_policy="redistribute")  # no check that the cursors agree
+    states = lane_states(template, 2, lambda _: 1)
+    if edit.startswith("chunk"):
+        states[1]["state"]["chunk_index"] = MAX_CHUNK_INDEX + 1
+    else:
+        for lane_state in states.values():
+            lane_state["state"]["alloc"].pop()
+    state = loader_state(template, 2, states)
+    assert not each_restores(template, state, [0, 1]) and not shown(template, state, [0, 1])
+
+
+def test_lanes_without_a_value_each_are_not_shown_to_restore():
+    template, replicas = StaticMixtureWorkSource(three_datasets(), {"web": 3, "code": 2, "math": 1}, chunk_size=8), 2
+    state = loader_state(template, replicas, lane_states(template, replicas, lambda _: 1))  # a chunk each
+    ledger = parse_state(state).entries
+    fields = ledger.fields([0, 1])
+    assert all_restore(template.config, ledger.common, fields, [0, 1], replicas)
+    fields["state"]["chunk_index"] = fields["state"]["chunk_index"][:1]
+    assert not all_restore(template.config, ledger.common, fields, [0, 1], replicas)

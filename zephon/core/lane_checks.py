@@ -13,11 +13,11 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 from zephon.core import alloc as allocators
-from zephon.core.checkpoint import (KEY_ALLOC, KEY_CHUNK, KEY_CURSORS, KEY_EPOCH, KEY_FINGERPRINT, KEY_KIND,
-                                    KEY_LANE, KEY_POSITION, KEY_REPLICAS, KEY_STATE, KEY_TAILS, KEY_VERSION,
-                                    KIND, VERSION, fingerprint_differences, last_epoch, skipped_tails)
+from zephon.core.checkpoint import (KEY_ALLOC, KEY_CHUNK, KEY_CURSORS, KEY_DIGEST, KEY_EPOCH, KEY_FINGERPRINT,
+                                    KEY_KIND, KEY_LANE, KEY_POSITION, KEY_REPLICAS, KEY_STATE, KEY_TAILS,
+                                    KEY_VERSION, KIND, VERSION, fingerprint_differences, last_epoch, skipped_tails)
 from zephon.core.config import REDISTRIBUTE, SourceConfig
-from zephon.limits import MAX_CHUNK_INDEX
+from zephon.limits import MAX_CHUNK_INDEX, MAX_STATE_NODES, STATE_NODES_PER_DATASET, check_json
 
 SHARED_KEYS = frozenset((KEY_KIND, KEY_VERSION, KEY_REPLICAS, KEY_FINGERPRINT))
 BODY_KEYS = frozenset((KEY_CHUNK, KEY_ALLOC, KEY_CURSORS))
@@ -33,19 +33,22 @@ def all_restore(config: SourceConfig, shared: dict[str, Any], fields: Any, lanes
     ``fields`` holds the lanes' other keys: a dict where every lane has a dict with those keys
     (each a ``fields`` value again), a list of one value per lane otherwise. Pure.
     """
-    if config.token_mode or type(config.allocator) not in allocators.KERNEL_CODES:
+    n = len(lanes)
+    if config.token_mode or type(config.allocator) not in allocators.KERNEL_CODES or not n:
         return False
     if not _shared_fits(config, shared, replicas):
         return False
     if not (type(fields) is dict and fields.keys() == {KEY_LANE, KEY_STATE}):
         return False
     ids, body = fields[KEY_LANE], fields[KEY_STATE]
-    if not (all(type(v) is int for v in ids) and ids == list(lanes)):
+    if not (type(ids) is list and all(type(v) is int for v in ids) and ids == list(lanes)):
         return False
     if not (type(body) is dict and body.keys() == BODY_KEYS):
         return False
-    chunks, read = body[KEY_CHUNK], _read(config, body[KEY_CURSORS])
-    if read is None or not (_counts(chunks, MAX_CHUNK_INDEX) and _allocs(config, body[KEY_ALLOC])):
+    chunks, read = body[KEY_CHUNK], _read(config, body[KEY_CURSORS], n)
+    if read is None or not (_counts(chunks, MAX_CHUNK_INDEX, n) and _allocs(config, body[KEY_ALLOC], n)):
+        return False
+    if not _bounded(config, shared, fields):
         return False
     if any(d.policy == REDISTRIBUTE for d in config.datasets):  # chunks may draw less: no drawn check
         return True
@@ -60,22 +63,38 @@ def _shared_fits(config: SourceConfig, shared: dict[str, Any], replicas: int) ->
             and shared[KEY_REPLICAS] == replicas and not fingerprint_differences(shared[KEY_FINGERPRINT], config))
 
 
-def _counts(values: Any, upper: int) -> bool:
-    return type(values) is list and all(type(v) is int and 0 <= v <= upper for v in values)
+def _bounded(config: SourceConfig, shared: dict[str, Any], fields: dict[str, Any]) -> bool:
+    """A lane's checkpoint is within the size ``check_header`` allows. Every lane's is as large
+    as the first's: the fields hold numbers only, in one form, so the first one is checked."""
+    first = {**shared, **_first(fields), KEY_DIGEST: "0" * 32}
+    try:
+        check_json(first, "checkpoint", MAX_STATE_NODES + STATE_NODES_PER_DATASET * len(config.datasets))
+    except ValueError:
+        return False
+    return True
 
 
-def _allocs(config: SourceConfig, values: Any) -> bool:
+def _first(fields: Any) -> Any:
+    """The first lane's value of ``fields``."""
+    return {key: _first(value) for key, value in fields.items()} if type(fields) is dict else fields[0]
+
+
+def _counts(values: Any, upper: int, n: int) -> bool:
+    return type(values) is list and len(values) == n and all(type(v) is int and 0 <= v <= upper for v in values)
+
+
+def _allocs(config: SourceConfig, values: Any, n: int) -> bool:
     """Each lane's allocator state is what the built-in allocator's ``state_from_json`` takes."""
-    if type(values) is not list:
+    if not (type(values) is list and len(values) == n):
         return False
     if type(config.allocator) is allocators.FixedAllocator:
         return all(v == [] for v in values)
-    n = len(config.datasets)
-    return all(type(v) is list and len(v) == n and all(type(x) is float and abs(x) <= 1.0 for x in v)
+    width = len(config.datasets)
+    return all(type(v) is list and len(v) == width and all(type(x) is float and abs(x) <= 1.0 for x in v)
                for v in values)
 
 
-def _read(config: SourceConfig, cursors: Any) -> list[int] | None:
+def _read(config: SourceConfig, cursors: Any, n: int) -> list[int] | None:
     """Samples each lane's cursors have read (None where a cursor is malformed or out of range)."""
     if not (type(cursors) is dict and cursors.keys() == set(config.names)):
         return None
@@ -85,8 +104,9 @@ def _read(config: SourceConfig, cursors: Any) -> list[int] | None:
         if not (type(cursor) is dict and cursor.keys() == CURSOR_KEYS):
             return None
         epochs, positions, tails = cursor[KEY_EPOCH], cursor[KEY_POSITION], cursor[KEY_TAILS]
-        if not (_counts(epochs, last_epoch(d)) and _counts(positions, d.total) and type(tails) is list
-                and all(type(t) is int and 0 <= t <= skipped_tails(d, e) for t, e in zip(tails, epochs))):
+        if not (_counts(epochs, last_epoch(d), n) and _counts(positions, d.total, n)
+                and _counts(tails, MAX_CHUNK_INDEX, n)
+                and all(t <= skipped_tails(d, e) for t, e in zip(tails, epochs))):
             return None
         total = d.total
         lane_read = [e * total + p - t for e, p, t in zip(epochs, positions, tails)]

@@ -453,7 +453,7 @@ class Sealer:
         self._last: dict[int, tuple[Any, Mapping[str, Any]]] = {}
 
     def __call__(self, lane: int, state: Any) -> Mapping[str, Any]:
-        if isinstance(state, dict) or isinstance(state, Mapping):  # dict first: the Mapping check is slow
+        if type(state) is dict or isinstance(state, Mapping):  # dict first: the Mapping check is slow
             return state
         last = self._last.get(lane)
         if last is not None and last[0] is state:
