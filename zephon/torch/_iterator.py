@@ -28,7 +28,8 @@ from zephon.torch._bundles import Bundle, Plan, pointer_tensor
 from zephon.torch._relay import Relay
 from zephon.torch._workers import WorkerDiedError, dead_worker
 
-OBSERVE_EVERY = 8  # bundles between the stats' looks at the readers' chunk starts (see LoaderIterator._observe)
+OBSERVE_EVERY = 8  # bundles between the stats' looks at the readers' chunk starts (see LoaderIterator._observe) ...
+OBSERVE_SAMPLES = 131072  # ... or fewer, once the bundles since the last look hold this many samples
 
 
 class _Cursor:
@@ -126,6 +127,7 @@ class LoaderIterator:
         self.yielded = 0  # units yielded by this iteration
         self._unobserved: dict[int, dict[int, Any]] = {w: {} for w in readers}  # see _observe
         self._pulled = 0  # bundles pulled
+        self._unlooked = 0  # samples of the bundles pulled since the stats' last look
 
     def __iter__(self) -> LoaderIterator:
         return self
@@ -189,7 +191,9 @@ class LoaderIterator:
                 tracker.extend(bundle.segments, cast(list[Event], bundle.events))
             self._unobserved[worker].update((event.lane, event.state) for event in bundle.events)
             self._pulled += 1
-            if self._pulled % OBSERVE_EVERY == 0:
+            self._unlooked += bundle.stop - bundle.start
+            if self._pulled % OBSERVE_EVERY == 0 or self._unlooked >= OBSERVE_SAMPLES:
+                self._unlooked = 0
                 self._observe()
             cursor = self._cursors[worker] = _Cursor(bundle, self._plan.pipeline, self._plan.batch_size)
             if not cursor.count:  # nothing to yield (drop_last dropped every batch): the loop passes over it
@@ -212,8 +216,8 @@ class LoaderIterator:
     def _observe(self) -> None:
         """Show the stats each lane's latest chunk start since the last call (the furthest the
         readers reached is one of them): their news of passes and drained datasets. Sealing a
-        state costs tens of microseconds, so this runs every ``OBSERVE_EVERY`` bundles and
-        whenever the stats are read."""
+        state costs tens of microseconds, so this runs every ``OBSERVE_EVERY`` bundles (or
+        ``OBSERVE_SAMPLES`` samples) and whenever the stats are read."""
         for worker, pending in self._unobserved.items():
             if not pending:
                 continue
