@@ -48,7 +48,7 @@ from zephon.torch._topology import current_worker
 from zephon.torch._workers import freeze_inherited, guard_worker
 
 POINTER_BUNDLE = 16384  # samples per bundle on the pointer fast path (they stay in cache as the trainer splits them)
-HERE_BUNDLE = 131072  # ... by a reader in the main process, for batches (paired runs: 1.1-1.3x the rate of 16384)
+HERE_BUNDLE = 131072  # ... of batches, by a reader in the main process (paired runs of one lane: 1.2x the rate of 16384)
 SLOT_BUNDLE = 131072  # samples per shared-memory slot: fewer bundles, each with its fixed cost to the trainer
 PIPE_BYTES = 1 << 20  # the workers' result pipe, widened to this (Linux's default ceiling for a user)
 SHIP_BYTES = 256 << 10  # tensors up to this size cross from workers as numpy arrays (``ship``)
