@@ -31,7 +31,7 @@ import copy
 import math
 import re
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence, TypedDict
+from typing import Any, Iterable, Iterator, Mapping, Sequence, TypedDict
 
 from zephon.core.checkpoint import KEY_DIGEST, canonical, digest, sealed
 from zephon.limits import MAX_LOADER_STATE_NODES, MAX_REPLICAS, MAX_SAMPLES, check_json, show
@@ -274,14 +274,14 @@ def _check_topology(topology: Any) -> None:
 @dataclass(frozen=True)
 class _Columns:
     """A state's lanes as columns: ``lanes`` (ascending in version 2), what the loop received of
-    each lane's chunk (``consumed``), its ``turn`` flags and ``state(k)``, the rest of the
-    ``k``-th lane's source state, made when asked for."""
+    each lane's chunk (``consumed``), its ``turn`` flags and the getters of the rest of each
+    lane's source state (``states``, as ``zephon.runtime._columns.getters`` makes them: a dict of
+    the fields' getters, or one getter), which make a lane's values when asked for."""
 
     lanes: list[Any]
     consumed: list[Any]
     turn: list[Any]
-    state: Callable[[int], Any]
-    fields: Any = None  # version 2: the state column's getters field by field (``_columns.getters``)
+    states: Any
 
 
 def _lane_columns(lanes: Any, replicas: int) -> tuple[_Columns, bool]:
@@ -294,8 +294,7 @@ def _lane_columns(lanes: Any, replicas: int) -> tuple[_Columns, bool]:
     _check_expansion(count, [lanes[key] for key in ("lane", "consumed", "turn", "state")])
     try:
         ids, consumed, turn = (decode(lanes[key], count, f"lanes.{key}") for key in ("lane", "consumed", "turn"))
-        tree = getters(lanes["state"], count, "lanes.state")
-        columns = _Columns(ids, consumed, turn, assembled(tree), tree)
+        columns = _Columns(ids, consumed, turn, getters(lanes["state"], count, "lanes.state"))
     except ValueError as error:
         raise _bad(str(error)) from None
     _check_dicts(lanes["state"], ids)
@@ -342,6 +341,7 @@ class Ledger(Mapping[int, tuple[dict[str, Any], int, int]]):
 
     def __init__(self, columns: _Columns, common: dict[str, Any], is_sealed: bool):
         self._columns, self._common = columns, common
+        self._state = assembled(columns.states)  # lane k's rest of its source state
         self._index = dict(zip(columns.lanes, range(len(columns.lanes))))
         self._shared = {k: canonical(v) for k, v in common.items()} if is_sealed else None
         self._made: dict[int, tuple[dict[str, Any], int, int]] = {}
@@ -350,7 +350,7 @@ class Ledger(Mapping[int, tuple[dict[str, Any], int, int]]):
         entry = self._made.get(lane)
         if entry is None:
             k, columns = self._index[lane], self._columns
-            state = {**self._common, **columns.state(k)}
+            state = {**self._common, **self._state(k)}
             made = state if self._shared is None else sealed(state, self._shared)
             entry = self._made[lane] = (made, columns.consumed[k], columns.turn[k])
         return entry
@@ -374,25 +374,25 @@ class Ledger(Mapping[int, tuple[dict[str, Any], int, int]]):
     def plain(self, lanes: Sequence[int]) -> dict[int, tuple[dict[str, Any], int, int]]:
         """The entries of ``lanes`` with the source states as stored, without the seal that
         ``ledger[lane]`` adds (a saved state leaves it out again), made field by field."""
-        if self._shared is None or self._columns.fields is None:
+        if self._shared is None:
             return {lane: self[lane] for lane in lanes}
         columns, ks = self._columns, [self._index[lane] for lane in lanes]
-        rests = values(columns.fields, ks)
+        rests = values(columns.states, ks)
         return {lane: ({**self._common, **rest}, columns.consumed[k], columns.turn[k])
                 for lane, k, rest in zip(lanes, ks, rests)}
 
     def fields(self, lanes: Sequence[int]) -> Any:
         """The sealed lanes' stored source states past the shared part, field by field
         (:func:`zephon.runtime._columns.select`); None for a state whose lanes keep their seals."""
-        if self._shared is None or self._columns.fields is None:
+        if self._shared is None:
             return None
-        return select(self._columns.fields, [self._index[lane] for lane in lanes])
+        return select(self._columns.states, [self._index[lane] for lane in lanes])
 
     def stored(self, lane: int) -> tuple[dict[str, Any], int, int]:
         """Lane ``lane`` as stored: the rest of its source state past the shared part (no seal),
         consumed and turn flags."""
         k, columns = self._index[lane], self._columns
-        return columns.state(k), columns.consumed[k], columns.turn[k]
+        return self._state(k), columns.consumed[k], columns.turn[k]
 
     def __contains__(self, lane: object) -> bool:
         return lane in self._index
@@ -468,7 +468,7 @@ def merge_states(states: Iterable[Any]) -> LoaderStateDict:
     if ranks:
         topology["ranks"] = sorted(ranks)
     run = next((p.run for p in parsed if p.run is not None), None)  # version 1 states name no run
-    sealed_alike = [p.entries for p in parsed if isinstance(p.entries, Ledger) and p.entries.shared is not None]
+    sealed_alike = [p.entries for p in parsed if p.entries.shared is not None]
     if len(sealed_alike) == len(parsed) and all(ledger.shared == sealed_alike[0].shared for ledger in sealed_alike):
         rows = _merged({lane: ledger.stored(lane) for lane in ledger} for ledger in sealed_alike)  # no lane unsealed
         return _assembled(first.canonical_replicas, first.datasets, run, sealed_alike[0].common, rows, True,
