@@ -163,3 +163,27 @@ def test_take_rows_is_arrows_take_without_joining_the_chunks(sizes, data):
     want = table.combine_chunks().take(pa.array(rows, pa.int64()))
     assert take_rows(table, rows).equals(want)
     assert take_rows(table.column("s"), rows).to_pylist() == want.column("s").to_pylist()
+
+
+def plan_reference(pointers):
+    """What ``_plan`` computes: positions grouped per (dataset, shard) in input order, the groups
+    by (dataset, shard), then the groups' indices by their last position."""
+    groups = {}
+    for position in range(len(pointers)):
+        groups.setdefault(tuple(pointers[position, :2].tolist()), []).append(position)
+    groups = [groups[key] for key in sorted(groups)]
+    return groups, sorted(range(len(groups)), key=lambda g: max(groups[g]))
+
+
+@given(st.lists(st.tuples(st.integers(0, 3), st.integers(0, 5), st.integers(0, 9)), max_size=60),
+       st.sampled_from([0, 70_000, 1 << 40, -(1 << 62)]))
+def test_fetch_plans_shards_as_its_reference(pointers, spread):
+    """One radix pass, two (a key of more than 16 bits) and the lexsort fallback (more than 32)."""
+    from zephon.io._fetch import _plan
+
+    array = np.array(pointers, dtype=np.int64).reshape(-1, 3)
+    if len(array) and spread:
+        array[0, 1] = spread  # a shard id far from the others
+    groups, run_order = _plan(array)
+    want_groups, want_order = plan_reference(array)
+    assert [g.tolist() for g in groups] == want_groups and run_order == want_order

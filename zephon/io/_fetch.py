@@ -31,15 +31,35 @@ def _pointers(pointers: Any) -> np.ndarray:
 
 
 def _plan(pointers: np.ndarray) -> tuple[list[np.ndarray], list[int]]:
-    """Pointer positions sorted by ``(dataset, shard, offset)``, split per ``(dataset, shard)``
-    (so each shard is read front to back), and the groups' indices in the order of their last
-    position in the input."""
-    order = np.lexsort((pointers[:, 2], pointers[:, 1], pointers[:, 0]))
-    keys = pointers[order, :2]
-    cuts = np.flatnonzero((keys[1:] != keys[:-1]).any(axis=1)) + 1
-    groups = np.split(order, cuts) if len(order) else []
-    run_order = sorted(range(len(groups)), key=lambda g: int(groups[g].max()))
-    return groups, run_order
+    """Pointer positions grouped per ``(dataset, shard)``, in input order within a group (a
+    shard's reader puts its rows in piece order itself), and the groups' indices in the order
+    of their last position in the input."""
+    if not len(pointers):
+        return [], []
+    order, cuts = _by_shard(pointers)
+    last = np.maximum.reduceat(order, np.concatenate([[0], cuts]))
+    return np.split(order, cuts), np.argsort(last).tolist()
+
+
+def _by_shard(pointers: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The positions of ``pointers`` (at least one) stably sorted by ``(dataset, shard)``, and
+    where in that order a new ``(dataset, shard)`` begins. When the pairs span under 2**32
+    values they are sorted as one key, 16 bits at a time (numpy's radix sort: a twentieth of
+    the time ``numpy.lexsort`` takes on a bundle)."""
+    dataset, shard = pointers[:, 0], pointers[:, 1]
+    low_dataset, low_shard = int(dataset.min()), int(shard.min())
+    shards = int(shard.max()) - low_shard + 1
+    span = (int(dataset.max()) - low_dataset + 1) * shards
+    if span > 1 << 32:
+        order = np.lexsort((shard, dataset))
+        keys = pointers[order, :2]
+        return order, np.flatnonzero((keys[1:] != keys[:-1]).any(axis=1)) + 1
+    key = (dataset - low_dataset) * shards + (shard - low_shard)
+    order = np.argsort((key & 0xFFFF).astype(np.uint16), kind="stable")
+    if span > 1 << 16:
+        order = order[np.argsort((key[order] >> 16).astype(np.uint16), kind="stable")]
+    ordered = key[order]
+    return order, np.flatnonzero(ordered[1:] != ordered[:-1]) + 1
 
 
 def _dataset(datasets_by_id: Mapping[int, Dataset], dataset_id: int) -> Dataset:
