@@ -8,7 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from zephon._ext.strings import gather, strings
-from zephon.torch._collate import Strings, gather_reference, gather_strings, strings_reference
+from zephon.torch._collate import Located, Strings, gather_reference, gather_strings, strings_reference
 
 
 @st.composite
@@ -27,7 +27,7 @@ def columns(draw: st.DrawFn) -> tuple[list[pa.Array], np.ndarray]:
 @given(columns())
 def test_gathered_rows_are_arrows_take_of_the_concatenation(case):
     chunks, rows = case
-    offsets, data = gather_strings(chunks, rows)
+    offsets, data = gather_strings(chunks, Located(chunks, rows))
     want = pa.chunked_array(chunks, chunks[0].type).take(pa.array(rows, pa.int64())).to_pylist()
     assert strings(offsets, data) == strings_reference(offsets, data) == want
     cuts = sorted({0, len(rows), *rows.tolist()[:3]} & set(range(len(rows) + 1)))
@@ -52,14 +52,16 @@ def test_the_kernel_matches_its_twin(case, data):
 def test_an_empty_chunk_without_offsets_gathers_nothing():
     empty = pa.Array.from_buffers(pa.string(), 0, [None, pa.py_buffer(b""), pa.py_buffer(b"")])
     empty.validate(full=True)
-    offsets, data = gather_strings([empty, pa.array(["x"])], np.array([0, 0]))
+    chunks = [empty, pa.array(["x"])]
+    offsets, data = gather_strings(chunks, Located(chunks, np.array([0, 0])))
     assert strings(offsets, data) == ["x", "x"]
 
 
 def test_a_batch_of_strings_crosses_a_pickle_as_its_bytes():
     import pickle
 
-    offsets, data = gather_strings([pa.array(["é", "", "ab"])], np.array([2, 0, 1]))
+    chunks = [pa.array(["é", "", "ab"])]
+    offsets, data = gather_strings(chunks, Located(chunks, np.array([2, 0, 1])))
     batch = pickle.loads(pickle.dumps(Strings(offsets, data), protocol=4))
     assert batch.values() == ["ab", "é", ""] and batch.data.tobytes() == "abé".encode()
 
@@ -86,3 +88,28 @@ def test_rows_and_offsets_outside_their_chunks_are_refused():
         strings(np.array([], dtype=np.int64), data[0])
     with pytest.raises(UnicodeDecodeError):
         strings(np.array([0, 1]), np.frombuffer(b"\xff", dtype=np.uint8))
+
+
+@given(st.lists(st.integers(1, 5), min_size=1, max_size=4), st.lists(st.integers(1, 5), min_size=1, max_size=4),
+       st.data())
+def test_gathered_columns_are_the_tables_rows_whatever_each_columns_chunks(first, second, data):
+    """Two string columns chunked alike or not, and a column of ints: each gathered column is
+    Arrow's take of the table's rows."""
+    from zephon.torch._collate import gathered_columns
+
+    rows_total = min(sum(first), sum(second))
+    text = [f"r{i}·" * (i % 3) for i in range(rows_total)]
+
+    def chunked(sizes, kind):
+        cuts = [0, *[c for c in np.cumsum(sizes).tolist() if c < rows_total], rows_total]
+        return pa.chunked_array([pa.array(text[a:b], kind) for a, b in zip(cuts[:-1], cuts[1:])], kind)
+
+    table = pa.table({"a": chunked(first, pa.string()), "b": chunked(second, pa.large_string()),
+                      "n": pa.chunked_array([pa.array(range(rows_total), pa.int64())])})
+    rows = np.array(data.draw(st.lists(st.integers(0, rows_total - 1), max_size=20)), dtype=np.int64)
+    got = gathered_columns(table, rows)
+    want = table.take(pa.array(rows, pa.int64()))
+    assert got["a"].values() == got["b"].values() == want.column("a").to_pylist()
+    assert got["n"].to_pylist() == want.column("n").to_pylist()
+    cut = data.draw(st.integers(0, len(rows)))
+    assert got["a"].rows(0, cut).values() + got["a"].rows(cut, len(rows)).values() == want.column("a").to_pylist()

@@ -41,7 +41,7 @@ from zephon.io import fetch_rows
 from zephon.runtime import (
     DROPPED, KEY_COMPONENT, KEY_SAMPLE_ID, Entry, Event, LaneMux, Pipeline, Segment, Snapshot, joined,
 )
-from zephon.torch._collate import Strings, collate_rows, columnar_batches
+from zephon.torch._collate import Strings, collate_rows, columnar_batches, gathered_columns
 from zephon.torch._packed import packed_bundles, units_per_bundle
 from zephon.torch._slots import ALIGN, Slots, stow, take, unstow
 from zephon.torch._topology import current_worker
@@ -276,15 +276,16 @@ def _taken(mux: LaneMux, plan: Plan, worker: int) -> tuple[Bundle, np.ndarray, n
 def _columnar_bundles(mux: LaneMux, plan: Plan, worker: int, background: bool) -> Iterator[Bundle]:
     """The reader's bundles of columnar batches. With ``background`` (a reader in the main
     process, beside which a core is free) each bundle's rows are fetched (read and decoded,
-    ``zephon.io.fetch_rows``) in a thread while the one before is made into batches; a
+    ``zephon.io.fetch_rows``) and gathered column by column (:func:`_fetch_columns`) in a
+    thread while the one before is made into batches; a
     DataLoader worker fetches in line (the workers run in parallel already: on two cores, a
     thread more in each of two workers gained nothing measurable)."""
     pipeline = plan.pipeline
     fetcher = ThreadPoolExecutor(1, thread_name_prefix="zephon-fetch") if background else None
 
-    def take() -> tuple[Bundle, np.ndarray, np.ndarray, Callable[[], tuple[pa.Table, np.ndarray]]]:
+    def take() -> tuple[Bundle, np.ndarray, np.ndarray, Callable[[], tuple[dict[str, Any], float]]]:
         bundle, pointers, components = _taken(mux, plan, worker)
-        fetch = functools.partial(fetch_rows, pipeline.datasets_by_id, pointers, pipeline.columns)
+        fetch = functools.partial(_fetch_columns, pipeline, pointers)
         return bundle, pointers, components, fetch if fetcher is None else fetcher.submit(fetch).result
 
     try:
@@ -297,11 +298,11 @@ def _columnar_bundles(mux: LaneMux, plan: Plan, worker: int, background: bool) -
                     following = take()
                 except Exception as taking:  # noqa: BLE001 - raised once this bundle is handed on
                     error = taking
-            table, rows = fetched()
+            columns, row_bytes = fetched()
             assert bundle.bounds is not None  # _framed cut the samples into batches
-            bundle.units = columnar_batches(pipeline, table, rows, pointers, components, bundle.bounds)
+            bundle.units = columnar_batches(pipeline, columns, pointers, components, bundle.bounds)
             bundle.components, bundle.shipped = components, True  # land() makes their strings
-            plan.fit_bundles(table.nbytes / max(table.num_rows, 1))
+            plan.fit_bundles(row_bytes)
             yield bundle
             if bundle.last:
                 return
@@ -312,6 +313,14 @@ def _columnar_bundles(mux: LaneMux, plan: Plan, worker: int, background: bool) -
     finally:
         if fetcher is not None:
             fetcher.shutdown(cancel_futures=True)  # after the fetch in progress, if any
+
+
+def _fetch_columns(pipeline: Pipeline, pointers: np.ndarray) -> tuple[dict[str, Any], float]:
+    """The rows of ``pointers``, read (``zephon.io.fetch_rows``) and gathered column by column
+    (``zephon.torch._collate.gathered_columns``), and the decoded bytes per row of the row
+    groups they lie in."""
+    table, rows = fetch_rows(pipeline.datasets_by_id, pointers, pipeline.columns)
+    return gathered_columns(table, rows), table.get_total_buffer_size() / max(table.num_rows, 1)
 
 
 def _slot_bundle(mux: LaneMux, plan: Plan, worker: int, slots: Slots, slot: int) -> Bundle:

@@ -70,31 +70,56 @@ def column_batch(column: pa.ChunkedArray) -> Any:
     return default_collate(column.to_pylist())
 
 
-def column_batches(column: pa.ChunkedArray, rows: np.ndarray, bounds: Sequence[int]) -> list[Any]:
-    """What ``column_batch`` makes of rows ``rows[bounds[k]:bounds[k + 1]]`` of ``column``, for
-    each ``k``; a column of strings as :class:`Strings`, which become its list when the batch
-    is handed out.
+def gathered_columns(table: pa.Table, rows: np.ndarray) -> dict[str, Any]:
+    """Rows ``rows`` of each column of ``table`` (``zephon.io.fetch_rows``), in that order: a
+    column of strings without nulls as one :class:`Strings`, its rows' bytes gathered straight
+    from the column's chunks (the ``strings`` kernel); any other column taken from each chunk
+    (``zephon.io.take_rows``). A reader in the main process runs this in its fetch thread: the
+    copies let the trainer's thread run."""
+    out: dict[str, Any] = {}
+    located: Located | None = None
+    for name in table.column_names:
+        column = table.column(name)
+        if column.null_count == 0 and (pa.types.is_string(column.type) or pa.types.is_large_string(column.type)):
+            if located is None or not located.fits(column.chunks):  # a table's columns usually share their chunks
+                located = Located(column.chunks, rows)
+            out[name] = Strings(*gather_strings(column.chunks, located))
+        else:
+            out[name] = take_rows(column, rows)
+    return out
 
-    Strings are gathered as bytes straight from the column's chunks (the ``strings`` kernel);
-    any other column is taken from each chunk (``zephon.io.take_rows``) and converted batch by
-    batch."""
-    kind = column.type
-    spans = list(zip(bounds[:-1], bounds[1:]))
-    if column.null_count == 0 and (pa.types.is_string(kind) or pa.types.is_large_string(kind)):
-        offsets, data = gather_strings(column.chunks, rows)
-        return [Strings(offsets[a:b + 1] - offsets[a], data[offsets[a]:offsets[b]]) for a, b in spans]
-    taken = take_rows(column, rows)
-    return [column_batch(taken.slice(a, b - a)) for a, b in spans]
+
+def column_batches(column: Any, bounds: Sequence[int]) -> list[Any]:
+    """What ``column_batch`` makes of rows ``bounds[k]:bounds[k + 1]`` of a gathered column
+    (:func:`gathered_columns`), for each ``k``; strings as :class:`Strings`, which become their
+    list when the batch is handed out."""
+    spans = zip(bounds[:-1], bounds[1:])
+    if type(column) is Strings:
+        return [column.rows(a, b) for a, b in spans]
+    return [column_batch(column.slice(a, b - a)) for a, b in spans]
 
 
-def gather_strings(chunks: Sequence[pa.Array], rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Rows ``rows`` of the concatenation of ``chunks`` (string arrays without nulls) as one
-    ``(offsets, UTF-8 bytes)`` pair, each row copied once (``zephon._ext.strings.gather``)."""
-    lengths = np.array([len(chunk) for chunk in chunks], dtype=np.int64)
-    ends = np.cumsum(lengths)
-    chunk = np.searchsorted(ends, rows, side="right")
+class Located:
+    """Rows of the concatenation of ``chunks``, each as its chunk and its row there."""
+
+    __slots__ = ("lengths", "chunk", "local")
+
+    def __init__(self, chunks: Sequence[pa.Array], rows: np.ndarray):
+        self.lengths = np.array([len(chunk) for chunk in chunks], dtype=np.int64)
+        ends = np.cumsum(self.lengths)
+        self.chunk = np.searchsorted(ends, rows, side="right")
+        self.local = rows - (ends - self.lengths)[self.chunk]
+
+    def fits(self, chunks: Sequence[pa.Array]) -> bool:
+        """Whether ``chunks`` have the lengths these rows were located in."""
+        return len(chunks) == len(self.lengths) and all(len(c) == n for c, n in zip(chunks, self.lengths.tolist()))
+
+
+def gather_strings(chunks: Sequence[pa.Array], located: Located) -> tuple[np.ndarray, np.ndarray]:
+    """The ``located`` rows of the concatenation of ``chunks`` (string arrays without nulls) as
+    one ``(offsets, UTF-8 bytes)`` pair, each row copied once (``zephon._ext.strings.gather``)."""
     offsets, data = zip(*(_buffers(array) for array in chunks)) if chunks else ((), ())
-    return gather(list(offsets), list(data), chunk, rows - (ends - lengths)[chunk])
+    return gather(list(offsets), list(data), located.chunk, located.local)
 
 
 def _buffers(array: pa.Array) -> tuple[np.ndarray, np.ndarray]:
@@ -124,6 +149,11 @@ class Strings:
     def values(self) -> list[str]:
         return strings(self.offsets, self.data)
 
+    def rows(self, a: int, b: int) -> Strings:
+        """Rows ``a`` to ``b`` (their own offsets, a view of the bytes)."""
+        offsets = self.offsets
+        return Strings(offsets[a:b + 1] - offsets[a], self.data[offsets[a]:offsets[b]])
+
     def __reduce__(self) -> tuple[Any, ...]:
         return _arrive, (self.offsets.tobytes(), self.data.tobytes())
 
@@ -146,17 +176,19 @@ def strings_reference(offsets: np.ndarray, data: np.ndarray) -> list[str]:
     return [bytes(data[a:b]).decode() for a, b in zip(offsets[:-1].tolist(), offsets[1:].tolist())]
 
 
-def columnar_batches(pipeline: Any, table: pa.Table, rows: np.ndarray, pointers: np.ndarray, components: np.ndarray,
+def columnar_batches(pipeline: Any, columns: Mapping[str, Any], pointers: np.ndarray, components: np.ndarray,
                      bounds: Sequence[int]) -> list[dict[str, Any]]:
-    """The batches ``[bounds[k], bounds[k + 1])`` of these samples, from their rows ``rows`` of
-    ``table`` (``zephon.io.fetch_rows``): batch ``k`` equals ``collate(pipeline.materialize(...))``
-    of its samples once landed (see :class:`Strings`)."""
-    columns = {name: column_batches(table.column(name), rows, bounds) for name in table.column_names}
+    """The batches ``[bounds[k], bounds[k + 1])`` of these samples, from their gathered
+    ``columns`` (:func:`gathered_columns`): batch ``k`` equals
+    ``collate(pipeline.materialize(...))`` of its samples once landed (see :class:`Strings`).
+    The batches' ``_sample_id`` tensors are views of one copy of ``pointers``."""
+    per_column = {name: column_batches(column, bounds) for name, column in columns.items()}
     names = pipeline.batch_names(components, bounds)
+    sample_ids = torch.split(torch.from_numpy(np.array(pointers, dtype=np.int64)), np.diff(bounds).tolist())
     batches = []
-    for k, (a, b) in enumerate(zip(bounds[:-1], bounds[1:])):
-        batch = {name: values[k] for name, values in columns.items()}
-        batch[KEY_SAMPLE_ID] = torch.from_numpy(np.array(pointers[a:b], dtype=np.int64))
+    for k, sample_id in enumerate(sample_ids):
+        batch = {name: values[k] for name, values in per_column.items()}
+        batch[KEY_SAMPLE_ID] = sample_id
         batch[KEY_COMPONENT] = names[k]
         batches.append(batch)
     return batches
