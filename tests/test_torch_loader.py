@@ -307,6 +307,31 @@ def test_parquet_columnar_batches_equal_collated_items(tmp_path, workers):
                     assert a[key] == b[key] and type(a[key]) is type(b[key]) is list, key
 
 
+def test_a_program_that_exits_mid_iteration_prints_nothing_of_the_background_fetch(tmp_path):
+    """With num_workers=0 a thread fetches the next bundle; exiting with the loop unfinished
+    must not print a traceback from stopping it."""
+    import subprocess
+    import sys
+    import textwrap
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    (tmp_path / "d").mkdir()
+    pq.write_table(pa.table({"text": [f"row {i}" for i in range(4000)]}), tmp_path / "d" / "0.parquet")
+    script = textwrap.dedent(f"""
+        import zephon.torch as zt
+        from zephon import Dataset, Pipeline, StaticMixtureWorkSource
+        dataset = Dataset.from_path("d", {str(tmp_path / "d")!r}, cache_dir={str(tmp_path / "c")!r})
+        pipeline = Pipeline(StaticMixtureWorkSource([dataset], {{"d": 1}}, chunk_size=512), columns=["text"])
+        it = iter(zt.DataLoader(pipeline, batch_size=8, num_workers=0))
+        print(len(next(it)["text"]))
+    """)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and done.stdout.strip() == "8", done.stderr
+    assert "Traceback" not in done.stderr and "Exception ignored" not in done.stderr, done.stderr
+
+
 def test_len_is_the_iterations_total_and_remaining_what_is_still_to_come():
     loader = zt.DataLoader(Pipeline(make_source()), batch_size=7, num_workers=2, canonical_replicas=3)
     total = len(loader)

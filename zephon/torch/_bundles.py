@@ -28,6 +28,7 @@ import functools
 import logging
 import os
 import pickle
+import sys
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Iterator, Mapping, MutableMapping
@@ -311,7 +312,7 @@ def _columnar_bundles(mux: LaneMux, plan: Plan, worker: int, background: bool) -
             if fetcher is None:
                 following = take()
     finally:
-        if fetcher is not None:
+        if fetcher is not None and not sys.is_finalizing():  # at exit, Python has joined its threads already
             fetcher.shutdown(cancel_futures=True)  # after the fetch in progress, if any
 
 
