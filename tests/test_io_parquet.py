@@ -191,6 +191,38 @@ def test_corrupted_data_pages_raise_naming_the_file_and_row_group(tmp_path):
         d.read(0, [25])
 
 
+def test_row_groups_loaded_at_once_name_the_first_bad_one(tmp_path):
+    """A read that misses several row groups loads them on threads of their own: of two
+    corrupted ones the first is named, and the good ones read afterwards are right."""
+    write_shards(tmp_path / "d", [60], row_group_size=10)
+    path = tmp_path / "d" / "part-00000.parquet"
+    stat, data = os.stat(path), bytearray(path.read_bytes())
+    for bad in (2, 4):
+        column = pq.read_metadata(path).row_group(bad).column(1)
+        start = column.dictionary_page_offset or column.data_page_offset
+        data[start:start + column.total_compressed_size] = b"\xff" * column.total_compressed_size
+    path.write_bytes(bytes(data))
+    os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    d = Dataset.from_path("d", tmp_path / "d")
+    with pytest.raises(ValueError, match="part-00000.parquet.*row group 2"):
+        d.read(0, [55, 45, 25, 5, 15])
+    assert d.read(0, [15, 5, 59]) == [expected([60], 0, o) for o in (15, 5, 59)]
+
+
+def test_each_is_a_list_comprehension_run_on_threads():
+    from zephon.io._shards import _each
+
+    assert _each(lambda x: x * x, list(range(7))) == [x * x for x in range(7)] and _each(str, []) == []
+
+    def fail(x):
+        if x in (3, 5):
+            raise KeyError(x)
+        return x
+
+    with pytest.raises(KeyError, match="3"):
+        _each(fail, list(range(7)))
+
+
 def test_unreadable_file_raises_naming_it(tmp_path):
     write_shards(tmp_path / "d", [2])
     os.symlink(tmp_path / "gone.parquet", tmp_path / "d" / "part-00001.parquet")

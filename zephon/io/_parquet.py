@@ -55,6 +55,7 @@ class ParquetReader(ShardReader[_Meta]):
     """Reads rows of a Parquet dataset, one row group at a time, through the fetch cache."""
 
     piece_name = "row group"
+    decodes = True
 
     def _open(self, k: int, info: pafs.FileInfo) -> _Meta:
         files = Handles(self.shards.location, info)

@@ -164,12 +164,38 @@ def register(fmt: Format) -> Format:
     return fmt
 
 
+def _each(fn: Callable[[Any], T], items: list[Any]) -> list[T]:
+    """``[fn(item) for item in items]``, the first in this thread and each other on a thread of
+    its own; the first error, in item order, is raised once all have ended."""
+    results: list[Any] = [None] * len(items)
+    errors: list[BaseException | None] = [None] * len(items)
+
+    def run(j: int) -> None:
+        try:
+            results[j] = fn(items[j])
+        except BaseException as error:  # noqa: BLE001 - raised below, in item order
+            errors[j] = error
+
+    threads = [threading.Thread(target=run, args=(j,), name="zephon-load", daemon=True) for j in range(1, len(items))]
+    for thread in threads:
+        thread.start()
+    if items:
+        run(0)
+    for thread in threads:
+        thread.join()
+    error = next((error for error in errors if error is not None), None)
+    if error is not None:
+        raise error
+    return results
+
+
 class ShardReader(Generic[Meta]):
     """Reads rows of a dataset's shards piece by piece (see the module docstring); ``Meta`` is
     what the format keeps of an open shard."""
 
     columnar = True  # pieces are Arrow tables, read by ``gather`` (False: ``_take`` returns records)
     piece_name = "piece"  # what a piece is called in messages
+    decodes = False  # loading a piece is work (a Parquet row group's decoding): ``gather`` loads its misses at once
 
     def __init__(self, shards: Shards, cache: ShardCache):
         self._setup(shards, cache)
@@ -297,6 +323,20 @@ class ShardReader(Generic[Meta]):
             self.cache.put(k, key, value, nbytes)
         return value
 
+    def pieces(self, k: int, pieces: list[int], columns: tuple[str, ...] | None) -> list[Piece]:
+        """:meth:`piece` of each of ``pieces``; when loading one is work (``decodes``), the
+        misses load at once, each on a thread of its own (a Parquet row group decodes without
+        the GIL), and enter the fetch cache in piece order."""
+        if not self.decodes:
+            return [self.piece(k, p, columns) for p in pieces]
+        keys = [self.key(p, columns) for p in pieces]
+        values = [self.cache.get(k, key) for key in keys]
+        missing = [i for i, value in enumerate(values) if value is None]
+        for i, (value, nbytes) in zip(missing, _each(lambda i: self.load(k, pieces[i], columns), missing)):
+            self.cache.put(k, keys[i], value, nbytes)
+            values[i] = value
+        return values
+
     def parts(self, k: int, offsets: np.ndarray, columns: tuple[str, ...] | None
               ) -> tuple[np.ndarray | None, Iterator[tuple[np.ndarray, Rows]]]:
         """``(order, parts)``: per piece, the positions of ``offsets`` it holds and the rows taken from it.
@@ -346,7 +386,7 @@ class ShardReader(Generic[Meta]):
         ends = self._ends(k, self.meta(k))
         pieces = np.searchsorted(ends, offsets, side="right")
         used, inverse = np.unique(pieces, return_inverse=True)
-        tables: list[pa.Table] = [self.piece(k, p, columns) for p in used.tolist()]
+        tables: list[pa.Table] = self.pieces(k, used.tolist(), columns)
         sizes = np.array([table.num_rows for table in tables], dtype=np.int64)
         shift = np.cumsum(sizes) - ends[used]  # a piece's first row in the concatenation, less its first offset
         return tables, offsets + shift[inverse.reshape(-1)]
