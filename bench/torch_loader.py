@@ -54,13 +54,14 @@ class Settings:
     parquet_files: int  # Parquet files read per repeat (of PARQUET["files"])
     lanes_for_size: int  # lanes of the checkpoint-size figure
     mixture_files: dict[str, int]  # files of MIXTURE_ROWS rows per component
-    mixture_batches: int  # batches timed per repeat and mixture loader
+    mixture_batches: int  # batches timed per repeat and mixture loader ...
+    mixture_warmup: int  # ... after this many untimed (see ``drain``)
 
 
 FULL = Settings(repeats=7, batches=40_000, parquet_files=24, lanes_for_size=1024,
-                mixture_files={"web": 110, "code": 55, "math": 18}, mixture_batches=600)  # 2,998,272 rows
+                mixture_files={"web": 110, "code": 55, "math": 18}, mixture_batches=3000, mixture_warmup=1000)  # 2,998,272 rows
 QUICK = Settings(repeats=5, batches=8_000, parquet_files=8, lanes_for_size=1024,
-                 mixture_files={"web": 11, "code": 6, "math": 2}, mixture_batches=150)  # 311,296 rows
+                 mixture_files={"web": 11, "code": 6, "math": 2}, mixture_batches=150, mixture_warmup=100)  # 311,296 rows
 
 
 # -- pointers --------------------------------------------------------------------------------
@@ -391,11 +392,17 @@ def in_memory_batches(table: pa.Table, order: np.ndarray) -> Iterator[dict[str, 
         yield {"text": rows.column("text").to_pylist(), "component": rows.column("component").to_pylist()}
 
 
-def drain(loader: Iterable[dict], batches: int, key: str, errors: list[list[float]]) -> float:
-    """Samples/s of ``batches`` batches after one untimed warm-up batch; appends the timed batches'
-    composition errors (``batch[key]`` holds a batch's components) to ``errors``."""
+def drain(loader: Iterable[dict], batches: int, key: str, errors: list[list[float]], warmup: int) -> float:
+    """Samples/s of ``batches`` batches after ``warmup`` untimed ones; appends the timed batches'
+    composition errors (``batch[key]`` holds a batch's components) to ``errors``.
+
+    The warm-up lets a run reach its steady state: with ``shuffle_within_shard`` each lane
+    decodes a shard whole when it first reads from it, so zephon's first batches (16 lanes x 3
+    datasets x a shard of 16,384 rows decoded for the first few hundred thousand rows) are
+    slower than the rest of a run."""
     it = iter(loader)
-    next(it)
+    for _ in range(warmup):
+        next(it)
     start, seen = time.perf_counter(), []
     for _ in range(batches):
         seen.append(next(it)[key])
@@ -416,19 +423,19 @@ def _text_length(item: dict[str, Any]) -> dict[str, Any]:
 
 
 def zephon_mixture(pipeline: Pipeline, workers: int, lanes: int | None, batches: int,
-                   errors: list[list[float]]) -> float:
+                   errors: list[list[float]], warmup: int) -> float:
     """``zt.DataLoader`` over the mixture, the fetch caches emptied first (``workers=0`` reads in this process)."""
     for dataset in pipeline.datasets_by_id.values():
         dataset.clear_cache()
     loader = zt.DataLoader(pipeline, batch_size=BATCH, num_workers=workers, canonical_replicas=lanes)
-    return drain(loader, batches, "_component", errors)
+    return drain(loader, batches, "_component", errors, warmup)
 
 
-def torch_mixture(dataset: torch.utils.data.Dataset, batches: int, errors: list[list[float]],
+def torch_mixture(dataset: torch.utils.data.Dataset, batches: int, errors: list[list[float]], warmup: int,
                   **kwargs: Any) -> float:
     """A plain torch DataLoader, map-style, 2 workers, ``batch_size=256``."""
     loader = torch.utils.data.DataLoader(dataset, batch_size=BATCH, num_workers=2, **kwargs)
-    return drain(loader, batches, "component", errors)
+    return drain(loader, batches, "component", errors, warmup)
 
 
 def mixture_rows(cfg: Settings) -> list[Row]:
@@ -437,16 +444,18 @@ def mixture_rows(cfg: Settings) -> list[Row]:
     hf_rows, arrow_rows = hf_mixture(files, directory / "hf-cache"), MixtureRows(files)
     order = mixture_order(arrow_rows, np.random.default_rng(SEED))
     table = in_memory_table(files)
-    n = cfg.mixture_batches
+    n, w = cfg.mixture_batches, cfg.mixture_warmup
     loaders: dict[str, Callable[[list[list[float]]], float]] = {
-        "zephon default (16 lanes), workers=2": lambda e: zephon_mixture(pipeline, 2, None, n, e),
-        "zephon one lane per reader, workers=2": lambda e: zephon_mixture(pipeline, 2, 2, n, e),
-        "zephon default (8 lanes), workers=0": lambda e: zephon_mixture(pipeline, 0, None, n, e),
-        "zephon default + per-item map, workers=2": lambda e: zephon_mixture(pipeline.map(_text_length), 2, None, n, e),
-        "HF interleave_datasets, workers=2": lambda e: torch_mixture(hf_rows, n, e, collate_fn=hf_collate),
-        "pyarrow map-style Dataset, workers=2": lambda e: torch_mixture(arrow_rows, n, e, sampler=order,
+        "zephon default (16 lanes), workers=2": lambda e: zephon_mixture(pipeline, 2, None, n, e, w),
+        "zephon one lane per reader, workers=2": lambda e: zephon_mixture(pipeline, 2, 2, n, e, w),
+        "zephon default (8 lanes), workers=0": lambda e: zephon_mixture(pipeline, 0, None, n, e, w),
+        "zephon default + per-item map, workers=2": lambda e: zephon_mixture(pipeline.map(_text_length), 2, None, n, e,
+                                                                             w),
+        "HF interleave_datasets, workers=2": lambda e: torch_mixture(hf_rows, n, e, w, collate_fn=hf_collate),
+        "pyarrow map-style Dataset, workers=2": lambda e: torch_mixture(arrow_rows, n, e, w, sampler=order,
                                                                         collate_fn=_unbatched),
-        "in-memory pyarrow take loop, one process": lambda e: drain(in_memory_batches(table, order), n, "component", e),
+        "in-memory pyarrow take loop, one process": lambda e: drain(in_memory_batches(table, order), n, "component",
+                                                                    e, w),
     }
     errors: list[list[list[float]]] = [[] for _ in loaders]  # per loader, per call, per batch
     rates = paired(cfg.repeats, *(functools.partial(measure, e) for measure, e in zip(loaders.values(), errors)))
@@ -549,7 +558,7 @@ def notes(cfg: Settings) -> dict[str, str]:
                    "baseline reads zephon's exact row order; ratio = zephon / baseline",
         "mixture": f"mixture: {MIXTURE}, files {cfg.mixture_files} x {MIXTURE_ROWS} rows (row groups of "
                    f"{MIXTURE_ROW_GROUP}), column text, batch {BATCH}, {cfg.mixture_batches} batches per repeat "
-                   "after 1 untimed; composition error = max over components of |count - share x B| per batch",
+                   f"after {cfg.mixture_warmup} untimed; composition error = max over components of |count - share x B| per batch",
     }
 
 
