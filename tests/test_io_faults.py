@@ -90,9 +90,16 @@ def test_a_stalled_read_times_out_instead_of_hanging(tmp_path):
     stalled["on"] = True
     with pytest.raises(StorageTimeoutError, match=r"'web', shard 0 .*part-0.parquet.*timeout_s=0.2"):
         d.read(0, [3])
-    # the abandoned reads run on in Python code called from Arrow; one that wakes while the
-    # interpreter exits aborts it (a CPython limit), so the test outlives them
+    # the abandoned reads run on in Python code called from Arrow; one that returns while the
+    # interpreter exits aborts it (a CPython limit), so the test outlives them: their stalls end,
+    # then every read thread is idle again
+    from zephon.io import retry
+
     assert over.acquire(timeout=10) and over.acquire(timeout=10)
+    deadline = time.monotonic() + 10
+    while retry._POOL._idle < sum(t.name == "zephon-read" for t in threading.enumerate()):
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
 
 
 def test_timed_reads_reuse_their_threads_and_a_stuck_one_is_replaced():

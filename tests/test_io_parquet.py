@@ -191,28 +191,46 @@ def test_corrupted_data_pages_raise_naming_the_file_and_row_group(tmp_path):
         d.read(0, [25])
 
 
-def test_row_groups_loaded_at_once_name_the_first_bad_one(tmp_path):
-    """A read that misses several row groups loads them on threads of their own: of two
-    corrupted ones the first is named, and the good ones read afterwards are right."""
-    write_shards(tmp_path / "d", [60], row_group_size=10)
-    path = tmp_path / "d" / "part-00000.parquet"
-    stat, data = os.stat(path), bytearray(path.read_bytes())
-    for bad in (2, 4):
-        column = pq.read_metadata(path).row_group(bad).column(1)
-        start = column.dictionary_page_offset or column.data_page_offset
-        data[start:start + column.total_compressed_size] = b"\xff" * column.total_compressed_size
-    path.write_bytes(bytes(data))
-    os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))
-    d = Dataset.from_path("d", tmp_path / "d")
-    with pytest.raises(ValueError, match="part-00000.parquet.*row group 2"):
-        d.read(0, [55, 45, 25, 5, 15])
-    assert d.read(0, [15, 5, 59]) == [expected([60], 0, o) for o in (15, 5, 59)]
+def test_a_reads_missed_row_groups_load_at_once_and_its_first_failure_is_named(tmp_path, monkeypatch):
+    """Two loads must overlap to pass a barrier; of two failing row groups the first in
+    row-group order is raised although the later one fails first, and the good ones stay cached."""
+    import threading
+    import time
+
+    import zephon.io._parquet as parquet
+    import zephon.io._shards as shards_module
+
+    d = Dataset.from_path("d", write_shards(tmp_path / "d", [60], row_group_size=10))  # 6 row groups
+    monkeypatch.setattr(shards_module.os, "cpu_count", lambda: 4)
+    load, together = parquet.ParquetReader._load, threading.Barrier(2, timeout=10)
+
+    def overlapping(self, k, meta, piece, columns):
+        together.wait()
+        return load(self, k, meta, piece, columns)
+
+    monkeypatch.setattr(parquet.ParquetReader, "_load", overlapping)
+    assert d.read(0, [15, 5]) == [expected([60], 0, o) for o in (15, 5)]
+
+    def failing(self, k, meta, piece, columns):
+        if piece in (2, 4):
+            time.sleep(0.3 if piece == 2 else 0)
+            raise ValueError(f"bad row group {piece}")
+        return load(self, k, meta, piece, columns)
+
+    monkeypatch.setattr(parquet.ParquetReader, "_load", failing)
+    with pytest.raises(ValueError, match="bad row group 2"):
+        d.read(0, [55, 45, 25, 35, 15])
+    misses = d.cache_info()["misses"]
+    assert d.read(0, [55, 35, 15]) == [expected([60], 0, o) for o in (55, 35, 15)]
+    assert d.cache_info()["misses"] == misses  # row groups 1, 3 and 5 were cached by the failed read
 
 
 def test_each_is_a_list_comprehension_run_on_threads():
     from zephon.io._shards import _each
 
-    assert _each(lambda x: x * x, list(range(7))) == [x * x for x in range(7)] and _each(str, []) == []
+    for threads in (1, 2, 5, 9):
+        assert _each(lambda x: x * x, list(range(7)), threads) == [x * x for x in range(7)]
+        assert _each(str, [], threads) == []
 
     def fail(x):
         if x in (3, 5):
@@ -220,7 +238,7 @@ def test_each_is_a_list_comprehension_run_on_threads():
         return x
 
     with pytest.raises(KeyError, match="3"):
-        _each(fail, list(range(7)))
+        _each(fail, list(range(7)), 3)
 
 
 def test_unreadable_file_raises_naming_it(tmp_path):

@@ -325,6 +325,7 @@ def test_a_program_that_exits_mid_iteration_prints_nothing_of_the_background_fet
         dataset = Dataset.from_path("d", {str(tmp_path / "d")!r}, cache_dir={str(tmp_path / "c")!r})
         pipeline = Pipeline(StaticMixtureWorkSource([dataset], {{"d": 1}}, chunk_size=512), columns=["text"])
         it = iter(zt.DataLoader(pipeline, batch_size=8, num_workers=0))
+        import zephon.torch._bundles as held  # noqa: F401 - to the end: its globals may go before the generator
         print(len(next(it)["text"]))
     """)
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)

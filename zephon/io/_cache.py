@@ -215,6 +215,12 @@ class ShardCache:
             self.put(shard, key, value, nbytes)
         return value
 
+    def holds(self, shard: int, key: PieceKey) -> bool:
+        """Whether the piece is cached now (neither counted nor touched)."""
+        with self._lock:
+            entry = self._shards.get(shard)
+            return entry is not None and key in entry.pieces
+
     def expect(self, shard: int, key: PieceKey, ticket: Ticket) -> bool:
         """Announce a piece the readahead will load; False (nothing announced) if it is cached or announced."""
         with self._lock:

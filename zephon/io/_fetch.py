@@ -3,7 +3,8 @@
 ``fetch`` returns records (dicts for path datasets) and ``fetch_table`` one Arrow table, both
 in pointer order. Pointers are grouped by ``(dataset, shard)``; each group is one
 ``Dataset.read`` / ``gather`` call, so a shard's row groups (Parquet) or lines (JSONL) are read
-once per call, front to back. ``fetch_rows`` hands out the decoded row groups themselves and
+once per call, front to back (a shard's reader puts a gather's rows in piece order; ``fetch``
+hands ``read`` its offsets in order). ``fetch_rows`` hands out the decoded row groups themselves and
 each pointer's row in them; ``fetch_table`` takes those rows from each row group and puts them
 in pointer order (``take_rows``). Groups run in the order of their *last* pointer, so the
 shards a chunk ends on are the most recently used and survive in each dataset's bounded fetch
@@ -86,6 +87,7 @@ def fetch(datasets_by_id: Mapping[int, Dataset], pointers: Any, columns: Sequenc
     groups, run_order = _plan(array)
     for g in run_order:
         positions = groups[g]
+        positions = positions[np.argsort(array[positions, 2], kind="stable")]  # a shard's records front to back
         dataset = _dataset(datasets_by_id, int(array[positions[0], 0]))
         records = dataset.read(int(array[positions[0], 1]), array[positions, 2], columns)
         for position, record in zip(positions.tolist(), records):

@@ -164,24 +164,29 @@ def register(fmt: Format) -> Format:
     return fmt
 
 
-def _each(fn: Callable[[Any], T], items: list[Any]) -> list[T]:
-    """``[fn(item) for item in items]``, the first in this thread and each other on a thread of
-    its own; the first error, in item order, is raised once all have ended."""
+LOAD_THREADS = 4  # a gather's pieces loading at once, at most (and at most the machine's cores)
+
+
+def _each(fn: Callable[[Any], T], items: list[Any], threads: int) -> list[T]:
+    """``[fn(item) for item in items]`` on ``threads`` threads, this one included (thread ``t``
+    takes items ``t``, ``t + threads``, ...); the first error, in item order, is raised once all
+    have ended."""
     results: list[Any] = [None] * len(items)
     errors: list[BaseException | None] = [None] * len(items)
+    threads = max(1, min(threads, len(items)))
 
-    def run(j: int) -> None:
-        try:
-            results[j] = fn(items[j])
-        except BaseException as error:  # noqa: BLE001 - raised below, in item order
-            errors[j] = error
+    def run(t: int) -> None:
+        for j in range(t, len(items), threads):
+            try:
+                results[j] = fn(items[j])
+            except BaseException as error:  # noqa: BLE001 - raised below, in item order
+                errors[j] = error
 
-    threads = [threading.Thread(target=run, args=(j,), name="zephon-load", daemon=True) for j in range(1, len(items))]
-    for thread in threads:
+    others = [threading.Thread(target=run, args=(t,), name="zephon-load", daemon=True) for t in range(1, threads)]
+    for thread in others:
         thread.start()
-    if items:
-        run(0)
-    for thread in threads:
+    run(0)
+    for thread in others:
         thread.join()
     error = next((error for error in errors if error is not None), None)
     if error is not None:
@@ -324,18 +329,14 @@ class ShardReader(Generic[Meta]):
         return value
 
     def pieces(self, k: int, pieces: list[int], columns: tuple[str, ...] | None) -> list[Piece]:
-        """:meth:`piece` of each of ``pieces``; when loading one is work (``decodes``), the
-        misses load at once, each on a thread of its own (a Parquet row group decodes without
-        the GIL), and enter the fetch cache in piece order."""
-        if not self.decodes:
-            return [self.piece(k, p, columns) for p in pieces]
+        """:meth:`piece` of each of ``pieces``. When loading one is work (``decodes``) and the
+        cache misses several, they load on up to :data:`LOAD_THREADS` threads at once (a Parquet
+        row group decodes without the GIL); each enters the cache as it is loaded, so a failed
+        one leaves the others cached, and the first failure in piece order is raised."""
         keys = [self.key(p, columns) for p in pieces]
-        values = [self.cache.get(k, key) for key in keys]
-        missing = [i for i, value in enumerate(values) if value is None]
-        for i, (value, nbytes) in zip(missing, _each(lambda i: self.load(k, pieces[i], columns), missing)):
-            self.cache.put(k, keys[i], value, nbytes)
-            values[i] = value
-        return values
+        missing = 0 if not self.decodes else sum(not self.cache.holds(k, key) for key in keys)
+        threads = min(missing, LOAD_THREADS, os.cpu_count() or 1)
+        return _each(lambda p: self.piece(k, p, columns), pieces, threads)
 
     def parts(self, k: int, offsets: np.ndarray, columns: tuple[str, ...] | None
               ) -> tuple[np.ndarray | None, Iterator[tuple[np.ndarray, Rows]]]:

@@ -278,11 +278,12 @@ def _columnar_bundles(mux: LaneMux, plan: Plan, worker: int, background: bool) -
     """The reader's bundles of columnar batches. With ``background`` (a reader in the main
     process, beside which a core is free) each bundle's rows are fetched (read and decoded,
     ``zephon.io.fetch_rows``) and gathered column by column (:func:`_fetch_columns`) in a
-    thread while the one before is made into batches; a
+    thread while the one before is made into batches (so two bundles' rows are held); a
     DataLoader worker fetches in line (the workers run in parallel already: on two cores, a
     thread more in each of two workers gained nothing measurable)."""
     pipeline = plan.pipeline
     fetcher = ThreadPoolExecutor(1, thread_name_prefix="zephon-fetch") if background else None
+    finalizing = sys.is_finalizing  # held here: at exit this module's globals may be gone before the generator
 
     def take() -> tuple[Bundle, np.ndarray, np.ndarray, Callable[[], tuple[dict[str, Any], float]]]:
         bundle, pointers, components = _taken(mux, plan, worker)
@@ -312,7 +313,7 @@ def _columnar_bundles(mux: LaneMux, plan: Plan, worker: int, background: bool) -
             if fetcher is None:
                 following = take()
     finally:
-        if fetcher is not None and not sys.is_finalizing():  # at exit, Python has joined its threads already
+        if fetcher is not None and not finalizing():  # at exit, Python has joined its threads already
             fetcher.shutdown(cancel_futures=True)  # after the fetch in progress, if any
 
 

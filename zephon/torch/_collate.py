@@ -181,7 +181,8 @@ def columnar_batches(pipeline: Any, columns: Mapping[str, Any], pointers: np.nda
     """The batches ``[bounds[k], bounds[k + 1])`` of these samples, from their gathered
     ``columns`` (:func:`gathered_columns`): batch ``k`` equals
     ``collate(pipeline.materialize(...))`` of its samples once landed (see :class:`Strings`).
-    The batches' ``_sample_id`` tensors are views of one copy of ``pointers``."""
+    The batches' ``_sample_id`` tensors are views of one copy of ``pointers`` (a batch kept
+    keeps the whole copy, 24 bytes a sample of the bundle)."""
     per_column = {name: column_batches(column, bounds) for name, column in columns.items()}
     names = pipeline.batch_names(components, bounds)
     sample_ids = torch.split(torch.from_numpy(np.array(pointers, dtype=np.int64)), np.diff(bounds).tolist())
