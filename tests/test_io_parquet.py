@@ -191,7 +191,7 @@ def test_corrupted_data_pages_raise_naming_the_file_and_row_group(tmp_path):
         d.read(0, [25])
 
 
-def test_a_reads_missed_row_groups_load_at_once_and_its_first_failure_is_named(tmp_path, monkeypatch):
+def test_the_row_groups_a_read_misses_load_at_once_and_its_first_failure_is_named(tmp_path, monkeypatch):
     """Two loads must overlap to pass a barrier; of two failing row groups the first in
     row-group order is raised although the later one fails first, and the good ones stay cached."""
     import threading
