@@ -169,6 +169,44 @@ def test_stowed_units_come_back_equal_and_hold_their_slot_until_the_last_is_gone
     assert slots.claim(0) is not None
 
 
+@given(texts=st.lists(st.lists(st.text(max_size=30), max_size=20), max_size=4), width=st.integers(0, 1 << 14),
+       tensors=st.booleans())
+def test_stowed_strings_come_back_equal_and_hold_their_slot_until_they_are_gone(texts, width, tensors):
+    """A columnar batch's strings travel in a slot when they fit (offsets and bytes both), its
+    tensors only with ``tensors``; what does not fit stays in the unit."""
+    import torch
+
+    from zephon.torch._collate import Strings
+
+    def column(values):
+        encoded = [v.encode() for v in values]
+        return Strings(np.cumsum([0] + [len(e) for e in encoded], dtype=np.int64),
+                       np.frombuffer(b"".join(encoded), dtype=np.uint8))
+
+    slots = Slots(1, width, 1, multiprocessing.get_context("fork"))
+    units = [{"text": column(values), "ids": torch.arange(600)} for values in texts]
+    carried = stow(slots, 0, units, tensors=tensors)
+    strings_stowed = [type(unit["text"]) is not Strings for unit in units]
+    if texts:  # the first unit's strings go first: they are stowed when they fit
+        first = column(texts[0])
+        assert strings_stowed[0] == (-(-first.offsets.nbytes // 64) * 64 + first.data.nbytes <= width)
+    tensors_stowed = [type(unit["ids"]) is not torch.Tensor for unit in units]
+    assert tensors or not any(tensors_stowed)
+    assert (carried is None) == (not any(strings_stowed) and not any(tensors_stowed))
+    if carried is None:
+        assert slots.claim(0) is not None  # an unused slot is freed at once
+        return
+    landed = unstow(0, carried, pickle.loads(pickle.dumps(units)))  # the units cross a pipe
+    assert [unit["text"].values() for unit in landed] == texts
+    assert all(torch.equal(unit["ids"], torch.arange(600)) for unit in landed)
+    del units
+    gc.collect()
+    assert slots.claim(0) is None  # the landed units still lease the slot
+    del landed
+    gc.collect()
+    assert slots.claim(0) is not None
+
+
 def _raw(tensor):
     """A tensor's dtype, shape and bytes (NaNs compare equal)."""
     return str(tensor.dtype), tuple(tensor.shape), tensor.numpy().tobytes()

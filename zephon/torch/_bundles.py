@@ -18,8 +18,9 @@ A :class:`Readers` dataset and its :class:`Plan` travel to workers started by "s
 batches a worker made cross as numpy arrays pickled as bytes (``ship``, undone by ``land`` in
 the main process): torch's shared-memory hand-off costs about a millisecond per tensor, which
 for batch-sized tensors is more than the batch. Columnar batches' strings cross as their
-bytes (``zephon.torch._collate.Strings``) and become Python strings in ``land`` too, in every
-reader: pickling each string costs a worker as much as reading it.
+bytes (``zephon.torch._collate.Strings``), in a shared slot when one is free (the pipe cost the
+trainer a fifth of its time), and become Python strings in ``land`` too, in every reader:
+pickling each string costs a worker as much as reading it.
 """
 from __future__ import annotations
 
@@ -57,6 +58,7 @@ RECORD_BUNDLE = 2048  # samples per bundle when records are read
 COLUMNAR_BUNDLE = 16384  # samples per bundle of columnar batches at most (a fetch's fixed costs spread thin) ...
 COLUMNAR_BYTES = 32 << 20  # ... and about this many bytes of their rows, at the row groups' bytes per row (the
 # row groups themselves are the fetch cache's: a bundle holds those its rows are in while it is made)
+COLUMNAR_SLOT = 8 << 20  # bytes of a shared slot for a columnar bundle's strings (larger ones take the pipe)
 PACKED_ARRAYS = 3  # a packed batch's (B, seq_len) int64 arrays: input_ids, segment_ids, position_ids
 PACKED_BYTES = PACKED_ARRAYS * 8  # slot bytes per packed token
 log = logging.getLogger("zephon")
@@ -173,10 +175,13 @@ class Plan:
 
     def share_memory(self, readers: int, count: int, context: Any) -> None:
         """Send bundles from forked workers through ``count`` shared-memory slots per reader:
-        pointer bundles, or packed batches (without a ``collate_fn``); others take the pipe."""
+        pointer bundles, columnar batches' strings or packed batches (without a ``collate_fn``);
+        others take the pipe."""
         packing = self.pipeline.packing
         if self.pointer_path:
             self.slots = Slots.for_pointers(readers, self._whole_units(SLOT_BUNDLE), count, context)
+        elif self.columnar:
+            self.slots = Slots(readers, COLUMNAR_SLOT, count, context)
         elif packing is not None and self.batch_size is not None and self.collate_fn is None:
             units = units_per_bundle(self.batch_size, packing.pack.seq_len)
             width = units * (self.batch_size * packing.pack.seq_len * PACKED_BYTES + PACKED_ARRAYS * ALIGN)
@@ -232,8 +237,8 @@ def bundles(plan: Plan, worker: int) -> Iterator[Bundle]:
     try:
         for bundle in made:
             if in_worker and bundle.units is not None:
-                if slots is not None:
-                    bundle.slot = stow(slots, worker, bundle.units)
+                if slots is not None:  # a columnar batch's strings only: its small tensors take the pipe
+                    bundle.slot = stow(slots, worker, bundle.units, tensors=not plan.columnar)
                 bundle.units, bundle.shipped = [ship(unit) for unit in bundle.units], True
             yield bundle
             if bundle.last:

@@ -4,9 +4,11 @@ Pickled through a worker's pipe, a bundle's arrays cost the trainer about as muc
 cost the worker to make (the bytes are copied four times and cross the pipe in pieces). So a
 worker writes a bundle's arrays into a free slot of a shared anonymous mapping, made before
 the workers are forked, and sends the slot's number in their place: on the pointer fast path
-its pointers and component ids, for packed sequences its batches' ``(B, seq_len)`` arrays
-(:func:`stow`). The trainer's tensors are views of the slot, not copies: the slot is *leased*
-to them and freed when the last of them is gone (a finalizer on the array they view). A worker
+its pointers and component ids, for packed sequences its batches' ``(B, seq_len)`` arrays,
+for columnar batches their strings' offsets and bytes (:func:`stow`). The trainer's tensors
+(and strings' bytes, until they are made ``str``) are views of the slot, not copies: the slot
+is *leased* to them and freed when the last of them is gone (a finalizer on the array they
+view). A worker
 that finds none of its slots free sends that bundle through the pipe, so a training loop that
 keeps its batches slows down but never waits. The mapping is plain ``mmap``, not a torch
 tensor: filling or sharing a large tensor runs OpenMP threads, which hang in a trainer that
@@ -22,6 +24,8 @@ from typing import Any, Sequence
 
 import numpy as np
 import torch
+
+from zephon.torch._collate import Strings
 
 SPARE = 2  # slots per worker beyond the bundles torch keeps in flight: the one being read, the one before
 _RECORD = 28  # bytes per sample in a pointer slot: three int64 pointer fields and an int32 component id
@@ -132,11 +136,38 @@ class _Stowed:
     def __reduce__(self) -> tuple[Any, ...]:
         return _Stowed, (self.at, self.dtype, self.shape)
 
+    def view(self, region: np.ndarray) -> np.ndarray:
+        """The array, over the slot's ``region``."""
+        size = int(np.prod(self.shape)) * np.dtype(self.dtype).itemsize
+        return region[self.at:self.at + size].view(self.dtype).reshape(self.shape)
 
-def stow(slots: Slots, worker: int, units: list[Any]) -> tuple[int, int, int] | None:
-    """In a worker: the large tensors of dict ``units`` copied into a free slot, each replaced
-    by its place there; what the bundle carries for them (None: no slot was free, or nothing
-    was large enough). Tensors that do not fit stay as they are."""
+
+class _StowedStrings:
+    """A column of :class:`Strings` stowed in a slot: its offsets and its bytes."""
+
+    __slots__ = ("offsets", "data")
+
+    def __init__(self, offsets: _Stowed, data: _Stowed):
+        self.offsets, self.data = offsets, data
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return _StowedStrings, (self.offsets, self.data)
+
+
+def _put(region: np.ndarray, at: int, array: np.ndarray) -> tuple[_Stowed, int] | None:
+    """``array`` copied into ``region`` from ``at`` on: its place, and where the next may start
+    (None: it does not fit)."""
+    end = at + array.nbytes
+    if end > len(region):
+        return None
+    region[at:end].view(array.dtype).reshape(array.shape)[...] = array
+    return _Stowed(at, array.dtype.str, array.shape), -(-end // ALIGN) * ALIGN
+
+
+def stow(slots: Slots, worker: int, units: list[Any], tensors: bool = True) -> tuple[int, int, int] | None:
+    """In a worker: the large tensors (with ``tensors``) and the :class:`Strings` of dict
+    ``units`` copied into a free slot, each replaced by its place there; what the bundle carries
+    for them (None: no slot was free, or nothing was stowed). What does not fit stays as it is."""
     if not units:
         return None
     slot = slots.claim(worker)
@@ -146,12 +177,15 @@ def stow(slots: Slots, worker: int, units: list[Any]) -> tuple[int, int, int] | 
     region, at = slots.region(worker, slot), 0
     for unit in units:
         for key, value in unit.items():
-            if type(value) is not torch.Tensor or value.nbytes < STOW_BYTES or at + value.nbytes > slots.width:
-                continue
-            array = value.numpy()
-            region[at:at + array.nbytes].view(array.dtype).reshape(array.shape)[...] = array
-            unit[key] = _Stowed(at, array.dtype.str, array.shape)
-            at = -(-(at + array.nbytes) // ALIGN) * ALIGN
+            if type(value) is Strings:
+                offsets = _put(region, at, value.offsets)
+                data = None if offsets is None else _put(region, offsets[1], value.data)
+                if offsets is not None and data is not None:
+                    unit[key], at = _StowedStrings(offsets[0], data[0]), data[1]
+            elif tensors and type(value) is torch.Tensor and value.nbytes >= STOW_BYTES:
+                put = _put(region, at, value.numpy())
+                if put is not None:
+                    unit[key], at = put
     if at == 0:
         slots.release(worker, slot)
         return None
@@ -159,8 +193,8 @@ def stow(slots: Slots, worker: int, units: list[Any]) -> tuple[int, int, int] | 
 
 
 def unstow(worker: int, carried: tuple[int, int, int], units: list[Any]) -> list[Any]:
-    """In the trainer: ``units`` with their stowed arrays as tensors over the slot, leased
-    until the last of them is gone."""
+    """In the trainer: ``units`` with their stowed arrays as tensors, and their stowed strings as
+    :class:`Strings`, over the slot, leased until the last of them is gone."""
     token, slot, _ = carried
     slots = _open[token]
     region = slots.region(worker, slot)
@@ -168,6 +202,7 @@ def unstow(worker: int, carried: tuple[int, int, int], units: list[Any]) -> list
     for unit in units:
         for key, value in unit.items():
             if type(value) is _Stowed:
-                size = int(np.prod(value.shape)) * np.dtype(value.dtype).itemsize
-                unit[key] = torch.from_numpy(region[value.at:value.at + size].view(value.dtype).reshape(value.shape))
+                unit[key] = torch.from_numpy(value.view(region))
+            elif type(value) is _StowedStrings:
+                unit[key] = Strings(value.offsets.view(region), value.data.view(region))
     return units
