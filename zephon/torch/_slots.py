@@ -8,11 +8,10 @@ its pointers and component ids, for packed sequences its batches' ``(B, seq_len)
 for columnar batches their strings' offsets and bytes (:func:`stow`). The trainer's tensors
 (and strings' bytes, until they are made ``str``) are views of the slot, not copies: the slot
 is *leased* to them and freed when the last of them is gone (a finalizer on the array they
-view). A worker
-that finds none of its slots free sends that bundle through the pipe, so a training loop that
-keeps its batches slows down but never waits. The mapping is plain ``mmap``, not a torch
-tensor: filling or sharing a large tensor runs OpenMP threads, which hang in a trainer that
-was itself forked after using them.
+view). A worker that finds none of its slots free sends that bundle through the pipe, so a
+training loop that keeps its batches slows down but never waits. The mapping is plain
+``mmap``, not a torch tensor: filling or sharing a large tensor runs OpenMP threads, which hang
+in a trainer that was itself forked after using them.
 """
 from __future__ import annotations
 
