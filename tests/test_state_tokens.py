@@ -79,3 +79,44 @@ def test_an_overridden_token_that_is_a_mapping_is_refused():
     template = DictTokens(three_datasets(), {"web": 1, "code": 1, "math": 1}, chunk_size=4)
     with pytest.raises(TypeError, match="must not be one"):
         LaneMux(template, [0], 1, initial_entries(template, [0], 1), template.component_ids())
+
+
+@given(st.one_of(sources(), phased_sources()), st.integers(1, 4), st.integers(0, 30))
+def test_a_tokens_chunk_index_is_its_states(template, replicas, chunks):
+    source = template.clone_for_lane(replicas - 1, replicas)
+    for _ in range(chunks):
+        assert source.token_chunk_index(source.state_token()) == source.state.chunk_index
+        if source.next_chunk() is None:
+            break
+
+
+def _lane_tokens(template, replicas, chunks):
+    """Each lane's token after ``chunks[lane]`` chunks (fewer where it ends), and its start entries."""
+    tokens, entries = {}, {}
+    for lane in range(replicas):
+        source = template.clone_for_lane(lane, replicas)
+        entries[lane] = (source.state_dict(), 0, 0)
+        for _ in range(chunks[lane]):
+            if source.next_chunk() is None:
+                break
+        tokens[lane] = source.state_token()
+    return tokens, entries
+
+
+@given(sources(), st.integers(2, 6), st.data())
+def test_the_furthest_lanes_state_is_the_one_sealed_of_several(template, replicas, data):
+    chunks = data.draw(st.lists(st.integers(0, 8), min_size=replicas, max_size=replicas))
+    tokens, entries = _lane_tokens(template, replicas, chunks)
+    sealer = Sealer(template, replicas, entries)
+    every = [sealer(lane, token) for lane, token in tokens.items()]
+    first_furthest = max(every, key=lambda state: state["state"]["chunk_index"])  # what the stats keep of them all
+    assert sealer.furthest(tokens) == [first_furthest]
+    assert sealer.furthest({}) == []
+
+
+def test_states_already_sealed_are_all_passed_on():
+    template = StaticMixtureWorkSource(three_datasets(), {"web": 1, "code": 1, "math": 1}, chunk_size=4)
+    tokens, entries = _lane_tokens(template, 2, [3, 1])
+    sealer = Sealer(template, 2, entries)
+    mixed = {0: tokens[0], 1: entries[1][0]}
+    assert sealer.furthest(mixed) == [sealer(0, tokens[0]), entries[1][0]]

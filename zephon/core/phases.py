@@ -41,6 +41,7 @@ from zephon.core.config import DatasetPlan, SourceConfig
 from zephon.core.cursor import shard_runs
 from zephon.core.schedule import (
     CursorState, Ended, Planned, SourceState, Token, initial_state, plan_next, state_arrays, state_of_token, state_token,
+    token_chunk_index,
 )
 from zephon.core.routing import Routing
 from zephon.core.requeue import past_region, region_samples, step_region
@@ -177,6 +178,11 @@ PhasedToken = tuple[int, Token, Token | None]
 def phased_token(state: PhasedState) -> PhasedToken:
     """``state`` as plain numbers (see ``zephon.core.schedule.state_token``)."""
     return state.phase, state_token(state.inner), None if state.origin is None else state_token(state.origin)
+
+
+def phased_token_chunk_index(token: PhasedToken) -> int:
+    """The ``chunk_index`` of the phased state ``token`` holds (its inner state's)."""
+    return token_chunk_index(token[1])
 
 
 def phased_of_token(token: PhasedToken) -> PhasedState:

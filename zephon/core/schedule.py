@@ -67,6 +67,11 @@ def state_token(state: SourceState) -> Token:
     return state.chunk_index, state.alloc, cursors, state.requeue
 
 
+def token_chunk_index(token: Token) -> int:
+    """The ``chunk_index`` of the state ``token`` holds, read without rebuilding the state."""
+    return token[0]
+
+
 def state_of_token(token: Token) -> SourceState:
     """The state ``state_token`` made ``token`` of."""
     chunk_index, alloc, cursors, requeue = token

@@ -466,6 +466,17 @@ class Sealer:
         self._last[lane] = (state, sealed)
         return sealed
 
+    def furthest(self, states: Mapping[int, Any]) -> list[Mapping[str, Any]]:
+        """Of ``states`` (lane -> token), the one of the furthest chunk, sealed, when the source
+        reads a token's chunk index (``token_chunk_index``); else each one sealed. The stats keep
+        only the furthest, and sealing a state costs tens of microseconds (a reader of eight
+        lanes sealed eight at each look: a fifth of the trainer's time on pointers)."""
+        index = getattr(self._template, "token_chunk_index", None)
+        if index is None or not all(type(state) is tuple for state in states.values()):
+            return [self(lane, state) for lane, state in states.items()]
+        lane = max(states, key=lambda lane: index(states[lane]), default=None)
+        return [] if lane is None else [self(lane, states[lane])]
+
 
 class Tracker:
     """The ledger of a reader's lanes at any position, from its starting entries and the facts.

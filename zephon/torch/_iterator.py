@@ -223,7 +223,7 @@ class LoaderIterator:
                 continue
             tracker = self._trackers[worker]
             if isinstance(tracker, Tracker):
-                self._stats.observe([tracker.sealer(lane, state) for lane, state in pending.items()])
+                self._stats.observe(tracker.sealer.furthest(pending))
             else:
                 self._stats.observe(pending.values())
             pending.clear()

@@ -73,6 +73,7 @@ class MixtureShell(WorkSource):
     _core_to_json: Callable[[Any, Any], Any]
     _core_token: Callable[[Any], tuple[Any, ...]]
     _core_of_token: Callable[[tuple[Any, ...]], Any]
+    _core_token_chunk: Callable[[tuple[Any, ...]], int]
 
     _history: tuple[MigrationRecord, ...] = ()  # the migrations this run went through (zephon.work.migrate)
     _end: tuple[Any, tuple[Any, int | None]] = (None, (None, None))  # (the lane's state at its end, _core_end's)
@@ -94,6 +95,11 @@ class MixtureShell(WorkSource):
         if type(token) is not tuple:
             raise TypeError(f"state_from_token takes what state_token() returns (a tuple), got {type(token).__name__}")
         return self._checkpoint(self._core_of_token(token))
+
+    def token_chunk_index(self, token: tuple[Any, ...]) -> int:
+        """The global chunk index of the state ``token`` (a ``state_token()``) holds, read
+        without sealing it: a reader of many lanes finds the furthest of their states this way."""
+        return self._core_token_chunk(token)
 
     def _checkpoint(self, state: Any) -> Any:
         """The sealed checkpoint of core ``state``, with the run's migration history."""

@@ -171,6 +171,7 @@ class PhasedMixtureWorkSource(MixtureShell):
     _core_end = staticmethod(phases.stream_end_phased)
     _core_token = staticmethod(phases.phased_token)
     _core_of_token = staticmethod(phases.phased_of_token)
+    _core_token_chunk = staticmethod(phases.phased_token_chunk_index)
 
     @staticmethod
     def _core_to_json(state: PhasedState, config: PhasedConfig) -> PhasedMixtureStateDict:

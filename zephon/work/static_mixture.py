@@ -11,7 +11,9 @@ from typing import Any, Callable, Mapping, Sequence, cast
 
 from zephon.core import checkpoint, counting, coverage, index
 from zephon.core.config import SourceConfig
-from zephon.core.schedule import SourceState, check_drawn, initial_state, state_of_token, state_token
+from zephon.core.schedule import (
+    SourceState, check_drawn, initial_state, state_of_token, state_token, token_chunk_index,
+)
 from zephon.core.step import step, stream_end
 from zephon.core.tokens import token_shares, with_ratios
 from zephon.io import Dataset
@@ -95,6 +97,7 @@ class StaticMixtureWorkSource(MixtureShell):
     _core_to_json = staticmethod(checkpoint.state_to_json)
     _core_token = staticmethod(state_token)
     _core_of_token = staticmethod(state_of_token)
+    _core_token_chunk = staticmethod(token_chunk_index)
 
     @staticmethod
     def _core_bind(config: SourceConfig, lane: int, replicas: int) -> SourceConfig:
