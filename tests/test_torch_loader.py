@@ -472,3 +472,19 @@ def test_pinning_walks_dicts_lists_tuples_and_namedtuples_and_leaves_the_rest(mo
     encoding = UserDict({"input_ids": torch.ones(6)})  # a mapping of its own type, as tokenizers return
     pinned_encoding = _pin(encoding)
     assert type(pinned_encoding) is UserDict and pinned[-1] == (6,)
+
+
+@pytest.mark.parametrize("row_bytes", [1.0, 150.0, 4000.0])
+def test_columnar_bundles_are_sized_by_rows_and_bytes_and_larger_in_the_main_process(row_bytes):
+    from zephon.torch._bundles import COLUMNAR_BUNDLE, COLUMNAR_BYTES, HERE_COLUMNAR, Plan
+
+    source = StaticMixtureWorkSource([Dataset.from_counts("a", [10])], {"a": 1.0}, chunk_size=4)
+    plan = Plan(Pipeline(source), 1, {0: [0]}, {}, 256, False, None, None)
+    sizes = []
+    for _ in range(2):  # as a worker's reader, then as the main process's
+        plan.fit_bundles(row_bytes)
+        sizes.append(plan.bundle_size)
+        plan.read_here()
+    by_bytes = COLUMNAR_BYTES // row_bytes
+    assert sizes == [min(COLUMNAR_BUNDLE, by_bytes) // 256 * 256, min(HERE_COLUMNAR, by_bytes) // 256 * 256]
+    assert all(size % 256 == 0 and size >= 256 for size in sizes)

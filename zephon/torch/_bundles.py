@@ -56,6 +56,7 @@ PIPE_BYTES = 1 << 20  # the workers' result pipe, widened to this (Linux's defau
 SHIP_BYTES = 256 << 10  # tensors up to this size cross from workers as numpy arrays (``ship``)
 RECORD_BUNDLE = 2048  # samples per bundle when records are read
 COLUMNAR_BUNDLE = 16384  # samples per bundle of columnar batches at most (a fetch's fixed costs spread thin) ...
+HERE_COLUMNAR = 65536  # ... by a reader in the main process, whose fetch thread bounds the rate (paired runs: 1.1x)
 COLUMNAR_BYTES = 32 << 20  # ... and about this many bytes of their rows, at the row groups' bytes per row (the
 # row groups themselves are the fetch cache's: a bundle holds those its rows are in while it is made)
 COLUMNAR_SLOT = 8 << 20  # bytes of a shared slot for a columnar bundle's strings (larger ones take the pipe)
@@ -154,6 +155,7 @@ class Plan:
         self.columnar = pipeline.columnar and collate_fn is None and batch_size is not None
         self.trainer = os.getpid()  # the process the workers must not outlive
         self.bundle_size = self._whole_units(POINTER_BUNDLE if self.pointer_path else RECORD_BUNDLE)  # samples
+        self.columnar_bundle = COLUMNAR_BUNDLE  # the most samples of a columnar bundle (see fit_bundles)
         self.slots: Slots | None = None  # set when workers send bundles through shared memory
         self.main_thread = threading.current_thread() is threading.main_thread()  # where workers start
 
@@ -163,15 +165,19 @@ class Plan:
         return max(1, samples // unit) * unit
 
     def read_here(self) -> None:
-        """Size the bundles of a reader in the main process (``num_workers=0``): no pipe to keep
-        flowing (a worker's bundle takes the pipe when no shared slot is free), so a bundle of
-        pointer batches is as large as a slot's, each bundle's fixed costs spread thinner."""
+        """Size the bundles of a reader in the main process (``num_workers=0``): no pipe or slot
+        to keep flowing (a worker's bundle takes the pipe when no shared slot is free), so a
+        bundle of pointer batches is as large as a slot's and one of columnar batches up to
+        :data:`HERE_COLUMNAR` samples, each bundle's fixed costs spread thinner."""
         if self.pointer_path and self.batch_size is not None:
             self.bundle_size = self._whole_units(HERE_BUNDLE)
+        self.columnar_bundle = HERE_COLUMNAR
 
     def fit_bundles(self, row_bytes: float) -> None:
-        """Size this reader's next columnar bundles for rows of ``row_bytes`` bytes each."""
-        self.bundle_size = self._whole_units(int(min(COLUMNAR_BUNDLE, COLUMNAR_BYTES // max(row_bytes, 1.0))))
+        """Size this reader's next columnar bundles for rows of ``row_bytes`` bytes each: at most
+        ``columnar_bundle`` samples and about :data:`COLUMNAR_BYTES` of their row groups."""
+        cap = min(self.columnar_bundle, COLUMNAR_BYTES // max(row_bytes, 1.0))
+        self.bundle_size = self._whole_units(int(cap))
 
     def share_memory(self, readers: int, count: int, context: Any) -> None:
         """Send bundles from forked workers through ``count`` shared-memory slots per reader:
