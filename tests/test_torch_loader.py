@@ -333,6 +333,38 @@ def test_a_program_that_exits_mid_iteration_prints_nothing_of_the_background_fet
     assert "Traceback" not in done.stderr and "Exception ignored" not in done.stderr, done.stderr
 
 
+@pytest.mark.parametrize("failing_take", [1, 2])
+def test_a_bundle_that_cannot_be_taken_fails_after_the_bundles_before_it(tmp_path, monkeypatch, failing_take):
+    """With num_workers=0 the next bundle is taken and fetched ahead; when taking it fails,
+    every batch of the bundles taken before it still reaches the loop, then the error does."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    import zephon.torch._bundles as bundles_module
+
+    (tmp_path / "d").mkdir()
+    pq.write_table(pa.table({"text": [f"row {i}" for i in range(20000)]}), tmp_path / "d" / "0.parquet")
+    dataset = Dataset.from_path("d", tmp_path / "d", cache_dir=tmp_path / "c")
+    pipeline = Pipeline(StaticMixtureWorkSource([dataset], {"d": 1}, chunk_size=512), columns=["text"])
+    uninterrupted = [batch["text"] for batch in zt.DataLoader(pipeline, batch_size=8, num_workers=0)]
+    taken, batches = bundles_module._taken, []
+
+    def failing(mux, plan, worker):
+        if len(batches) == failing_take:
+            raise RuntimeError("taking a bundle failed")
+        bundle = taken(mux, plan, worker)
+        batches.append(len(bundle[0].bounds) - 1)
+        return bundle
+
+    monkeypatch.setattr(bundles_module, "_taken", failing)
+    received = []
+    with pytest.raises(RuntimeError, match="taking a bundle failed"):
+        for batch in zt.DataLoader(pipeline, batch_size=8, num_workers=0):
+            received.append(batch["text"])
+    assert len(received) == sum(batches) > 0
+    assert received == uninterrupted[:len(received)]
+
+
 def test_len_is_the_iterations_total_and_remaining_what_is_still_to_come():
     loader = zt.DataLoader(Pipeline(make_source()), batch_size=7, num_workers=2, canonical_replicas=3)
     total = len(loader)
