@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 import zephon.torch as zt
 from zephon import Dataset, Pipeline, StaticMixtureWorkSource
+from zephon.work import Phase, PhasedMixtureWorkSource
 from zephon.runtime import DatasetStatsDict, EvenBatchesDict, LoaderStatsDict, rank_lanes, worker_lanes
 from zephon.runtime._book import GROWTH, default_replicas
 
@@ -180,6 +181,21 @@ def test_stats_count_components_passes_and_redistributed_datasets(caplog):
     assert sum("'big' starts pass 2" in m for m in messages) == 1
     assert sum("'small' is exhausted" in m for m in messages) == 1
     assert sum("stream ended" in m and "big" in m for m in messages) == 1
+
+
+def test_a_phased_sources_passes_and_redistributed_datasets_are_said(caplog):
+    datasets = [Dataset.from_counts("big", [200] * 4), Dataset.from_counts("small", [20, 20])]
+    source = PhasedMixtureWorkSource(datasets, [Phase({"big": 0.9, "small": 0.1}, until_chunk=2),
+                                                Phase({"big": 0.7, "small": 0.3})], chunk_size=16, seed=2,
+                                     exhausted_policy={"big": "repeat", "small": "redistribute"}, max_repeats=1)
+    with caplog.at_level(logging.INFO, logger="zephon"):
+        loader = zt.DataLoader(Pipeline(source), batch_size=8, num_workers=0)
+        names = [n for batch in loader for n in batch["_component"]]
+    assert names.count("small") == 40 and names.count("big") > 800
+    assert loader.stats()["redistributed"] == ["small"]
+    messages = [r.message for r in caplog.records if r.levelno == logging.INFO]
+    assert sum("'big' starts pass 2" in m for m in messages) == 1
+    assert sum("'small' is exhausted" in m for m in messages) == 1
 
 
 def test_the_resolved_configuration_is_logged_at_debug(caplog):

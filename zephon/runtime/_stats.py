@@ -70,16 +70,21 @@ def _plans(template: Any) -> list[Any]:
     return list(getattr(config, "datasets", ()))
 
 
+def _core(state: Any) -> dict[str, Any] | None:
+    """The ``"state"`` of a mixture source's state (JSON): a phased source's is its inner state's."""
+    outer = state.get("inner", state) if isinstance(state, dict) else None
+    core = outer.get("state") if isinstance(outer, dict) else None
+    return core if isinstance(core, dict) else None
+
+
 def _cursors(state: Any) -> dict[str, dict[str, Any]] | None:
     """``{dataset: {"epoch", "position"}}`` of a mixture source's state (JSON), else None."""
-    inner = state.get("state") if isinstance(state, dict) else None
-    cursors = inner.get("cursors") if isinstance(inner, dict) else None
+    cursors = (_core(state) or {}).get("cursors")
     return cursors if isinstance(cursors, dict) else None
 
 
 def _chunk_index(state: Any) -> int:
-    inner = state.get("state") if isinstance(state, dict) else None
-    index = inner.get("chunk_index") if isinstance(inner, dict) else None
+    index = (_core(state) or {}).get("chunk_index")
     return index if type(index) is int else -1
 
 
