@@ -58,10 +58,10 @@ class Settings:
     mixture_warmup: int  # ... after this many untimed (see ``drain``)
 
 
-FULL = Settings(repeats=7, batches=40_000, parquet_files=24, lanes_for_size=1024,
-                mixture_files={"web": 110, "code": 55, "math": 18}, mixture_batches=3000, mixture_warmup=1000)  # 2,998,272 rows
-QUICK = Settings(repeats=5, batches=8_000, parquet_files=8, lanes_for_size=1024,
-                 mixture_files={"web": 11, "code": 6, "math": 2}, mixture_batches=150, mixture_warmup=100)  # 311,296 rows
+FULL = Settings(repeats=7, batches=40_000, parquet_files=24, lanes_for_size=1024,  # mixture: 2,998,272 rows
+                mixture_files={"web": 110, "code": 55, "math": 18}, mixture_batches=3000, mixture_warmup=1000)
+QUICK = Settings(repeats=5, batches=8_000, parquet_files=8, lanes_for_size=1024,  # mixture: 311,296 rows
+                 mixture_files={"web": 11, "code": 6, "math": 2}, mixture_batches=150, mixture_warmup=100)
 
 
 # -- pointers --------------------------------------------------------------------------------
@@ -449,8 +449,8 @@ def mixture_rows(cfg: Settings) -> list[Row]:
         "zephon default (16 lanes), workers=2": lambda e: zephon_mixture(pipeline, 2, None, n, e, w),
         "zephon one lane per reader, workers=2": lambda e: zephon_mixture(pipeline, 2, 2, n, e, w),
         "zephon default (8 lanes), workers=0": lambda e: zephon_mixture(pipeline, 0, None, n, e, w),
-        "zephon default + per-item map, workers=2": lambda e: zephon_mixture(pipeline.map(_text_length), 2, None, n, e,
-                                                                             w),
+        "zephon default + per-item map, workers=2":
+            lambda e: zephon_mixture(pipeline.map(_text_length), 2, None, n, e, w),
         "HF interleave_datasets, workers=2": lambda e: torch_mixture(hf_rows, n, e, w, collate_fn=hf_collate),
         "pyarrow map-style Dataset, workers=2": lambda e: torch_mixture(arrow_rows, n, e, w, sampler=order,
                                                                         collate_fn=_unbatched),
@@ -558,7 +558,8 @@ def notes(cfg: Settings) -> dict[str, str]:
                    "baseline reads zephon's exact row order; ratio = zephon / baseline",
         "mixture": f"mixture: {MIXTURE}, files {cfg.mixture_files} x {MIXTURE_ROWS} rows (row groups of "
                    f"{MIXTURE_ROW_GROUP}), column text, batch {BATCH}, {cfg.mixture_batches} batches per repeat "
-                   f"after {cfg.mixture_warmup} untimed; composition error = max over components of |count - share x B| per batch",
+                   f"after {cfg.mixture_warmup} untimed; composition error = max over components of "
+                   "|count - share x B| per batch",
     }
 
 
