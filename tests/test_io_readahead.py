@@ -85,3 +85,37 @@ def test_readahead_is_on_for_remote_data_only_unless_asked(tmp_path):
     for bad in ({"prefetch_bytes": -1}, {"prefetch_threads": 0}, {"prefetch_bytes": 1.5}):
         with pytest.raises(ValueError, match=next(iter(bad))):
             Pipeline(source, **bad)
+
+
+EXIT_CHECK = """
+import atexit, sys, threading
+def check():  # registered before zephon's own handlers, so it runs after them
+    from zephon.io import retry
+    alive = [t.name for t in threading.enumerate() if t.name == "zephon-readahead"]
+    print("readahead threads", len(alive), "reads running", retry._POOL._busy, flush=True)
+atexit.register(check)
+import pyarrow.fs as pafs
+from zephon import Pipeline, StaticMixtureWorkSource
+from zephon.io import Dataset
+from zephon.io.faults import faulty_filesystem
+from zephon.runtime._stream import ItemStream, initial_entries
+fs, _ = faulty_filesystem(pafs.LocalFileSystem(), latency_s=0.05)
+dataset = Dataset.from_path("d", sys.argv[1], filesystem=fs, catalog_dir=sys.argv[2])
+source = StaticMixtureWorkSource([dataset], {"d": 1}, chunk_size=40, seed=0, shuffle_within_shard=True)
+pipeline = Pipeline(source, prefetch_bytes=1 << 20, prefetch_threads=3)
+stream = ItemStream(pipeline, [0, 1], 2, initial_entries(pipeline.source, [0, 1], 2), block=7)
+next(stream)  # the readahead has its threads loading the lanes' next pieces
+"""
+
+
+def test_exit_waits_for_the_readahead_and_reads_in_progress(tmp_path):
+    """A daemon thread that comes back from pyarrow while the interpreter shuts down aborts the
+    process: at exit the readaheads still open are closed and the reads in progress end first."""
+    import subprocess
+    import sys
+
+    directory = write(tmp_path / "d", [40] * 6, "parquet")
+    done = subprocess.run([sys.executable, "-c", EXIT_CHECK, directory, str(tmp_path / "c")], capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().splitlines()[-1] == "readahead threads 0 reads running 0"

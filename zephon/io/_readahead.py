@@ -17,10 +17,13 @@ with (``close``, or garbage collection).
 """
 from __future__ import annotations
 
+import atexit
 import heapq
 import itertools
 import logging
+import math
 import threading
+import time
 import weakref
 from typing import Any, Callable, Mapping, TypedDict, Union
 
@@ -244,16 +247,20 @@ class _Pool:
                                   cancelled=counts["cancelled"], stale=counts["stale"],
                                   too_large=counts["too_large"], errors=counts["errors"])
 
-    def close(self, wait: bool = False) -> None:
+    def close(self, wait_s: float = 0.0) -> None:
         """Stop; withdraw the pieces nobody took (loaded ones free their bytes, queued ones are cancelled).
 
-        ``wait``: first let the loads in progress finish (each is bounded by its retry policy)."""
+        ``wait_s``: first let the threads finish the jobs in progress, for up to this long (each
+        load is bounded by its retry policy; ``math.inf``: until they end)."""
         with self.cond:
             self.closed = True
             self.queue.clear()
             self.cond.notify_all()
-            while wait and self.running:
-                self.cond.wait()
+        deadline = time.monotonic() + wait_s
+        for worker in self.workers if wait_s > 0 else ():
+            if worker is not threading.current_thread():
+                worker.join(max(0.0, deadline - time.monotonic()) if math.isfinite(wait_s) else None)
+        with self.cond:
             tickets = list(self.tickets)
         for ticket in tickets:
             cache, shard, key = ticket.where
@@ -280,7 +287,9 @@ class Readahead:
         self._readers: dict[int, ShardReader[Any]] = {
             i: d.reader for i, d in datasets_by_id.items() if getattr(d, "reader", None) is not None}
         self._pool = _Pool(int(prefetch_bytes), int(threads), columns)
-        self._finalizer = weakref.finalize(self, _finish, self._pool, False)
+        self._finalizer = weakref.finalize(self, _finish, self._pool, 0.0)
+        self._finalizer.atexit = False  # closed by _close_at_exit, which waits for the loads in progress
+        _LIVE.add(self)
 
     def feed(self, pointers: np.ndarray, priority: float, done: Callable[[], int]) -> None:
         """Read ahead the pieces of one lane's chunk (``pointers``, in read order).
@@ -312,16 +321,31 @@ class Readahead:
         """Bound, peak and current bytes, pieces loaded, read, cancelled (read first), stale, too large, failed."""
         return self._pool.stats()
 
-    def close(self) -> None:
-        """Stop the threads (after the loads in progress) and log what was read ahead."""
+    def close(self, wait_s: float = math.inf) -> None:
+        """Stop the threads (after the jobs in progress, waiting up to ``wait_s``) and log what was read ahead."""
         if self._finalizer.detach() is not None:
-            _finish(self._pool, True)
+            _finish(self._pool, wait_s)
 
 
-def _finish(pool: _Pool, wait: bool) -> None:
+def _finish(pool: _Pool, wait_s: float) -> None:
     """Close the pool and log its figures on the ``zephon`` logger (``extra={"readahead": stats}``)."""
-    pool.close(wait)
+    pool.close(wait_s)
     stats = pool.stats()
     LOG.info("zephon: readahead: %d pieces (%d bytes) loaded ahead, %d read from there, %d read first, %d left as "
              "stale; peak %d of %d bytes", stats["pieces"], stats["bytes"], stats["used"], stats["cancelled"],
              stats["stale"], stats["peak_bytes"], stats["prefetch_bytes"], extra={"readahead": stats})
+
+
+EXIT_WAIT_S = 30.0  # at exit, how long a readahead's jobs in progress may take to end
+_LIVE: weakref.WeakSet[Readahead] = weakref.WeakSet()
+
+
+def _close_at_exit() -> None:
+    """Close the readaheads still open at exit once their jobs in progress end (up to
+    :data:`EXIT_WAIT_S`): a daemon thread that comes back from pyarrow while the interpreter
+    shuts down aborts the process ("terminate called without an active exception")."""
+    for readahead in list(_LIVE):
+        readahead.close(EXIT_WAIT_S)
+
+
+atexit.register(_close_at_exit)

@@ -17,6 +17,7 @@ says how to take records from a piece (``_take``).
 """
 from __future__ import annotations
 
+import functools
 import os
 import threading
 import weakref
@@ -32,7 +33,7 @@ import pyarrow.fs as pafs
 from zephon.io._cache import Piece, PieceKey, ShardCache
 from zephon.io._fs import Entry, Location
 from zephon.io._take import take_rows
-from zephon.io.retry import RetryPolicy, ShardChangedError, StorageError
+from zephon.io.retry import RetryPolicy, ShardChangedError, StorageError, in_background
 
 T = TypeVar("T")
 Meta = TypeVar("Meta")  # what a format keeps of an open shard (its footer, its line index, ...)
@@ -168,9 +169,9 @@ LOAD_THREADS = 4  # a gather's pieces loading at once, at most (and at most the 
 
 
 def _each(fn: Callable[[Any], T], items: list[Any], threads: int) -> list[T]:
-    """``[fn(item) for item in items]`` on ``threads`` threads, this one included (thread ``t``
-    takes items ``t``, ``t + threads``, ...); the first error, in item order, is raised once all
-    have ended."""
+    """``[fn(item) for item in items]`` on ``threads`` threads, this one and the others from the
+    retry pool's long-lived ones (thread ``t`` takes items ``t``, ``t + threads``, ...); the
+    first error, in item order, is raised once all have ended."""
     results: list[Any] = [None] * len(items)
     errors: list[BaseException | None] = [None] * len(items)
     threads = max(1, min(threads, len(items)))
@@ -182,12 +183,10 @@ def _each(fn: Callable[[Any], T], items: list[Any], threads: int) -> list[T]:
             except BaseException as error:  # noqa: BLE001 - raised below, in item order
                 errors[j] = error
 
-    others = [threading.Thread(target=run, args=(t,), name="zephon-load", daemon=True) for t in range(1, threads)]
-    for thread in others:
-        thread.start()
+    others = [in_background(functools.partial(run, t)) for t in range(1, threads)]
     run(0)
-    for thread in others:
-        thread.join()
+    for wait in others:
+        wait()
     error = next((error for error in errors if error is not None), None)
     if error is not None:
         raise error
@@ -386,11 +385,12 @@ class ShardReader(Generic[Meta]):
         reads several shards."""
         ends = self._ends(k, self.meta(k))
         pieces = np.searchsorted(ends, offsets, side="right")
-        used, inverse = np.unique(pieces, return_inverse=True)
+        used = np.flatnonzero(np.bincount(pieces, minlength=len(ends)))
         tables: list[pa.Table] = self.pieces(k, used.tolist(), columns)
-        sizes = np.array([table.num_rows for table in tables], dtype=np.int64)
-        shift = np.cumsum(sizes) - ends[used]  # a piece's first row in the concatenation, less its first offset
-        return tables, offsets + shift[inverse.reshape(-1)]
+        shift = np.zeros(len(ends), dtype=np.int64)  # a used piece's first row in the concatenation, less its first offset
+        sizes = np.fromiter((table.num_rows for table in tables), np.int64, len(tables))
+        shift[used] = np.cumsum(sizes) - ends[used]
+        return tables, offsets + shift[pieces]
 
     def read(self, k: int, offsets: np.ndarray, columns: Sequence[str] | None) -> list[Any]:
         columns = None if columns is None else tuple(columns)

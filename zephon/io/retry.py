@@ -17,6 +17,7 @@ raises :class:`ShardChangedError`, never retried: the run must be restarted on a
 """
 from __future__ import annotations
 
+import atexit
 import logging
 import numbers
 import os
@@ -141,20 +142,34 @@ class _Timeout(TimeoutError):
 
 
 class _Task:
-    """One timed attempt handed to the pool: the call, and its outcome once ``done`` is set."""
+    """One call handed to the pool: the call, and its outcome once it has ended. Its end is
+    signalled by releasing a lock taken at its start (a lock is far cheaper to make and to
+    hand over than an ``Event``, and a load of every row group makes one)."""
 
-    __slots__ = ("fn", "done", "result", "error")
+    __slots__ = ("fn", "_running", "result", "error", "ended", "abandoned")
 
     def __init__(self, fn: Callable[[], Any]):
-        self.fn, self.done = fn, threading.Event()
+        self.fn, self._running = fn, threading.Lock()
+        self._running.acquire()
         self.result: Any = None
         self.error: BaseException | None = None
+        self.ended = self.abandoned = False  # under the pool's lock
+
+    def finish(self) -> None:
+        self._running.release()
+
+    def wait(self, timeout_s: float | None = None) -> bool:
+        """Whether the call has ended (waiting up to ``timeout_s``; ``None``: as long as it takes)."""
+        if not self._running.acquire(timeout=-1 if timeout_s is None else timeout_s):
+            return False
+        self._running.release()  # later waits return at once
+        return True
 
 
 class _Pool:
-    """Daemon threads that run timed attempts (a stuck read never blocks exit). A thread is
-    started only when none is idle: one stuck in an abandoned read is replaced, the others
-    are reused. A forked child starts with none."""
+    """Daemon threads that run timed attempts (a stuck read delays exit by at most
+    :data:`EXIT_WAIT_S`). A thread is started only when none is idle: one stuck in an abandoned
+    read is replaced, the others are reused. A forked child starts with none."""
 
     def __init__(self) -> None:
         self._reset()
@@ -162,19 +177,31 @@ class _Pool:
 
     def _reset(self) -> None:
         self._tasks: queue.SimpleQueue[_Task] = queue.SimpleQueue()
-        self._lock = threading.Lock()
-        self._idle = 0
+        self._lock = threading.Condition()
+        self._idle = self._busy = 0
 
-    def run(self, fn: Callable[[], T], timeout_s: float) -> T:
+    def submit(self, fn: Callable[[], Any]) -> _Task:
+        """Run ``fn()`` on an idle thread (a new one when none is): ``task.wait()`` returns once
+        it has ended."""
         task = _Task(fn)
         with self._lock:
+            self._busy += 1
             start = self._idle == 0
             if not start:
                 self._idle -= 1
         if start:
             threading.Thread(target=self._serve, name="zephon-read", daemon=True).start()
         self._tasks.put(task)
-        if not task.done.wait(timeout_s):
+        return task
+
+    def run(self, fn: Callable[[], T], timeout_s: float) -> T:
+        task = self.submit(fn)
+        if not task.wait(timeout_s):
+            with self._lock:
+                if not task.ended:  # stuck: exit does not wait for it
+                    task.abandoned = True
+                    self._busy -= 1
+                    self._lock.notify_all()
             raise _Timeout(f"no answer within timeout_s={timeout_s} s")
         if task.error is not None:
             raise task.error
@@ -188,18 +215,46 @@ class _Pool:
                 task.result = task.fn()
             except BaseException as error:  # noqa: BLE001 - handed to the caller
                 task.error = error
-            task.done.set()
-            del task  # an idle thread keeps no result (a decoded piece) alive
+            task.finish()
             with self._lock:
+                task.ended = True
                 self._idle += 1
+                if not task.abandoned:
+                    self._busy -= 1
+                    self._lock.notify_all()
+            del task  # an idle thread keeps no result (a decoded piece) alive
+
+    def settle(self, timeout_s: float) -> bool:
+        """Wait up to ``timeout_s`` for every call in progress (and not abandoned after its
+        timeout) to end; whether they all have."""
+        with self._lock:
+            return self._lock.wait_for(lambda: not self._busy, timeout_s)
 
 
 _POOL = _Pool()
+EXIT_WAIT_S = 30.0  # at exit, how long the reads in progress may take to end
+
+
+def _settle_at_exit() -> None:
+    """At exit, let the reads in progress end (up to :data:`EXIT_WAIT_S`; not those abandoned
+    after their timeout): a daemon thread that comes back from pyarrow while the interpreter
+    shuts down aborts the process ("terminate called without an active exception")."""
+    if not _POOL.settle(EXIT_WAIT_S):
+        LOG.warning("zephon: %d storage reads still running at exit after %.0f s", _POOL._busy, EXIT_WAIT_S)
+
+
+atexit.register(_settle_at_exit)
 
 
 def _timed(fn: Callable[[], T], timeout_s: float) -> T:
     """``fn()`` on the pool's threads, abandoned after ``timeout_s``."""
     return _POOL.run(fn, timeout_s)
+
+
+def in_background(fn: Callable[[], Any]) -> Callable[[], bool]:
+    """Start ``fn()`` on one of the pool's long-lived daemon threads (no thread is started per
+    call); the returned ``wait()`` returns once it has ended. ``fn`` keeps its own outcome."""
+    return _POOL.submit(fn).wait
 
 
 DEFAULT_POLICY = RetryPolicy()
