@@ -5,9 +5,10 @@ read of some rows decodes only the row groups those rows fall in, keeps each dec
 in the :class:`~zephon.io._cache.ShardCache` and gathers the rows with Arrow ``take``. A
 shard's file stays open (a handle per concurrent read) with its footer parsed; row groups are
 read with positioned reads, so reads of one shard run in parallel. On object stores a row group
-is one coalesced request (``pre_buffer``) and its columns decode on Arrow's threads; on a local
-disk neither, which decodes a row group of one text column in about three quarters of the time
-(the reads run on several threads already).
+is one coalesced request (``pre_buffer``); on a local disk it is not, and a read of one column
+decodes without Arrow's threads either (which have nothing to run in parallel there): a row
+group of one text column then decodes in about three quarters of the time. Several columns
+decode on Arrow's threads (20 columns: 0.7 of the time alone, for 1.15 times the CPU).
 """
 from __future__ import annotations
 
@@ -82,9 +83,11 @@ class ParquetReader(ShardReader[_Meta]):
 
     def _load(self, k: int, meta: _Meta, piece: int, columns: tuple[str, ...] | None) -> tuple[pa.Table, int]:
         remote = not self.shards.location.is_local
+        threads = remote or (meta.metadata.num_columns if columns is None else len(columns)) > 1
         with meta.files.use() as file:
             reader = pq.ParquetFile(file, metadata=meta.metadata, pre_buffer=remote)
-            table = reader.read_row_group(piece, columns=None if columns is None else list(columns), use_threads=remote)
+            table = reader.read_row_group(piece, columns=None if columns is None else list(columns),
+                                          use_threads=threads)
         return table, table.get_total_buffer_size()
 
     def empty(self, k: int, columns: tuple[str, ...] | None) -> pa.Table:
