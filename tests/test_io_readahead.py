@@ -105,17 +105,22 @@ source = StaticMixtureWorkSource([dataset], {"d": 1}, chunk_size=40, seed=0, shu
 pipeline = Pipeline(source, prefetch_bytes=1 << 20, prefetch_threads=3)
 stream = ItemStream(pipeline, [0, 1], 2, initial_entries(pipeline.source, [0, 1], 2), block=7)
 next(stream)  # the readahead has its threads loading the lanes' next pieces
+if sys.argv[3] == "dropped":
+    import gc
+    del stream
+    gc.collect()  # the readahead is closed without waiting: its threads end their loads
 """
 
 
-def test_exit_waits_for_the_readahead_and_reads_in_progress(tmp_path):
+@pytest.mark.parametrize("stream", ["open", "dropped"])
+def test_exit_waits_for_the_readahead_and_reads_in_progress(tmp_path, stream):
     """A daemon thread that comes back from pyarrow while the interpreter shuts down aborts the
-    process: at exit the readaheads still open are closed and the reads in progress end first."""
+    process: at exit every readahead's threads stop and the reads in progress end first."""
     import subprocess
     import sys
 
     directory = write(tmp_path / "d", [40] * 6, "parquet")
-    done = subprocess.run([sys.executable, "-c", EXIT_CHECK, directory, str(tmp_path / "c")], capture_output=True,
-                          text=True, timeout=120)
+    done = subprocess.run([sys.executable, "-c", EXIT_CHECK, directory, str(tmp_path / "c"), stream],
+                          capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip().splitlines()[-1] == "readahead threads 0 reads running 0"

@@ -288,8 +288,7 @@ class Readahead:
             i: d.reader for i, d in datasets_by_id.items() if getattr(d, "reader", None) is not None}
         self._pool = _Pool(int(prefetch_bytes), int(threads), columns)
         self._finalizer = weakref.finalize(self, _finish, self._pool, 0.0)
-        self._finalizer.atexit = False  # closed by _close_at_exit, which waits for the loads in progress
-        _LIVE.add(self)
+        _POOLS.add(self._pool)
 
     def feed(self, pointers: np.ndarray, priority: float, done: Callable[[], int]) -> None:
         """Read ahead the pieces of one lane's chunk (``pointers``, in read order).
@@ -336,16 +335,17 @@ def _finish(pool: _Pool, wait_s: float) -> None:
              stats["stale"], stats["peak_bytes"], stats["prefetch_bytes"], extra={"readahead": stats})
 
 
-EXIT_WAIT_S = 30.0  # at exit, how long a readahead's jobs in progress may take to end
-_LIVE: weakref.WeakSet[Readahead] = weakref.WeakSet()
+EXIT_WAIT_S = 30.0  # at exit, how long the readaheads' jobs in progress may take to end, in all
+_POOLS: weakref.WeakSet[_Pool] = weakref.WeakSet()  # a pool stays while its threads run, its readahead gone or not
 
 
 def _close_at_exit() -> None:
-    """Close the readaheads still open at exit once their jobs in progress end (up to
+    """Stop every readahead's threads at exit once their jobs in progress end (up to
     :data:`EXIT_WAIT_S`): a daemon thread that comes back from pyarrow while the interpreter
     shuts down aborts the process ("terminate called without an active exception")."""
-    for readahead in list(_LIVE):
-        readahead.close(EXIT_WAIT_S)
+    deadline = time.monotonic() + EXIT_WAIT_S
+    for pool in list(_POOLS):
+        pool.close(max(0.0, deadline - time.monotonic()))
 
 
 atexit.register(_close_at_exit)
