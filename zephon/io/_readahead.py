@@ -13,7 +13,7 @@ it cancels it and reads it itself. **Memory stays under** ``prefetch_bytes``: a 
 only when the bytes of the pieces loading or loaded but not yet read, plus its own estimate
 (scaled by the largest decoded/estimated ratio seen so far), fit; a piece larger than the whole
 bound is left to the read. ``stats()`` reports the peak. Threads stop when the stream is done
-with (``close``, or garbage collection).
+with (``close``, or garbage collection), and at exit after their jobs in progress.
 """
 from __future__ import annotations
 

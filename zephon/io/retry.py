@@ -7,10 +7,10 @@ is retried after ``backoff_s``, doubling up to ``max_backoff_s``, at most ``atte
 all. An attempt that runs longer than ``timeout_s`` is abandoned (its thread finishes in the
 background) and counts as a transient failure. Timed attempts run on a small pool of
 long-lived daemon threads (a new one only when every one is busy or stuck), never a thread per
-read. When the attempts are spent, or the error is
-not transient, the read raises a :class:`StorageError` naming the dataset, the shard and the
-URI: a read never hangs and data is never skipped silently. Retries are logged on the
-``zephon`` logger.
+read; at exit the reads in progress are let finish first (up to ``EXIT_WAIT_S``). When the
+attempts are spent, or the error is not transient, the read raises a :class:`StorageError`
+naming the dataset, the shard and the URI: a read never hangs and data is never skipped
+silently. Retries are logged on the ``zephon`` logger.
 
 A shard that disappeared or changed (size or modification time) since its catalog was built
 raises :class:`ShardChangedError`, never retried: the run must be restarted on a new catalog.
