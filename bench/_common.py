@@ -21,16 +21,19 @@ class Row:
 
 
 def paired(repeats: int, *measures: Callable[[], float]) -> list[list[float]]:
-    """Run the measures back to back ``repeats`` times after one untimed warm-up round.
+    """Run the measures back to back ``repeats`` times after one untimed warm-up round, each
+    round starting one measure further along (round ``r`` runs measure ``r mod n`` first), so
+    that no measure always runs after the same one.
 
-    Returns one list of samples per measure.
+    Returns one list of samples per measure, in round order.
     """
     for measure in measures:
         measure()
     samples: list[list[float]] = [[] for _ in measures]
-    for _ in range(repeats):
-        for bucket, measure in zip(samples, measures):
-            bucket.append(measure())
+    for r in range(repeats):
+        for k in range(len(measures)):
+            k = (k + r) % len(measures)
+            samples[k].append(measures[k]())
     return samples
 
 

@@ -184,17 +184,13 @@ def throughput_rows(cfg: Settings) -> list[Row]:
 
 def pass_tail_rows(cfg: Settings) -> list[Row]:
     """pass_tail="carry" (the default) against "drop", per shuffle setting: the two lanes run
-    back to back, the first of them alternating between repeats (no side gets the same slot)."""
+    back to back, the first of them alternating between repeats (``paired``)."""
     rows = []
     for shuffles, figure in (("default", "default shuffles"), ("auto", "within-shard + 'auto'")):
-        lanes = {tail: make_lane(1, shuffles, tail) for tail in ("carry", "drop")}
-        for lane in lanes.values():
-            lane_rate(lane, cfg.chunks)  # warm-up
-        got: dict[str, list[float]] = {"carry": [], "drop": []}
-        for repeat in range(cfg.repeats):
-            for tail in ("carry", "drop") if repeat % 2 else ("drop", "carry"):
-                got[tail].append(lane_rate(lanes[tail], cfg.chunks))
-        rows.append(rate_row(f"{figure}, pass_tail carry / drop", got["carry"], got["drop"], ">=95% drop", 0.95))
+        carry, drop = (make_lane(1, shuffles, tail) for tail in ("carry", "drop"))
+        carried, dropped = paired(cfg.repeats, lambda: lane_rate(carry, cfg.chunks),
+                                  lambda: lane_rate(drop, cfg.chunks))
+        rows.append(rate_row(f"{figure}, pass_tail carry / drop", carried, dropped, ">=95% drop", 0.95))
     return rows
 
 

@@ -61,7 +61,7 @@ class Settings:
 FULL = Settings(repeats=7, batches=40_000, parquet_files=24, lanes_for_size=1024,  # mixture: 2,998,272 rows
                 mixture_files={"web": 110, "code": 55, "math": 18}, mixture_batches=3000, mixture_warmup=1000)
 QUICK = Settings(repeats=5, batches=8_000, parquet_files=8, lanes_for_size=1024,  # mixture: 311,296 rows
-                 mixture_files={"web": 11, "code": 6, "math": 2}, mixture_batches=150, mixture_warmup=100)
+                 mixture_files={"web": 11, "code": 6, "math": 2}, mixture_batches=600, mixture_warmup=300)
 
 
 # -- pointers --------------------------------------------------------------------------------

@@ -387,7 +387,8 @@ class ShardReader(Generic[Meta]):
         pieces = np.searchsorted(ends, offsets, side="right")
         used = np.flatnonzero(np.bincount(pieces, minlength=len(ends)))
         tables: list[pa.Table] = self.pieces(k, used.tolist(), columns)
-        shift = np.zeros(len(ends), dtype=np.int64)  # a used piece's first row in the concatenation, less its first offset
+        # per used piece: its first row in the concatenation, less its first offset
+        shift = np.zeros(len(ends), dtype=np.int64)
         sizes = np.fromiter((table.num_rows for table in tables), np.int64, len(tables))
         shift[used] = np.cumsum(sizes) - ends[used]
         return tables, offsets + shift[pieces]
