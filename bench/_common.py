@@ -30,9 +30,9 @@ def paired(repeats: int, *measures: Callable[[], float]) -> list[list[float]]:
     for measure in measures:
         measure()
     samples: list[list[float]] = [[] for _ in measures]
+    n = len(measures)
     for r in range(repeats):
-        for k in range(len(measures)):
-            k = (k + r) % len(measures)
+        for k in [(r + j) % n for j in range(n)]:
             samples[k].append(measures[k]())
     return samples
 
