@@ -6,6 +6,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from zephon import Dataset, Pipeline, StaticMixtureWorkSource
 from zephon.runtime import rank_lanes, worker_lanes
@@ -173,3 +175,30 @@ def test_filter_drops_items_and_they_count_as_consumed_in_checkpoints():
     assert "filter(" in repr(pipeline) and pipeline.maps == () and not pipeline.pointer_only
     with pytest.raises(TypeError, match="filter"):
         Pipeline(source).filter(3)
+
+
+@settings(max_examples=25, deadline=None)
+@given(picks=st.lists(st.tuples(st.integers(0, 1), st.integers(0, 2), st.integers(0, 29)), min_size=1, max_size=60),
+       columns=st.sampled_from([None, ["t"], ["t", "id"]]))
+def test_records_of_columnar_datasets_are_gathered_at_once_and_equal_a_read_per_shard(tmp_path_factory, picks,
+                                                                                      columns):
+    """Parquet and Arrow datasets of one schema: the pipeline gathers a bundle's records in one
+    ``fetch_table``; they are the records ``fetch`` reads shard by shard, in pointer order."""
+    from zephon.io import fetch
+
+    root = tmp_path_factory.mktemp("g")
+    for fmt in ("parquet", "arrow"):
+        os.makedirs(root / fmt)
+        for s in range(3):
+            table = pa.table({"id": np.arange(30) + 100 * s, "t": [f"{fmt}{s}:{i}" for i in range(30)]})
+            if fmt == "parquet":
+                pq.write_table(table, root / fmt / f"{s:02d}.parquet", row_group_size=7)
+            else:
+                with pa.ipc.new_file(root / fmt / f"{s:02d}.arrow", table.schema) as writer:
+                    for batch in table.to_batches(max_chunksize=11):
+                        writer.write_batch(batch)
+    datasets = [Dataset.from_path(fmt, root / fmt, catalog_dir=root / "c") for fmt in ("parquet", "arrow")]
+    pipeline = Pipeline(StaticMixtureWorkSource(datasets, {"parquet": 1, "arrow": 1}, chunk_size=8), columns=columns)
+    assert pipeline._gathers
+    pointers = np.array(picks, dtype=np.int64)
+    assert pipeline._records(pointers) == fetch(pipeline.datasets_by_id, pointers, columns)

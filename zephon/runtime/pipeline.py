@@ -28,7 +28,7 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 import numpy as np
 
 from zephon._ext.labels import BatchNames
-from zephon.io import Readahead, fetch
+from zephon.io import Readahead, fetch, fetch_table
 from zephon.ops import MixtureConfig, PackConfig, Packing, mixture, pack, tokenize
 from zephon.runtime._packed import initial_operator, packed_items
 from zephon.runtime._stream import DROPPED, ItemStream, component_table, initial_entries
@@ -165,6 +165,8 @@ class Pipeline:
         self._readable = readable
         self._any_records = bool(readable.any())
         self._all_paths = _same_columns(datasets.values(), self._columns)
+        readers = [getattr(d, "reader", None) for d in datasets.values()]
+        self._gathers = self._all_paths and all(r is not None and r.columnar for r in readers)  # see _records
         if prefetch_bytes is None:
             remote = any((reader := getattr(d, "reader", None)) is not None and not reader.shards.location.is_local
                          for d in datasets.values())
@@ -291,7 +293,7 @@ class Pipeline:
     def _copy(self, steps: tuple[tuple[str, Any], ...]) -> Pipeline:
         new = object.__new__(Pipeline)
         for slot in ("_source", "_columns", "_vocabulary", "_names", "_datasets", "_readable", "_any_records",
-                     "_all_paths", "_prefetch", "_packing", "_name_tuple"):
+                     "_all_paths", "_gathers", "_prefetch", "_packing", "_name_tuple"):
             setattr(new, slot, getattr(self, slot))
         new._steps = steps
         return new
@@ -389,7 +391,7 @@ class Pipeline:
         else:
             readable = self._readable[pointers[:, 0]]
             rows = np.flatnonzero(readable)
-            records = iter(fetch(self._datasets, pointers[rows], self._columns) if len(rows) else ())
+            records = iter(self._records(pointers[rows]) if len(rows) else ())
             fresh = self._all_paths  # files give a new dict per record: nothing shared to copy
             items = []
             for p, c, r in zip(ids, names, readable.tolist()):
@@ -414,6 +416,15 @@ class Pipeline:
             else:
                 items = [item if item is DROPPED or fn(item) else DROPPED for item in items]
         return items
+
+    def _records(self, pointers: np.ndarray) -> list[Any]:
+        """The records at ``pointers``: when every dataset decodes Arrow tables of one schema
+        (Parquet, Arrow), gathered at once and made dicts in one go (``fetch_table``), which
+        costs a quarter less a record than a read per shard (``fetch``)."""
+        if self._gathers:
+            records: list[Any] = fetch_table(self._datasets, pointers, self._columns).to_pylist()
+            return records
+        return fetch(self._datasets, pointers, self._columns)
 
     def items_at(self, pointers: np.ndarray) -> list[Any]:
         """Items of ``pointers`` whose component is their dataset's name (random access)."""
