@@ -290,6 +290,20 @@ class DataLoader(tud.DataLoader[Bundle]):
         self._zephon_even = Even(target)
         return self._zephon_even
 
+    def _even_after_fork(self, base: Any) -> Even | None:
+        """:meth:`_even`, once the workers of ``base`` have started: its all-reduce finishes on
+        gloo's threads, and a fork while one of them enters Python can leave the new worker
+        stuck inside the fork for good (CPython before 3.12 does not hold the interpreter's
+        thread-state lock across ``fork``); so workers fork first. Should it fail, the workers
+        are shut down before the error is raised."""
+        try:
+            return self._even()
+        except BaseException:
+            shutdown = getattr(base, "_shutdown_workers", None)
+            if shutdown is not None:
+                shutdown()
+            raise
+
     def _countable(self) -> bool:
         """Whether the remaining batches can be counted: by random access, or (packed) by packing
         the rest of a stream known to end."""
@@ -343,8 +357,6 @@ class DataLoader(tud.DataLoader[Bundle]):
         if self.num_workers > 0 and context.get_start_method() == "fork" and (relay is None or relay.reads):
             assert self.prefetch_factor is not None  # torch sets it whenever there are workers
             plan.share_memory(readers, self.prefetch_factor + SPARE, context)
-        even = self._even()
-        self._log_config(plan, even)
         readers_dataset = self.dataset
         assert isinstance(readers_dataset, Readers)
         readers_dataset.plan = plan
@@ -352,6 +364,8 @@ class DataLoader(tud.DataLoader[Bundle]):
             self._iterator._shutdown_workers()  # type: ignore[attr-defined]  # workers must start anew
             self._iterator = None
         base = super().__iter__() if relay is None or relay.reads else None  # the others receive: no readers
+        even = self._even_after_fork(base)
+        self._log_config(plan, even)
         live = LoaderIterator(base, plan, self._zephon_stats, even, self._counter(), relay)
         if self.num_workers > 0 and base is not None:
             widen_pipe(base)
