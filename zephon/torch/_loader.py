@@ -292,10 +292,10 @@ class DataLoader(tud.DataLoader[Bundle]):
 
     def _even_after_fork(self, base: Any) -> Even | None:
         """:meth:`_even`, once the workers of ``base`` have started: its all-reduce finishes on
-        gloo's threads, and a fork while one of them enters Python can leave the new worker
-        stuck inside the fork for good (CPython before 3.12 does not hold the interpreter's
-        thread-state lock across ``fork``); so workers fork first. Should it fail, the workers
-        are shut down before the error is raised."""
+        gloo's threads, and a fork while one of them makes its Python thread state can leave the
+        new worker stuck inside the fork for good (CPython up to 3.11.7, gh-112275: the child
+        waits on the lock of the thread-state list that the other thread held); so workers fork
+        first. Should it fail, the workers are shut down before the error is raised."""
         try:
             return self._even()
         except BaseException:
