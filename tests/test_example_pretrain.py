@@ -6,6 +6,7 @@ import argparse
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 from collections import Counter
@@ -20,10 +21,19 @@ pytest.importorskip("tokenizers")
 
 
 def torchrun(out, ranks, *extra, check=True):
+    """The example under torchrun, in a session of its own: a run past its time is killed with
+    every process it started (its ranks and their workers would outlive torchrun)."""
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(ranks),
                str(SCRIPT), "--out", str(out), *extra]
-    done = subprocess.run(command, capture_output=True, text=True, timeout=300, cwd=ROOT,
-                          env={**os.environ, "OMP_NUM_THREADS": "1"})
+    with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
+                          env={**os.environ, "OMP_NUM_THREADS": "1"}, start_new_session=True) as process:
+        try:
+            stdout, stderr = process.communicate(timeout=300)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            stdout, stderr = process.communicate()
+            pytest.fail(f"torchrun {' '.join(extra)} ran past 300 s and was killed; its stderr:\n{stderr[-3000:]}")
+    done = subprocess.CompletedProcess(command, process.returncode, stdout, stderr)
     if check:
         assert done.returncode == 0, done.stderr[-3000:]
     return done
