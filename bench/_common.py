@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import random
 import statistics
 from dataclasses import dataclass, field
 from typing import Callable, Iterable
@@ -21,9 +22,9 @@ class Row:
 
 
 def paired(repeats: int, *measures: Callable[[], float]) -> list[list[float]]:
-    """Run the measures back to back ``repeats`` times after one untimed warm-up round, each
-    round starting one measure further along (round ``r`` runs measure ``r mod n`` first), so
-    that no measure always runs after the same one.
+    """Run the measures back to back ``repeats`` times after one untimed warm-up round, in an
+    order drawn anew every other round (seeded) and reversed in the round after it, so that no
+    measure always runs first, last or after the same one (with two, they alternate).
 
     Returns one list of samples per measure, in round order.
     """
@@ -32,7 +33,8 @@ def paired(repeats: int, *measures: Callable[[], float]) -> list[list[float]]:
     samples: list[list[float]] = [[] for _ in measures]
     n = len(measures)
     for r in range(repeats):
-        for k in [(r + j) % n for j in range(n)]:
+        order = random.Random(r // 2).sample(range(n), n)
+        for k in order if r % 2 == 0 else order[::-1]:
             samples[k].append(measures[k]())
     return samples
 

@@ -33,6 +33,9 @@ def torchrun(out, ranks, *extra, check=True):
             os.killpg(process.pid, signal.SIGKILL)
             stdout, stderr = process.communicate()
             pytest.fail(f"torchrun {' '.join(extra)} ran past 300 s and was killed; its stderr:\n{stderr[-3000:]}")
+        except BaseException:  # an interrupted test leaves no run behind either
+            os.killpg(process.pid, signal.SIGKILL)
+            raise
     done = subprocess.CompletedProcess(command, process.returncode, stdout, stderr)
     if check:
         assert done.returncode == 0, done.stderr[-3000:]

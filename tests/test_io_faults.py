@@ -122,24 +122,28 @@ def test_timed_reads_reuse_their_threads_and_a_stuck_one_is_replaced():
 
 def test_exit_waits_for_the_reads_in_progress_but_not_for_abandoned_ones():
     import threading
-    import time
 
     from zephon.io import retry
 
     def call(policy, fn):
         return policy.call(fn, what="a read", dataset="d", shard=0, uri="u")
 
-    stuck, started = threading.Event(), threading.Event()
-    with pytest.raises(StorageTimeoutError):
-        call(RetryPolicy(attempts=1, timeout_s=0.05), lambda: stuck.wait(10))
-    assert retry._POOL.settle(1.0)  # the abandoned read is not waited for
-    slow = threading.Thread(target=call, args=(RetryPolicy(attempts=1), lambda: (started.set(), time.sleep(0.5))))
-    slow.start()
-    assert started.wait(5)
-    assert not retry._POOL.settle(0.01)  # a read in progress is
-    assert retry._POOL.settle(10)
-    stuck.set()
-    slow.join()
+    stuck, started, release = threading.Event(), threading.Event(), threading.Event()
+    assert retry._POOL.settle(30)  # the reads of earlier tests, if any, have ended
+    try:
+        with pytest.raises(StorageTimeoutError):
+            call(RetryPolicy(attempts=1, timeout_s=0.05), lambda: stuck.wait(30))
+        assert retry._POOL.settle(5)  # the abandoned read is not waited for
+        slow = threading.Thread(target=call, args=(RetryPolicy(attempts=1), lambda: (started.set(), release.wait(30))))
+        slow.start()
+        assert started.wait(5)
+        assert not retry._POOL.settle(0.01)  # a read in progress is
+        release.set()
+        assert retry._POOL.settle(10)
+        slow.join()
+    finally:
+        stuck.set()
+        release.set()
 
 
 def test_a_shard_that_disappears_or_changes_during_the_run_is_named(tmp_path):

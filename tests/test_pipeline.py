@@ -201,4 +201,18 @@ def test_records_of_columnar_datasets_are_gathered_at_once_and_equal_a_read_per_
     pipeline = Pipeline(StaticMixtureWorkSource(datasets, {"parquet": 1, "arrow": 1}, chunk_size=8), columns=columns)
     assert pipeline._gathers
     pointers = np.array(picks, dtype=np.int64)
-    assert pipeline._records(pointers) == fetch(pipeline.datasets_by_id, pointers, columns)
+    gathered, read = pipeline._records(pointers), fetch(pipeline.datasets_by_id, pointers, columns)
+    assert [list(r.items()) for r in gathered] == [list(r.items()) for r in read]  # keys in the same order too
+
+
+def test_records_of_shards_whose_columns_differ_in_order_are_read_shard_by_shard(tmp_path):
+    """Shards that agree on their columns only as sets (what ``check_schema`` accepts) are read
+    one by one, so that each record keeps its own file's column order."""
+    os.makedirs(tmp_path / "d")
+    pq.write_table(pa.table({"id": [0, 1], "t": ["a", "b"]}), tmp_path / "d" / "00.parquet")
+    pq.write_table(pa.table({"t": ["c", "d"], "id": [2, 3]}), tmp_path / "d" / "01.parquet")
+    dataset = Dataset.from_path("d", tmp_path / "d", catalog_dir=tmp_path / "c")
+    pipeline = Pipeline(StaticMixtureWorkSource([dataset], {"d": 1}, chunk_size=4))
+    assert not pipeline._gathers
+    records = pipeline._records(np.array([[0, 0, 1], [0, 1, 0]], dtype=np.int64))
+    assert [list(r.items()) for r in records] == [[("id", 1), ("t", "b")], [("t", "c"), ("id", 2)]]

@@ -31,6 +31,7 @@ import numpy as np
 
 from zephon.io._cache import Piece, PieceKey, ShardCache
 from zephon.io._shards import ShardReader
+from zephon.io.retry import EXIT_WAIT_S
 
 LOG = logging.getLogger("zephon")
 QUEUED, RUNNING, DONE, CANCELLED = range(4)
@@ -335,17 +336,20 @@ def _finish(pool: _Pool, wait_s: float) -> None:
              stats["stale"], stats["peak_bytes"], stats["prefetch_bytes"], extra={"readahead": stats})
 
 
-EXIT_WAIT_S = 30.0  # at exit, how long the readaheads' jobs in progress may take to end, in all
 _POOLS: weakref.WeakSet[_Pool] = weakref.WeakSet()  # a pool stays while its threads run, its readahead gone or not
 
 
 def _close_at_exit() -> None:
-    """Stop every readahead's threads at exit once their jobs in progress end (up to
-    :data:`EXIT_WAIT_S`): a daemon thread that comes back from pyarrow while the interpreter
-    shuts down aborts the process ("terminate called without an active exception")."""
+    """Stop every readahead's threads at exit once their jobs in progress end, within
+    :data:`~zephon.io.retry.EXIT_WAIT_S` in all (see :func:`zephon.io.retry._settle_at_exit`);
+    threads still running after that are counted in a warning."""
     deadline = time.monotonic() + EXIT_WAIT_S
-    for pool in list(_POOLS):
+    pools = list(_POOLS)
+    for pool in pools:
         pool.close(max(0.0, deadline - time.monotonic()))
+    running = sum(worker.is_alive() for pool in pools for worker in pool.workers)
+    if running:
+        LOG.warning("zephon: %d readahead threads still running at exit after %.0f s", running, EXIT_WAIT_S)
 
 
 atexit.register(_close_at_exit)

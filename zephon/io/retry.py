@@ -167,8 +167,8 @@ class _Task:
 
 
 class _Pool:
-    """Daemon threads that run timed attempts (a stuck read delays exit by at most
-    :data:`EXIT_WAIT_S`). A thread is started only when none is idle: one stuck in an abandoned
+    """Daemon threads that run timed attempts (a stuck read delays exit by :data:`EXIT_WAIT_S`
+    at most, after the readaheads' own wait). A thread is started only when none is idle: one stuck in an abandoned
     read is replaced, the others are reused. A forked child starts with none."""
 
     def __init__(self) -> None:
@@ -190,7 +190,13 @@ class _Pool:
             if not start:
                 self._idle -= 1
         if start:
-            threading.Thread(target=self._serve, name="zephon-read", daemon=True).start()
+            try:
+                threading.Thread(target=self._serve, name="zephon-read", daemon=True).start()
+            except BaseException:  # e.g. no new threads at exit: nothing runs, nothing is counted
+                with self._lock:
+                    self._busy -= 1
+                    self._lock.notify_all()
+                raise
         self._tasks.put(task)
         return task
 
@@ -232,7 +238,7 @@ class _Pool:
 
 
 _POOL = _Pool()
-EXIT_WAIT_S = 30.0  # at exit, how long the reads in progress may take to end
+EXIT_WAIT_S = 30.0  # at exit, how long the reads in progress may take to end (the readaheads wait as long first)
 
 
 def _settle_at_exit() -> None:

@@ -111,6 +111,19 @@ def _same_columns(datasets: Any, columns: tuple[str, ...] | None) -> bool:
     return len(schemas) == 1
 
 
+def _one_arrow_schema(datasets: Any) -> bool:
+    """Whether every shard of every dataset is read as Arrow tables (Parquet, Arrow) and has the
+    very same columns, in the same order and of the same types: then their records can be
+    gathered from many shards at once and come out as a read per shard makes them."""
+    schemas: set[Any] = set()
+    for dataset in datasets:
+        catalog, reader = getattr(dataset, "catalog", None), getattr(dataset, "reader", None)
+        if catalog is None or reader is None or not reader.columnar or (catalog.schema_of < 0).any():
+            return False
+        schemas.update(catalog.schemas[k] for k in np.unique(catalog.schema_of).tolist())
+    return len(schemas) == 1
+
+
 def _name(fn: Callable[..., Any]) -> str:
     return getattr(fn, "__qualname__", repr(fn))
 
@@ -165,8 +178,7 @@ class Pipeline:
         self._readable = readable
         self._any_records = bool(readable.any())
         self._all_paths = _same_columns(datasets.values(), self._columns)
-        readers = [getattr(d, "reader", None) for d in datasets.values()]
-        self._gathers = self._all_paths and all(r is not None and r.columnar for r in readers)  # see _records
+        self._gathers = _one_arrow_schema(datasets.values())  # see _records
         if prefetch_bytes is None:
             remote = any((reader := getattr(d, "reader", None)) is not None and not reader.shards.location.is_local
                          for d in datasets.values())
@@ -418,9 +430,9 @@ class Pipeline:
         return items
 
     def _records(self, pointers: np.ndarray) -> list[Any]:
-        """The records at ``pointers``: when every dataset decodes Arrow tables of one schema
-        (Parquet, Arrow), gathered at once and made dicts in one go (``fetch_table``), which
-        costs a quarter less a record than a read per shard (``fetch``)."""
+        """The records at ``pointers``: when every shard is an Arrow table of one schema
+        (:func:`_one_arrow_schema`), gathered at once and made dicts in one go (``fetch_table``),
+        which costs a quarter less a record than a read per shard (``fetch``)."""
         if self._gathers:
             records: list[Any] = fetch_table(self._datasets, pointers, self._columns).to_pylist()
             return records
