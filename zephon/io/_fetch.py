@@ -7,8 +7,8 @@ once per call, front to back (a shard's reader puts a gather's rows in piece ord
 hands ``read`` its offsets in order). ``fetch_rows`` hands out the decoded row groups
 themselves and each pointer's row in them; ``fetch_table`` takes those rows from each row group
 and puts them in pointer order (``take_rows``). Groups run in the order of their *last*
-pointer, so the shards a chunk ends on are the most recently used and survive in each dataset's bounded fetch
-cache for the next chunk.
+pointer, so the shards a chunk ends on are the most recently used and survive in each
+dataset's bounded fetch cache for the next chunk.
 """
 from __future__ import annotations
 

@@ -168,8 +168,9 @@ class _Task:
 
 class _Pool:
     """Daemon threads that run timed attempts (a stuck read delays exit by :data:`EXIT_WAIT_S`
-    at most, after the readaheads' own wait). A thread is started only when none is idle: one stuck in an abandoned
-    read is replaced, the others are reused. A forked child starts with none."""
+    at most, after the readaheads' own wait). A thread is started only when none is idle: one
+    stuck in an abandoned read is replaced, the others are reused. A forked child starts with
+    none."""
 
     def __init__(self) -> None:
         self._reset()
@@ -194,8 +195,7 @@ class _Pool:
                 threading.Thread(target=self._serve, name="zephon-read", daemon=True).start()
             except BaseException:  # e.g. no new threads at exit: nothing runs, nothing is counted
                 with self._lock:
-                    self._busy -= 1
-                    self._lock.notify_all()
+                    self._not_busy()
                 raise
         self._tasks.put(task)
         return task
@@ -206,8 +206,7 @@ class _Pool:
             with self._lock:
                 if not task.ended:  # stuck: exit does not wait for it
                     task.abandoned = True
-                    self._busy -= 1
-                    self._lock.notify_all()
+                    self._not_busy()
             raise _Timeout(f"no answer within timeout_s={timeout_s} s")
         if task.error is not None:
             raise task.error
@@ -226,9 +225,13 @@ class _Pool:
                 task.ended = True
                 self._idle += 1
                 if not task.abandoned:
-                    self._busy -= 1
-                    self._lock.notify_all()
+                    self._not_busy()
             del task  # an idle thread keeps no result (a decoded piece) alive
+
+    def _not_busy(self) -> None:
+        """One call fewer to wait for at exit (under ``_lock``)."""
+        self._busy -= 1
+        self._lock.notify_all()
 
     def settle(self, timeout_s: float) -> bool:
         """Wait up to ``timeout_s`` for every call in progress (and not abandoned after its
