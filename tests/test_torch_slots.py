@@ -17,7 +17,7 @@ from hypothesis.extra import numpy as hnp
 pytest.importorskip("torch")
 
 from zephon.torch import _bundles, _packed, _slots  # noqa: E402
-from zephon.torch._slots import Slots, stow, take, unstow  # noqa: E402
+from zephon.torch._slots import Slots, stow, take, unstow, write  # noqa: E402
 
 CAPACITY = 64
 COUNT = 3
@@ -26,7 +26,7 @@ COUNT = 3
 def _put(slots: Slots, worker: int, pieces: list[tuple[np.ndarray, np.ndarray]]) -> tuple[int, int, int] | None:
     """What a worker does with a bundle: claim a slot, write the pieces, carry the slot's number."""
     slot = slots.claim(worker)
-    return None if slot is None else slots.carried(slot, slots.write(worker, slot, 0, pieces))
+    return None if slot is None else slots.carried(slot, write(slots.views(worker, slot), 0, pieces))
 
 
 def _pieces(data: st.DataObject, n: int) -> list[tuple[np.ndarray, np.ndarray]]:

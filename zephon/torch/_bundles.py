@@ -45,7 +45,7 @@ from zephon.runtime import (
 )
 from zephon.torch._collate import Strings, collate_rows, columnar_batches, gathered_columns
 from zephon.torch._packed import packed_bundles, units_per_bundle
-from zephon.torch._slots import ALIGN, Slots, stow, take, unstow
+from zephon.torch._slots import ALIGN, Slots, stow, take, unstow, write
 from zephon.torch._topology import current_worker
 from zephon.torch._workers import freeze_inherited, guard_worker
 
@@ -386,10 +386,10 @@ def _framed(mux: LaneMux, plan: Plan, worker: int, start: int, n: int, turns: np
 def _fill(mux: LaneMux, slots: Slots, worker: int, slot: int, part: int) -> tuple[int, np.ndarray]:
     """Fill a claimed slot from ``mux``, ``part`` samples at a time (the parts' arrays stay in
     cache, a whole slot's would not): the samples written and the turns they hold."""
-    n, turns, unit = 0, [], mux.unit
+    n, turns, unit, into = 0, [], mux.unit, slots.views(worker, slot)
     while slots.capacity - n >= unit:
         pieces, part_turns = mux.take_pieces(min(part, (slots.capacity - n) // unit * unit))
-        n = slots.write(worker, slot, n, pieces)
+        n = write(into, n, pieces)
         turns.append(part_turns)
         if mux.exhausted:
             break

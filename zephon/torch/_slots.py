@@ -63,9 +63,10 @@ class Slots:
         at = (worker * self.count + slot) * self.width
         return np.frombuffer(memoryview(self._map)[at:at + self.width], dtype=np.uint8)
 
-    def _views(self, worker: int, slot: int, n: int) -> tuple[np.ndarray, np.ndarray]:
-        """The slot's first ``n`` pointers and component ids, over one region array."""
+    def views(self, worker: int, slot: int, n: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """The slot's first ``n`` (default: all its) pointers and component ids, over one region array."""
         raw = self.region(worker, slot)
+        n = self.capacity if n is None else n
         pointers = raw[:self.capacity * 24].view(np.int64)[:n * 3].reshape(n, 3)
         return pointers, raw[self.capacity * 24:self.capacity * _RECORD].view(np.int32)[:n]
 
@@ -80,20 +81,9 @@ class Slots:
         self._busy[worker, slot] = 1
         return slot
 
-    def write(self, worker: int, slot: int, at: int, pieces: Sequence[tuple[np.ndarray, np.ndarray]]) -> int:
-        """Write consecutive ``(pointers, component ids)`` pieces into a claimed slot from
-        sample ``at`` on; returns where they end."""
-        end = at + sum(len(components) for _, components in pieces)
-        into_pointers, into_components = self._views(worker, slot, end)
-        for pointers, components in pieces:
-            into_pointers[at:at + len(pointers)] = pointers
-            into_components[at:at + len(pointers)] = components
-            at += len(pointers)
-        return end
-
     def compact(self, worker: int, slot: int, n: int, keep: np.ndarray) -> None:
         """Keep only rows ``keep`` (ascending) of the slot's ``n`` samples, moved to its front."""
-        pointers, components = self._views(worker, slot, n)
+        pointers, components = self.views(worker, slot, n)
         pointers[:len(keep)], components[:len(keep)] = pointers[keep], components[keep]
 
     def carried(self, slot: int, n: int) -> tuple[int, int, int]:
@@ -114,12 +104,24 @@ class Slots:
         self.free[worker].release()
 
 
+def write(into: tuple[np.ndarray, np.ndarray], at: int, pieces: Sequence[tuple[np.ndarray, np.ndarray]]) -> int:
+    """In a worker: write consecutive ``(pointers, component ids)`` pieces into a claimed slot's
+    :meth:`Slots.views` from sample ``at`` on (made once per slot: they cost more than a part's
+    copy); returns where they end."""
+    into_pointers, into_components = into
+    for pointers, components in pieces:
+        end = at + len(pointers)
+        into_pointers[at:end], into_components[at:end] = pointers, components
+        at = end
+    return at
+
+
 def take(worker: int, carried: tuple[int, int, int]) -> tuple[torch.Tensor, np.ndarray]:
     """In the trainer: a bundle's pointers (an int64 tensor) and component ids, over its slot,
     leased until the last view of either is gone."""
     token, slot, n = carried
     slots = _open[token]
-    pointers, components = slots._views(worker, slot, n)
+    pointers, components = slots.views(worker, slot, n)
     weakref.finalize(pointers.base, slots.release, worker, slot)
     return torch.from_numpy(pointers), components
 
