@@ -1,7 +1,7 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True, initializedcheck=False
 """Strings of Arrow string columns: gathered as bytes from many row groups, then made Python ``str``.
 
-Defined by zephon/torch/_collate.py::gather_reference and ::strings_reference. A chunk is an
+Defined by zephon/io/_take.py::gather_reference and ::strings_reference. A chunk is an
 Arrow string array without nulls, given as its ``offsets`` (int32 or int64, as Arrow keeps
 them: one more than its rows) and ``data`` (uint8, UTF-8). ``gather`` puts row ``local[i]``
 of chunk ``chunk[i]`` at position ``i`` of one new ``(offsets, data)`` pair; ``strings``

@@ -8,7 +8,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from zephon._ext.strings import gather, strings
-from zephon.torch._collate import Located, Strings, gather_reference, gather_strings, strings_reference
+from zephon.io._take import Located, gather_reference, gather_strings, strings_reference
+from zephon.torch._collate import Strings
 
 
 @st.composite
@@ -113,3 +114,36 @@ def test_gathered_columns_are_the_tables_rows_whatever_each_columns_chunks(first
     assert got["n"].to_pylist() == want.column("n").to_pylist()
     cut = data.draw(st.integers(0, len(rows)))
     assert got["a"].rows(0, cut).values() + got["a"].rows(cut, len(rows)).values() == want.column("a").to_pylist()
+
+
+@st.composite
+def tables(draw: st.DrawFn) -> pa.Table:
+    """Tables of row groups (record batches) with string, large_string, binary and int columns,
+    some with nulls, in a drawn column order."""
+    kinds = {"s": pa.string(), "l": pa.large_string(), "b": pa.binary(), "i": pa.int64()}
+    names = draw(st.permutations(list(kinds)))[:draw(st.integers(1, len(kinds)))]
+    nulls = {name: draw(st.booleans()) for name in names}
+    batches = []
+    for size in draw(st.lists(st.integers(0, 6), min_size=1, max_size=4)):
+        columns = []
+        for name in names:
+            value = (lambda i: i) if name == "i" else (lambda i: b"x%d" % i) if name == "b" else (lambda i: "é" * (i % 3))
+            column = [None if nulls[name] and draw(st.booleans()) else value(draw(st.integers(0, 99)))
+                      for _ in range(size)]
+            columns.append(pa.array(column, kinds[name]))
+        batches.append(pa.record_batch(columns, names=names))
+    return pa.Table.from_batches(batches)
+
+
+@given(tables(), st.data())
+def test_taken_records_are_arrows_rows_as_python(table, data):
+    """``take_records`` (strings gathered by the kernel, other columns taken by Arrow) makes
+    the very records of Arrow's ``take`` and ``to_pylist``: values, types, key order."""
+    from zephon.io import take_records, take_rows
+
+    rows = np.array(data.draw(st.lists(st.integers(0, table.num_rows - 1), max_size=20)) if table.num_rows else [],
+                    dtype=np.int64)
+    got = take_records(table, rows)
+    want = take_rows(table, rows).to_pylist()
+    assert got == want and [list(record) for record in got] == [list(record) for record in want]
+    assert all(type(a) is type(b) for g, w in zip(got, want) for a, b in zip(g.values(), w.values()))

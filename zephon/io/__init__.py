@@ -11,6 +11,7 @@
 | :func:`fetch_table` | the same as one Arrow table (the columnar form) |
 | :func:`fetch_rows` | the decoded row groups those rows are in, uncopied, and each pointer's row there |
 | :func:`take_rows` | rows of a table or column of many row groups, taken from each row group on its own |
+| :func:`gather_columns`, :func:`take_records` | the same rows column by column, strings gathered as bytes; or as Python dicts |
 | :func:`block_span` | how many shards a fetch cache must hold under block shuffle |
 | :class:`Readahead` | a reader's bounded background loading of the records its lanes need next |
 | :class:`CacheInfo`, :class:`ReadaheadStats` | the figures of ``Dataset.cache_info()`` and ``Readahead.stats()`` (dicts) |
@@ -22,7 +23,7 @@ from zephon.io._cache import CacheInfo
 from zephon.io._fetch import block_span, fetch, fetch_rows, fetch_table
 from zephon.io._readahead import Readahead, ReadaheadStats
 from zephon.io._store import Store
-from zephon.io._take import take_rows
+from zephon.io._take import gather_columns, take_records, take_rows
 from zephon.io.atomic import AtomicWriteError, write_atomically
 from zephon.io.catalog import build_catalog
 from zephon.io.dataset import Dataset
@@ -31,4 +32,4 @@ from zephon.io.retry import RetryPolicy, ShardChangedError, StorageError, Storag
 
 __all__ = ["AtomicWriteError", "CacheInfo", "Dataset", "Readahead", "ReadaheadStats", "RetryPolicy", "ShardChangedError",
            "Store", "StorageError", "StorageTimeoutError", "block_span", "build_catalog", "fetch", "fetch_rows", "fetch_table",
-           "open_regular", "take_rows", "write_atomically"]
+           "gather_columns", "open_regular", "take_records", "take_rows", "write_atomically"]

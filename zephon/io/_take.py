@@ -1,10 +1,14 @@
-"""Rows of an Arrow table or column of many chunks (decoded row groups), in a given order."""
+"""Rows of an Arrow table or column of many chunks (decoded row groups), in a given order:
+as Arrow (``take_rows``), column by column with strings as bytes (``gather_columns``), or as
+Python records (``take_records``)."""
 from __future__ import annotations
 
-from typing import TypeVar
+from typing import Any, Sequence, TypeVar
 
 import numpy as np
 import pyarrow as pa
+
+from zephon._ext.strings import gather, strings
 
 Data = TypeVar("Data", pa.Table, pa.ChunkedArray)
 
@@ -31,3 +35,84 @@ def take_rows(data: Data, rows: np.ndarray) -> Data:
     inverse = np.empty_like(order)
     inverse[order] = np.arange(len(order))
     return joined.take(pa.array(inverse))
+
+
+def gather_columns(table: pa.Table, rows: np.ndarray) -> dict[str, tuple[np.ndarray, np.ndarray] | pa.ChunkedArray]:
+    """Rows ``rows`` of each column of ``table`` (e.g. ``fetch_rows``), in that order: a column
+    of strings without nulls as one ``(offsets, UTF-8 bytes)`` pair, each row copied once
+    straight from the column's chunks (the ``strings`` kernel); any other column taken from
+    each chunk (:func:`take_rows`)."""
+    rows = np.asarray(rows, dtype=np.int64)
+    out: dict[str, tuple[np.ndarray, np.ndarray] | pa.ChunkedArray] = {}
+    located: Located | None = None
+    for name, column in zip(table.column_names, table.columns):
+        if column.null_count == 0 and (pa.types.is_string(column.type) or pa.types.is_large_string(column.type)):
+            if located is None or not located.fits(column.chunks):  # a table's columns usually share their chunks
+                located = Located(column.chunks, rows)
+            out[name] = gather_strings(column.chunks, located)
+        else:
+            out[name] = take_rows(column, rows)
+    return out
+
+
+def take_records(table: pa.Table, rows: np.ndarray) -> list[dict[str, Any]]:
+    """``take_rows(table, rows).to_pylist()``, made column by column (:func:`gather_columns`):
+    strings by the ``strings`` kernel, other values by Arrow. ``take_rows`` copies a string
+    twice before Arrow makes it ``str``."""
+    columns = gather_columns(table, rows)
+    values = [strings(*column) if type(column) is tuple else column.to_pylist() for column in columns.values()]
+    return [dict(zip(columns, row)) for row in zip(*values)] if columns else [{} for _ in range(len(rows))]
+
+
+class Located:
+    """Rows of the concatenation of ``chunks``, each as its chunk and its row there."""
+
+    __slots__ = ("lengths", "chunk", "local")
+
+    def __init__(self, chunks: Sequence[pa.Array], rows: np.ndarray):
+        self.lengths = np.array([len(chunk) for chunk in chunks], dtype=np.int64)
+        ends = np.cumsum(self.lengths)
+        self.chunk = np.searchsorted(ends, rows, side="right")
+        self.local = rows - (ends - self.lengths)[self.chunk]
+
+    def fits(self, chunks: Sequence[pa.Array]) -> bool:
+        """Whether ``chunks`` have the lengths these rows were located in."""
+        return len(chunks) == len(self.lengths) and all(len(c) == n for c, n in zip(chunks, self.lengths.tolist()))
+
+
+def gather_strings(chunks: Sequence[pa.Array], located: Located) -> tuple[np.ndarray, np.ndarray]:
+    """The ``located`` rows of the concatenation of ``chunks`` (string arrays without nulls) as
+    one ``(offsets, UTF-8 bytes)`` pair, each row copied once (``zephon._ext.strings.gather``)."""
+    offsets, data = zip(*(_buffers(array) for array in chunks)) if chunks else ((), ())
+    return gather(list(offsets), list(data), located.chunk, located.local)
+
+
+def _buffers(array: pa.Array) -> tuple[np.ndarray, np.ndarray]:
+    """A string array's offsets (its own rows' only, int32 or int64 as Arrow keeps them: a view)
+    and its UTF-8 bytes."""
+    if not len(array):  # its offsets buffer may be empty or absent
+        return _NO_ROWS, _NO_BYTES
+    _, offsets, data = array.buffers()
+    width = np.int64 if pa.types.is_large_string(array.type) else np.int32
+    start = array.offset
+    own = np.frombuffer(offsets, dtype=width)[start:start + len(array) + 1]
+    return own, (np.frombuffer(data, dtype=np.uint8) if data is not None else _NO_BYTES)
+
+
+_NO_ROWS, _NO_BYTES = np.zeros(1, dtype=np.int64), np.zeros(0, dtype=np.uint8)
+
+
+
+
+def gather_reference(offsets: Sequence[np.ndarray], data: Sequence[np.ndarray], chunk: np.ndarray,
+                     local: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """What the ``strings`` kernel's ``gather`` computes: row ``i`` is bytes ``offsets[c][r]``
+    to ``offsets[c][r + 1]`` of ``data[c]``, with ``c, r = chunk[i], local[i]``."""
+    rows = [bytes(data[c][offsets[c][r]:offsets[c][r + 1]]) for c, r in zip(chunk.tolist(), local.tolist())]
+    ends = np.cumsum([0] + [len(row) for row in rows], dtype=np.int64)
+    return ends, np.frombuffer(b"".join(rows), dtype=np.uint8)
+
+
+def strings_reference(offsets: np.ndarray, data: np.ndarray) -> list[str]:
+    """What the ``strings`` kernel's ``strings`` computes: row ``i``'s UTF-8 bytes decoded."""
+    return [bytes(data[a:b]).decode() for a, b in zip(offsets[:-1].tolist(), offsets[1:].tolist())]

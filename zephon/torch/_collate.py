@@ -8,8 +8,8 @@ import pyarrow as pa
 import torch
 from torch.utils.data import default_collate
 
-from zephon._ext.strings import gather, strings
-from zephon.io import take_rows
+from zephon._ext.strings import strings
+from zephon.io import gather_columns
 from zephon.runtime import KEY_COMPONENT, KEY_SAMPLE_ID
 
 KEY_DOCUMENTS = "_documents"  # a packed sequence's pieces
@@ -71,22 +71,11 @@ def column_batch(column: pa.ChunkedArray) -> Any:
 
 
 def gathered_columns(table: pa.Table, rows: np.ndarray) -> dict[str, Any]:
-    """Rows ``rows`` of each column of ``table`` (``zephon.io.fetch_rows``), in that order: a
-    column of strings without nulls as one :class:`Strings`, its rows' bytes gathered straight
-    from the column's chunks (the ``strings`` kernel); any other column taken from each chunk
-    (``zephon.io.take_rows``). A reader in the main process runs this in its fetch thread: the
-    copies let the trainer's thread run."""
-    out: dict[str, Any] = {}
-    located: Located | None = None
-    for name in table.column_names:
-        column = table.column(name)
-        if column.null_count == 0 and (pa.types.is_string(column.type) or pa.types.is_large_string(column.type)):
-            if located is None or not located.fits(column.chunks):  # a table's columns usually share their chunks
-                located = Located(column.chunks, rows)
-            out[name] = Strings(*gather_strings(column.chunks, located))
-        else:
-            out[name] = take_rows(column, rows)
-    return out
+    """Rows ``rows`` of each column of ``table`` (``zephon.io.fetch_rows``), in that order
+    (``zephon.io.gather_columns``), a column of strings as one :class:`Strings`. A reader in
+    the main process runs this in its fetch thread: the copies let the trainer's thread run."""
+    return {name: Strings(*column) if type(column) is tuple else column
+            for name, column in gather_columns(table, rows).items()}
 
 
 def column_batches(column: Any, bounds: Sequence[int]) -> list[Any]:
@@ -97,44 +86,6 @@ def column_batches(column: Any, bounds: Sequence[int]) -> list[Any]:
     if type(column) is Strings:
         return [column.rows(a, b) for a, b in spans]
     return [column_batch(column.slice(a, b - a)) for a, b in spans]
-
-
-class Located:
-    """Rows of the concatenation of ``chunks``, each as its chunk and its row there."""
-
-    __slots__ = ("lengths", "chunk", "local")
-
-    def __init__(self, chunks: Sequence[pa.Array], rows: np.ndarray):
-        self.lengths = np.array([len(chunk) for chunk in chunks], dtype=np.int64)
-        ends = np.cumsum(self.lengths)
-        self.chunk = np.searchsorted(ends, rows, side="right")
-        self.local = rows - (ends - self.lengths)[self.chunk]
-
-    def fits(self, chunks: Sequence[pa.Array]) -> bool:
-        """Whether ``chunks`` have the lengths these rows were located in."""
-        return len(chunks) == len(self.lengths) and all(len(c) == n for c, n in zip(chunks, self.lengths.tolist()))
-
-
-def gather_strings(chunks: Sequence[pa.Array], located: Located) -> tuple[np.ndarray, np.ndarray]:
-    """The ``located`` rows of the concatenation of ``chunks`` (string arrays without nulls) as
-    one ``(offsets, UTF-8 bytes)`` pair, each row copied once (``zephon._ext.strings.gather``)."""
-    offsets, data = zip(*(_buffers(array) for array in chunks)) if chunks else ((), ())
-    return gather(list(offsets), list(data), located.chunk, located.local)
-
-
-def _buffers(array: pa.Array) -> tuple[np.ndarray, np.ndarray]:
-    """A string array's offsets (its own rows' only, int32 or int64 as Arrow keeps them: a view)
-    and its UTF-8 bytes."""
-    if not len(array):  # its offsets buffer may be empty or absent
-        return _NO_ROWS, _NO_BYTES
-    _, offsets, data = array.buffers()
-    width = np.int64 if pa.types.is_large_string(array.type) else np.int32
-    start = array.offset
-    own = np.frombuffer(offsets, dtype=width)[start:start + len(array) + 1]
-    return own, (np.frombuffer(data, dtype=np.uint8) if data is not None else _NO_BYTES)
-
-
-_NO_ROWS, _NO_BYTES = np.zeros(1, dtype=np.int64), np.zeros(0, dtype=np.uint8)
 
 
 class Strings:
@@ -160,20 +111,6 @@ class Strings:
 
 def _arrive(offsets: bytes, data: bytes) -> Strings:
     return Strings(np.frombuffer(offsets, dtype=np.int64), np.frombuffer(data, dtype=np.uint8))
-
-
-def gather_reference(offsets: Sequence[np.ndarray], data: Sequence[np.ndarray], chunk: np.ndarray,
-                     local: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """What the ``strings`` kernel's ``gather`` computes: row ``i`` is bytes ``offsets[c][r]``
-    to ``offsets[c][r + 1]`` of ``data[c]``, with ``c, r = chunk[i], local[i]``."""
-    rows = [bytes(data[c][offsets[c][r]:offsets[c][r + 1]]) for c, r in zip(chunk.tolist(), local.tolist())]
-    ends = np.cumsum([0] + [len(row) for row in rows], dtype=np.int64)
-    return ends, np.frombuffer(b"".join(rows), dtype=np.uint8)
-
-
-def strings_reference(offsets: np.ndarray, data: np.ndarray) -> list[str]:
-    """What the ``strings`` kernel's ``strings`` computes: row ``i``'s UTF-8 bytes decoded."""
-    return [bytes(data[a:b]).decode() for a, b in zip(offsets[:-1].tolist(), offsets[1:].tolist())]
 
 
 def columnar_batches(pipeline: Any, columns: Mapping[str, Any], pointers: np.ndarray, components: np.ndarray,
