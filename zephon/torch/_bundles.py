@@ -41,7 +41,7 @@ from torch.utils.data import IterableDataset, get_worker_info
 
 from zephon.io import fetch_rows
 from zephon.runtime import (
-    DROPPED, KEY_COMPONENT, KEY_SAMPLE_ID, Entry, Event, LaneMux, Pipeline, Segment, Snapshot, joined,
+    DROPPED, KEY_COMPONENT, KEY_SAMPLE_ID, Entry, Event, LaneMux, Pipeline, Segment, Snapshot, joined, paused_gc,
 )
 from zephon.torch._collate import Strings, collate_rows, columnar_batches, gathered_columns
 from zephon.torch._packed import packed_bundles, units_per_bundle
@@ -267,10 +267,12 @@ def _next_bundle(mux: LaneMux, plan: Plan, worker: int, slots: Slots | None) -> 
     bundle, pointers, components = _taken(mux, plan, worker)
     if plan.pointer_path:
         bundle.pointers, bundle.components = pointers, components
-    elif plan.batch_size is None:
-        _items(bundle, plan, pointers, components)
-    else:
-        _batches(bundle, plan, pointers, components)
+        return bundle
+    with paused_gc():  # a bundle's records: thousands of short-lived dicts the collector would walk again and again
+        if plan.batch_size is None:
+            _items(bundle, plan, pointers, components)
+        else:
+            _batches(bundle, plan, pointers, components)
     return bundle
 
 
@@ -411,18 +413,20 @@ def _batches(bundle: Bundle, plan: Plan, pointers: np.ndarray, components: np.nd
     assert bundle.bounds is not None  # _framed cut the samples into batches
     spans = list(zip(bundle.bounds[:-1], bundle.bounds[1:]))
     marked = plan.pipeline.materialize_marked(pointers, components)
+    alive = np.fromiter((item is not DROPPED for item in marked), dtype=bool, count=len(marked))
     units, kept, bounds, dropped = [], [], [0], []
     for a, b in spans:
-        keep = [k for k in range(a, b) if marked[k] is not DROPPED]
-        items = [marked[k] for k in keep]
+        keep = a + np.flatnonzero(alive[a:b])
+        items = marked[a:b] if len(keep) == b - a else [marked[k] for k in keep.tolist()]
         if plan.collate_fn is not None:
             units.append(plan.collate_fn(items))
         else:
-            units.append(collate_rows(items, pointers[keep]) if keep else _empty_batch())
-        kept += keep
-        bounds.append(len(kept))
+            units.append(collate_rows(items, pointers[keep]) if items else _empty_batch())
+        kept.append(keep)
+        bounds.append(bounds[-1] + len(keep))
         dropped.append(b - a - len(keep))
-    bundle.units, bundle.components, bundle.bounds, bundle.dropped = units, components[kept], bounds, dropped
+    taken = np.concatenate(kept) if kept else np.zeros(0, dtype=np.int64)
+    bundle.units, bundle.components, bundle.bounds, bundle.dropped = units, components[taken], bounds, dropped
 
 
 def widen_pipe(base: Any) -> None:
