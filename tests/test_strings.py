@@ -121,14 +121,14 @@ def tables(draw: st.DrawFn) -> pa.Table:
     """Tables of row groups (record batches) with string, large_string, binary and int columns,
     some with nulls, in a drawn column order."""
     kinds = {"s": pa.string(), "l": pa.large_string(), "b": pa.binary(), "i": pa.int64()}
+    makers = {"s": lambda i: "é" * (i % 3), "l": lambda i: "é" * (i % 3), "b": lambda i: b"x%d" % i, "i": lambda i: i}
     names = draw(st.permutations(list(kinds)))[:draw(st.integers(1, len(kinds)))]
     nulls = {name: draw(st.booleans()) for name in names}
     batches = []
     for size in draw(st.lists(st.integers(0, 6), min_size=1, max_size=4)):
         columns = []
         for name in names:
-            value = (lambda i: i) if name == "i" else (lambda i: b"x%d" % i) if name == "b" else (lambda i: "é" * (i % 3))
-            column = [None if nulls[name] and draw(st.booleans()) else value(draw(st.integers(0, 99)))
+            column = [None if nulls[name] and draw(st.booleans()) else makers[name](draw(st.integers(0, 99)))
                       for _ in range(size)]
             columns.append(pa.array(column, kinds[name]))
         batches.append(pa.record_batch(columns, names=names))

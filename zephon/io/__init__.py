@@ -11,7 +11,7 @@
 | :func:`fetch_table` | the same as one Arrow table (the columnar form) |
 | :func:`fetch_rows` | the decoded row groups those rows are in, uncopied, and each pointer's row there |
 | :func:`take_rows` | rows of a table or column of many row groups, taken from each row group on its own |
-| :func:`gather_columns`, :func:`take_records` | the same rows column by column, strings gathered as bytes; or as Python dicts |
+| :func:`gather_columns`, :func:`take_records` | the same rows column by column (strings as bytes), or as dicts |
 | :func:`block_span` | how many shards a fetch cache must hold under block shuffle |
 | :class:`Readahead` | a reader's bounded background loading of the records its lanes need next |
 | :class:`CacheInfo`, :class:`ReadaheadStats` | the figures of ``Dataset.cache_info()`` and ``Readahead.stats()`` (dicts) |

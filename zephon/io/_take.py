@@ -60,7 +60,7 @@ def take_records(table: pa.Table, rows: np.ndarray) -> list[dict[str, Any]]:
     strings by the ``strings`` kernel, other values by Arrow. ``take_rows`` copies a string
     twice before Arrow makes it ``str``."""
     columns = gather_columns(table, rows)
-    values = [strings(*column) if type(column) is tuple else column.to_pylist() for column in columns.values()]
+    values = [strings(*column) if isinstance(column, tuple) else column.to_pylist() for column in columns.values()]
     return [dict(zip(columns, row)) for row in zip(*values)] if columns else [{} for _ in range(len(rows))]
 
 
