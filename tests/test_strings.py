@@ -118,21 +118,23 @@ def test_gathered_columns_are_the_tables_rows_whatever_each_columns_chunks(first
 
 @st.composite
 def tables(draw: st.DrawFn) -> pa.Table:
-    """Tables of row groups (record batches) with string, large_string, binary and int columns,
-    some with nulls, in a drawn column order."""
-    kinds = {"s": pa.string(), "l": pa.large_string(), "b": pa.binary(), "i": pa.int64()}
-    makers = {"s": lambda i: "é" * (i % 3), "l": lambda i: "é" * (i % 3), "b": lambda i: b"x%d" % i, "i": lambda i: i}
-    names = draw(st.permutations(list(kinds)))[:draw(st.integers(1, len(kinds)))]
-    nulls = {name: draw(st.booleans()) for name in names}
-    batches = []
-    for size in draw(st.lists(st.integers(0, 6), min_size=1, max_size=4)):
-        columns = []
-        for name in names:
-            column = [None if nulls[name] and draw(st.booleans()) else makers[name](draw(st.integers(0, 99)))
-                      for _ in range(size)]
-            columns.append(pa.array(column, kinds[name]))
-        batches.append(pa.record_batch(columns, names=names))
-    return pa.Table.from_batches(batches)
+    """Tables of string, large_string, dictionary, binary and int64 columns, some
+    with nulls, each cut into its own chunks (slices of one array, so most start at an offset),
+    their names drawn with repeats allowed."""
+    kinds = {"s": pa.string(), "l": pa.large_string(), "d": pa.string(), "b": pa.binary(), "i": pa.int64()}
+    makers = {"b": lambda i: b"x%d" % i, "i": lambda i: i}
+    rows = draw(st.integers(0, 12))
+    names = draw(st.lists(st.sampled_from(sorted(kinds)), max_size=5))
+    columns = []
+    for name in names:
+        nulls = draw(st.booleans())
+        make = makers.get(name, lambda i: "é" * (i % 3) + str(i))
+        whole = pa.array([None if nulls and draw(st.booleans()) else make(draw(st.integers(0, 99))) for _ in range(rows)],
+                         kinds[name])
+        whole = whole.dictionary_encode() if name == "d" else whole
+        cuts = sorted(draw(st.lists(st.integers(0, rows), max_size=3)))
+        columns.append(pa.chunked_array([whole.slice(a, b - a) for a, b in zip([0, *cuts], [*cuts, rows])], whole.type))
+    return pa.Table.from_arrays(columns, names=names) if names else pa.table({})
 
 
 @given(tables(), st.data())
@@ -147,3 +149,13 @@ def test_taken_records_are_arrows_rows_as_python(table, data):
     want = take_rows(table, rows).to_pylist()
     assert got == want and [list(record) for record in got] == [list(record) for record in want]
     assert all(type(a) is type(b) for g, w in zip(got, want) for a, b in zip(g.values(), w.values()))
+
+
+def test_records_of_a_table_without_columns_are_empty_and_rows_outside_are_refused():
+    from zephon.io import gather_columns, take_records
+
+    table = pa.Table.from_batches([pa.record_batch({"a": [1, 2, 3]})]).select([])
+    assert take_records(table, np.array([2, 0])) == [{}, {}]
+    for row in (-1, 3):
+        with pytest.raises(IndexError, match=f"row {row} is outside the table's 3 rows"):
+            gather_columns(table, np.array([0, row]))

@@ -39,26 +39,34 @@ def take_rows(data: Data, rows: np.ndarray) -> Data:
 
 def gather_columns(table: pa.Table, rows: np.ndarray) -> dict[str, tuple[np.ndarray, np.ndarray] | pa.ChunkedArray]:
     """Rows ``rows`` of each column of ``table`` (e.g. ``fetch_rows``), in that order: a column
-    of strings without nulls as one ``(offsets, UTF-8 bytes)`` pair, each row copied once
-    straight from the column's chunks (the ``strings`` kernel); any other column taken from
-    each chunk (:func:`take_rows`)."""
+    of strings without nulls as one ``(int64 offsets, UTF-8 bytes)`` pair, each row copied once
+    straight from the column's chunks (the ``strings`` kernel); the other columns taken
+    together, from each chunk (:func:`take_rows`). ``IndexError`` for a row outside the table."""
     rows = np.asarray(rows, dtype=np.int64)
+    outside = (rows < 0) | (rows >= table.num_rows)
+    if outside.any():
+        raise IndexError(f"row {int(rows[outside][0])} is outside the table's {table.num_rows} rows")
+    plain = [column.null_count == 0 and (pa.types.is_string(column.type) or pa.types.is_large_string(column.type))
+             for column in table.columns]
+    others = [k for k, is_plain in enumerate(plain) if not is_plain]
+    taken = iter(take_rows(table.select(others), rows).columns if others else ())
     out: dict[str, tuple[np.ndarray, np.ndarray] | pa.ChunkedArray] = {}
     located: Located | None = None
-    for name, column in zip(table.column_names, table.columns):
-        if column.null_count == 0 and (pa.types.is_string(column.type) or pa.types.is_large_string(column.type)):
-            if located is None or not located.fits(column.chunks):  # a table's columns usually share their chunks
-                located = Located(column.chunks, rows)
-            out[name] = gather_strings(column.chunks, located)
-        else:
-            out[name] = take_rows(column, rows)
+    for name, column, is_plain in zip(table.column_names, table.columns, plain):
+        if not is_plain:
+            out[name] = next(taken)
+            continue
+        if located is None or not located.fits(column.chunks):  # a table's columns usually share their chunks
+            located = Located(column.chunks, rows)
+        out[name] = gather_strings(column.chunks, located)
     return out
 
 
 def take_records(table: pa.Table, rows: np.ndarray) -> list[dict[str, Any]]:
     """``take_rows(table, rows).to_pylist()``, made column by column (:func:`gather_columns`):
-    strings by the ``strings`` kernel, other values by Arrow. ``take_rows`` copies a string
-    twice before Arrow makes it ``str``."""
+    strings by the ``strings`` kernel, other values by Arrow (``take_rows`` copies a string twice
+    before Arrow makes it ``str``). A table without columns gives an empty dict a row, where
+    Arrow's ``take`` of it gives no rows."""
     columns = gather_columns(table, rows)
     values = [strings(*column) if isinstance(column, tuple) else column.to_pylist() for column in columns.values()]
     return [dict(zip(columns, row)) for row in zip(*values)] if columns else [{} for _ in range(len(rows))]
@@ -100,8 +108,6 @@ def _buffers(array: pa.Array) -> tuple[np.ndarray, np.ndarray]:
 
 
 _NO_ROWS, _NO_BYTES = np.zeros(1, dtype=np.int64), np.zeros(0, dtype=np.uint8)
-
-
 
 
 def gather_reference(offsets: Sequence[np.ndarray], data: Sequence[np.ndarray], chunk: np.ndarray,
