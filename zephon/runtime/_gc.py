@@ -7,7 +7,7 @@ import threading
 from contextlib import contextmanager
 from typing import Iterator
 
-_lock = threading.Lock()
+_lock = threading.RLock()  # reentrant: a finalizer or signal handler in the same thread may pause too
 _pauses = 0  # blocks inside paused_gc, in every thread
 _was_enabled = False  # whether the collector ran when the first of them began
 
@@ -42,7 +42,7 @@ def _forked() -> None:
     """In a child forked while blocks were paused: the collector runs as it did before them
     (threads that paused it are not in the child; the forking thread's block ends unpaused)."""
     global _lock, _pauses
-    _lock = threading.Lock()
+    _lock = threading.RLock()
     if _pauses and _was_enabled:
         gc.enable()
     _pauses = 0
