@@ -92,6 +92,18 @@ def test_path_datasets_and_mixed_count_only(tmp_path):
     assert Pipeline(StaticMixtureWorkSource(datasets[:1], {"pq": 1}, chunk_size=4)).columnar
 
 
+def test_no_columns_reads_items_of_metadata_alone(tmp_path):
+    """``columns=[]`` over Parquet (records gathered at once) and JSONL (read per shard) alike."""
+    pq.write_table(pa.table({"id": list(range(9))}), tmp_path / "00.parquet", row_group_size=4)
+    (tmp_path / "js").mkdir()
+    (tmp_path / "js" / "0.jsonl").write_text("".join(json.dumps({"id": i}) + "\n" for i in range(5)))
+    for name, path in (("pq", tmp_path), ("js", tmp_path / "js")):
+        source = StaticMixtureWorkSource([Dataset.from_path(name, path, cache_dir=tmp_path / f"c-{name}")], {name: 1},
+                                         chunk_size=4, seed=3)
+        items, whole = list(Pipeline(source, columns=[])), list(Pipeline(source))
+        assert [{key: item[key] for key in ("_sample_id", "_component")} for item in whole] == items
+
+
 def test_is_indexable_follows_the_source():
     assert Pipeline(counts_source()).is_indexable
     assert Pipeline(counts_source()).map(str).is_indexable  # per-record steps keep random access

@@ -41,10 +41,11 @@ def gather_columns(table: pa.Table, rows: np.ndarray) -> dict[str, tuple[np.ndar
     """Rows ``rows`` of each column of ``table`` (e.g. ``fetch_rows``), in that order: a column
     of strings without nulls as one ``(int64 offsets, UTF-8 bytes)`` pair, each row copied once
     straight from the column's chunks (the ``strings`` kernel); the other columns taken
-    together, from each chunk (:func:`take_rows`). ``IndexError`` for a row outside the table."""
+    together, from each chunk (:func:`take_rows`). ``IndexError`` for a row outside a table with
+    columns."""
     rows = np.asarray(rows, dtype=np.int64)
     outside = (rows < 0) | (rows >= table.num_rows)
-    if outside.any():
+    if table.num_columns and outside.any():  # joined row groups without columns keep no row count
         raise IndexError(f"row {int(rows[outside][0])} is outside the table's {table.num_rows} rows")
     plain = [column.null_count == 0 and (pa.types.is_string(column.type) or pa.types.is_large_string(column.type))
              for column in table.columns]
