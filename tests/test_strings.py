@@ -1,6 +1,8 @@
 """The strings kernel (string columns gathered as bytes, then made str) against its twins, and its refusals."""
 from __future__ import annotations
 
+import pickle
+
 import numpy as np
 import pyarrow as pa
 import pytest
@@ -8,8 +10,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from zephon._ext.strings import gather, strings
+from zephon.io import gather_columns, take_records, take_rows
 from zephon.io._take import Located, gather_reference, gather_strings, strings_reference
-from zephon.torch._collate import Strings
+from zephon.torch._collate import Strings, gathered_columns
 
 
 @st.composite
@@ -59,8 +62,6 @@ def test_an_empty_chunk_without_offsets_gathers_nothing():
 
 
 def test_a_batch_of_strings_crosses_a_pickle_as_its_bytes():
-    import pickle
-
     chunks = [pa.array(["é", "", "ab"])]
     offsets, data = gather_strings(chunks, Located(chunks, np.array([2, 0, 1])))
     batch = pickle.loads(pickle.dumps(Strings(offsets, data), protocol=4))
@@ -96,8 +97,6 @@ def test_rows_and_offsets_outside_their_chunks_are_refused():
 def test_gathered_columns_are_the_tables_rows_whatever_each_columns_chunks(first, second, data):
     """Two string columns chunked alike or not, and a column of ints: each gathered column is
     Arrow's take of the table's rows."""
-    from zephon.torch._collate import gathered_columns
-
     rows_total = min(sum(first), sum(second))
     text = [f"r{i}·" * (i % 3) for i in range(rows_total)]
 
@@ -141,8 +140,6 @@ def tables(draw: st.DrawFn) -> pa.Table:
 def test_taken_records_are_arrows_rows_as_python(table, data):
     """``take_records`` (strings gathered by the kernel, other columns taken by Arrow) makes
     the very records of Arrow's ``take`` and ``to_pylist``: values, types, key order."""
-    from zephon.io import take_records, take_rows
-
     rows = np.array(data.draw(st.lists(st.integers(0, table.num_rows - 1), max_size=20)) if table.num_rows else [],
                     dtype=np.int64)
     got = take_records(table, rows)
@@ -152,8 +149,6 @@ def test_taken_records_are_arrows_rows_as_python(table, data):
 
 
 def test_records_of_a_table_without_columns_are_empty_and_rows_outside_are_refused():
-    from zephon.io import gather_columns, take_records
-
     table = pa.table({"a": [1, 2, 3]})
     assert take_records(table.select([]), np.array([2, 0])) == [{}, {}]
     for row in (-1, 3):
