@@ -225,6 +225,73 @@ def test_the_row_groups_a_read_misses_load_at_once_and_its_first_failure_is_name
     assert d.cache_info()["misses"] == misses  # row groups 1, 3 and 5 were cached by the failed read
 
 
+def test_reads_of_a_row_group_at_once_decode_it_once(tmp_path, monkeypatch):
+    """A read that needs a row group another read is decoding waits for that decode."""
+    import threading
+    import time
+
+    import zephon.io._parquet as parquet
+
+    d = Dataset.from_path("d", write_shards(tmp_path / "d", [8], row_group_size=8))
+    load, loading, loads = parquet.ParquetReader._load, threading.Event(), []
+
+    def slow(self, k, meta, piece, columns):
+        loads.append(piece)
+        loading.set()
+        time.sleep(0.3)  # the second read comes meanwhile
+        return load(self, k, meta, piece, columns)
+
+    monkeypatch.setattr(parquet.ParquetReader, "_load", slow)
+    first: list = []
+    reading = threading.Thread(target=lambda: first.append(d.read(0, [3])))
+    reading.start()
+    assert loading.wait(10)
+    assert d.read(0, [5]) == [expected([8], 0, 5)]
+    reading.join(10)
+    assert first == [[expected([8], 0, 3)]] and loads == [0]
+    assert (d.cache_info()["misses"], d.cache_info()["hits"]) == (1, 1)
+
+
+def _waiting_read(cache, key):
+    """A thread reading ``key`` of shard 0 from ``cache``, which another read is loading: it
+    must still be waiting a moment later. Returns the thread and the list its result goes to."""
+    import threading
+
+    got: list = []
+    thread = threading.Thread(target=lambda: got.append(cache.get(0, key)))
+    thread.start()
+    thread.join(0.2)
+    assert thread.is_alive() and not got
+    return thread, got
+
+
+def test_a_read_of_a_piece_another_read_is_loading_gets_that_piece():
+    from zephon.io._cache import ShardCache
+
+    cache, key = ShardCache(max_shards=2), (1, None)
+    assert cache.get(0, key) is None  # this read loads the piece
+    thread, got = _waiting_read(cache, key)
+    cache.put(0, key, "row group 1", 10)
+    thread.join(10)
+    assert got == ["row group 1"] and (cache.info()["misses"], cache.info()["hits"]) == (1, 1)
+
+
+@pytest.mark.parametrize("end", ["failed", "clear"])
+def test_reads_waiting_for_a_load_that_fails_or_is_let_go_load_the_piece_themselves(end):
+    from zephon.io._cache import ShardCache
+
+    cache, key = ShardCache(max_shards=2), (1, None)
+    assert cache.get(0, key) is None
+    thread, got = _waiting_read(cache, key)
+    cache.failed(0, key) if end == "failed" else cache.clear()
+    thread.join(10)
+    assert got == [None]  # the waiting read loads it now, and the next read waits for that
+    thread, got = _waiting_read(cache, key)
+    cache.put(0, key, "row group 1", 10)
+    thread.join(10)
+    assert got == ["row group 1"]
+
+
 def test_each_is_a_list_comprehension_run_on_threads():
     from zephon.io._shards import _each
 

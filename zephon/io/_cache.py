@@ -27,7 +27,8 @@ bound hold, and each reader's bounds go when it ends.
 Readahead (:mod:`zephon.io._readahead`) announces the pieces it will load with
 :meth:`ShardCache.expect`; a read that finds its piece announced takes it from there (waiting
 for it if it is still loading), so a prefetched piece is read exactly once and leaves the
-readahead's memory bound as it enters this cache.
+readahead's memory bound as it enters this cache. Likewise a read that finds another read
+loading its piece waits for that load rather than decoding the piece a second time.
 """
 from __future__ import annotations
 
@@ -69,7 +70,7 @@ class CacheInfo(TypedDict):
     shards: int  # shards held now
     bytes: int  # decoded bytes held now
     peak_bytes: int  # the most decoded bytes held at once
-    hits: int  # pieces found in the cache
+    hits: int  # pieces found in the cache (or waited for while another read loaded them)
     misses: int  # pieces not found: decoded by the read (or taken from the readahead)
     evictions: int  # pieces dropped to stay within the bounds
     prefetched: int  # pieces the readahead had loaded before the read asked
@@ -84,16 +85,29 @@ class _Shard:
 
 
 class _Reading:
-    """The announcement of a piece the caller is loading itself (see :meth:`ShardCache.get`)."""
+    """The announcement of a piece a read is loading itself (see :meth:`ShardCache.get`): other
+    reads of it wait for the piece, or for None when the load failed or the cache let it go."""
+
+    __slots__ = ("_done", "_piece")
+
+    def __init__(self) -> None:
+        self._done, self._piece = threading.Event(), None
 
     def replaceable(self) -> bool:
         return False
 
+    def finish(self, piece: Piece) -> None:
+        self._piece = piece
+        self._done.set()
+
     def discard(self) -> None:
-        pass
+        self._done.set()
+
+    def wait(self) -> Piece:
+        self._done.wait()
+        return self._piece
 
 
-READING = _Reading()
 _CACHES: weakref.WeakSet[ShardCache] = weakref.WeakSet()
 
 
@@ -192,28 +206,47 @@ class ShardCache:
     # -- use ----------------------------------------------------------------------------
 
     def get(self, shard: int, key: PieceKey) -> Piece:
-        """A cached piece (or one the readahead announced, waited for) or ``None``; counts a hit or a miss.
+        """A cached piece (or one the readahead or another read is loading, waited for) or
+        ``None``; counts a hit or a miss.
 
-        On ``None`` the caller loads the piece and :meth:`put` s it; until then an announcement
-        stays in place, so that the readahead does not load the piece a second time.
+        On ``None`` the caller loads the piece and :meth:`put` s it, or says :meth:`failed`;
+        until then an announcement stays in place, so that neither the readahead nor another
+        read loads the piece a second time.
         """
-        with self._lock:
-            entry = self._touch(shard)
-            found = entry.pieces.pop(key, None)
-            if found is not None:
-                entry.pieces[key] = found
-                self._hits += 1
-                return found[0]
-            self._misses += 1
-            ticket = self._ahead.get((shard, key))
-            if ticket is None or isinstance(ticket, _Reading) or not ticket.claim():
-                self._ahead[(shard, key)] = READING  # the caller reads it: not for the readahead
-                return None
+        while True:
+            with self._lock:
+                entry = self._touch(shard)
+                found = entry.pieces.pop(key, None)
+                if found is not None:
+                    entry.pieces[key] = found
+                    self._hits += 1
+                    return found[0]
+                ticket = self._ahead.get((shard, key))
+                if not isinstance(ticket, _Reading):
+                    self._misses += 1
+                    if ticket is None or not ticket.claim():
+                        self._ahead[(shard, key)] = _Reading()  # the caller reads it
+                        return None
+                    break
+            piece = ticket.wait()  # another read's load: found once it ends, else looked up anew
+            if piece is not None:
+                with self._lock:
+                    self._hits += 1
+                return piece
         value, nbytes = ticket.result()  # raises the readahead's error, naming the shard
         with self._lock:
             self._prefetched += 1
             self.put(shard, key, value, nbytes)
         return value
+
+    def failed(self, shard: int, key: PieceKey) -> None:
+        """The caller's load of a piece :meth:`get` left to it failed: the reads waiting for
+        it look it up anew (one of them loads it)."""
+        with self._lock:
+            ticket = self._ahead.get((shard, key))
+            if isinstance(ticket, _Reading):
+                del self._ahead[(shard, key)]
+                ticket.discard()
 
     def holds(self, shard: int, key: PieceKey) -> bool:
         """Whether the piece is cached now (neither counted nor touched)."""
@@ -246,7 +279,9 @@ class ShardCache:
         with self._lock:
             entry = self._touch(shard)
             ticket = self._ahead.pop((shard, key), None)
-            if ticket is not None:
+            if isinstance(ticket, _Reading):
+                ticket.finish(value)
+            elif ticket is not None:
                 ticket.discard()  # read without it: never keep a second copy
             old = entry.pieces.pop(key, None)
             if old is not None:

@@ -323,7 +323,11 @@ class ShardReader(Generic[Meta]):
         key = self.key(piece, columns)
         value = self.cache.get(k, key)
         if value is None:
-            value, nbytes = self.load(k, piece, columns)
+            try:
+                value, nbytes = self.load(k, piece, columns)
+            except BaseException:
+                self.cache.failed(k, key)
+                raise
             self.cache.put(k, key, value, nbytes)
         return value
 
