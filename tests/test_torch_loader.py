@@ -333,7 +333,7 @@ def test_a_program_that_exits_mid_iteration_prints_nothing_of_the_background_fet
     assert "Traceback" not in done.stderr and "Exception ignored" not in done.stderr, done.stderr
 
 
-@pytest.mark.parametrize("failing_take", [1, 2])
+@pytest.mark.parametrize("failing_take", [1, 2, 3])
 def test_a_bundle_that_cannot_be_taken_fails_after_the_bundles_before_it(tmp_path, monkeypatch, failing_take):
     """With num_workers=0 the next bundle is taken and fetched ahead; when taking it fails,
     every batch of the bundles taken before it still reaches the loop, then the error does."""

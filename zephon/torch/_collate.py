@@ -73,7 +73,7 @@ def column_batch(column: pa.ChunkedArray) -> Any:
 def gathered_columns(table: pa.Table, rows: np.ndarray) -> dict[str, Any]:
     """Rows ``rows`` of each column of ``table`` (``zephon.io.fetch_rows``), in that order
     (``zephon.io.gather_columns``), a column of strings as one :class:`Strings`. A reader in
-    the main process runs this in its fetch thread: the copies let the trainer's thread run."""
+    the main process runs this in its fetch threads: the copies let the trainer's thread run."""
     return {name: Strings(*column) if isinstance(column, tuple) else column
             for name, column in gather_columns(table, rows).items()}
 
