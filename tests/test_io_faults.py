@@ -102,6 +102,51 @@ def test_a_stalled_read_times_out_instead_of_hanging(tmp_path):
         time.sleep(0.01)
 
 
+def test_mount_types_tell_a_local_disk_from_a_network_or_fuse_mount(tmp_path):
+    from zephon.io._fs import on_local_disk
+
+    mounts = tmp_path / "mounts"
+    mounts.write_text("\n".join([
+        "/dev/vda / ext4 rw 0 0",
+        "server:/export /mnt/nfs nfs4 rw 0 0",
+        "s3fs /mnt/nfs/bucket fuse.s3fs rw 0 0",  # a mount inside another
+        "tmpfs /mnt/scratch\\040space tmpfs rw 0 0",  # a space in the mount point
+        "lustre@tcp:/fs /lustre lustre rw 0 0",
+        "/dev/vdb /lustre xfs rw 0 0",  # mounted over the one before: the last mount counts
+        "odd line",
+    ]))
+    cases = {"/data/web": True, "/mnt/nfs/web": False, "/mnt/nfs/bucket/web": False,
+             "/mnt/nfsx/web": True, "/mnt/scratch space/web": True, "/lustre/web": True}
+    for path, local in cases.items():
+        assert on_local_disk(path, str(mounts)) is local, path
+    assert on_local_disk("/data/web", str(tmp_path / "no-mounts")) is False  # cannot tell: not local
+
+
+@pytest.mark.parametrize("local_disk", [True, False])
+def test_reads_from_a_local_disk_run_untimed_in_the_calling_thread_by_default(tmp_path, monkeypatch, local_disk):
+    """By default a local disk's reads run in the thread that wants them, other storage's on the
+    timed read threads; a policy passed in is kept either way."""
+    import threading
+
+    import zephon.io._parquet as parquet
+    import zephon.io.dataset as dataset_module
+
+    monkeypatch.setattr(dataset_module, "on_local_disk", lambda root: local_disk)
+    load, threads = parquet.ParquetReader._load, []
+
+    def recorded(self, k, meta, piece, columns):
+        threads.append(threading.current_thread())
+        return load(self, k, meta, piece, columns)
+
+    monkeypatch.setattr(parquet.ParquetReader, "_load", recorded)
+    directory = shards(tmp_path / "d")
+    d = Dataset.from_path("web", directory)
+    assert d.read(0, [3]) == [{"id": 3}]
+    assert (threads[-1] is threading.current_thread()) is local_disk
+    assert (d._reader.policy.timeout_s is None) is local_disk
+    assert Dataset.from_path("web", directory, retry=QUICK)._reader.policy is QUICK
+
+
 def test_timed_reads_reuse_their_threads_and_a_stuck_one_is_replaced():
     import threading
     import time

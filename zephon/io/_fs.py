@@ -9,6 +9,9 @@ or fsspec filesystem. Every read of a dataset (catalog, fetch, calibration) goes
 
 An object's identity is its size and modification time (for object stores, the time the
 object was last written): what the catalog compares to know whether a file changed.
+
+:func:`on_local_disk` tells a local disk (or memory) from a network or FUSE mount, whose reads
+can stall: reads from a local disk are not timed by default (``zephon.io.Dataset``).
 """
 from __future__ import annotations
 
@@ -22,6 +25,9 @@ import pyarrow.fs as pafs
 
 _SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*)://")
 SCHEMES = ("file", "s3", "gs", "gcs", "abfs", "abfss", "hdfs", "viewfs")
+DISK_TYPES = frozenset({"ext2", "ext3", "ext4", "xfs", "btrfs", "zfs", "f2fs", "jfs", "reiserfs", "bcachefs",
+                        "tmpfs", "ramfs", "overlay", "squashfs", "vfat", "exfat", "ntfs", "ntfs3"})  # local, no network
+_MOUNT_ESCAPE = re.compile(r"\\([0-7]{3})")  # /proc/self/mounts writes a space in a path as \040
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,3 +161,22 @@ def entries_of(location: Location, names: list[str], name: str) -> list[Entry]:
             raise FileNotFoundError(f"Dataset {name!r}: {location.uri_of(file)} does not exist or is not a file")
         out.append(Entry(file, int(info.size), int(info.mtime_ns or 0)))
     return out
+
+
+def on_local_disk(path: str, mounts: str = "/proc/self/mounts") -> bool:
+    """Whether ``path`` lies on a local disk or in memory: the type of the last mount of the
+    longest mount point above it (Linux's ``mounts``) is one of :data:`DISK_TYPES`. A network
+    or FUSE mount (NFS, Lustre, ``s3fs``, ...) is not, nor a path where ``mounts`` cannot be read."""
+    try:
+        with open(mounts, encoding="utf-8") as table:
+            lines = [line.split() for line in table]
+    except OSError:
+        return False
+    real, found, kind = os.path.realpath(path), "", None
+    for fields in lines:
+        if len(fields) < 3:
+            continue
+        point = _MOUNT_ESCAPE.sub(lambda m: chr(int(m.group(1), 8)), fields[1])
+        if (real == point or real.startswith(point.rstrip("/") + "/")) and len(point) >= len(found):
+            found, kind = point, fields[2]
+    return kind in DISK_TYPES

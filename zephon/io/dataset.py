@@ -25,10 +25,10 @@ from zephon.io import _datatrove, _flat, _megatron
 from zephon.io import catalog as _catalog
 from zephon.io._cache import CacheInfo, ShardCache
 from zephon.io._hf import hf_files
-from zephon.io._fs import Location
+from zephon.io._fs import Location, on_local_disk
 from zephon.io._shards import FORMATS, ShardReader
 from zephon.io._tokens import TokenReader, token_dtype, token_paths
-from zephon.io.retry import DEFAULT_POLICY, RetryPolicy
+from zephon.io.retry import DEFAULT_POLICY, LOCAL_DISK_POLICY, RetryPolicy
 from zephon.limits import MAX_SAMPLES, MAX_SHARDS, show
 
 
@@ -98,10 +98,17 @@ def _encoded_size(record: Any) -> int:
         return len(repr(record).encode("utf-8"))
 
 
-def _policy(name: str, retry: Any) -> RetryPolicy:
+def _policy(name: str, retry: Any, location: Location | None = None) -> RetryPolicy:
+    """``retry`` (checked), else ``RetryPolicy()``; for reads of files ``location`` has on a
+    local disk (not a network or FUSE mount), with no time limit: a timed attempt hands each read
+    to another thread, which costs a loader of local Parquet about a tenth of its rate."""
     if retry is not None and not isinstance(retry, RetryPolicy):
         raise TypeError(f"Dataset {name!r}: retry={retry!r} must be a zephon.io.RetryPolicy or None")
-    return DEFAULT_POLICY if retry is None else retry
+    if retry is not None:
+        return retry
+    if location is not None and location.is_local and on_local_disk(location.root):
+        return LOCAL_DISK_POLICY
+    return DEFAULT_POLICY
 
 
 def _megatron_files(names: list[str]) -> list[str]:
@@ -234,8 +241,9 @@ class Dataset:
         check_schema : bool, default True
             Check that every shard has the same columns (for JSONL, the first record's keys).
         retry : RetryPolicy or None, default None
-            How failed reads are retried and timed out (``None``: ``RetryPolicy()``, see
-            :mod:`zephon.io.retry`).
+            How failed reads are retried and timed out (see :mod:`zephon.io.retry`). ``None``:
+            ``RetryPolicy()``, with no time limit on reads of files on a local disk (a network or
+            FUSE mount keeps it); pass a policy with ``timeout_s`` to time those too.
 
         Raises ``FileNotFoundError`` if ``uri`` does not exist, ``OSError`` (naming the dataset and
         the URI) when the storage cannot be listed or read, and ``ValueError`` naming the file for
@@ -278,13 +286,13 @@ class Dataset:
                       progress: bool | None, cache_shards: int, cache_bytes: int | None, check_schema: bool,
                       retry: RetryPolicy | None, files: list[str] | None) -> Dataset:
         cls(name, [], [])  # check the name before touching the storage
-        policy = _policy(name, retry)
         cache = ShardCache(cache_shards, cache_bytes)
         catalog = _catalog.load_or_build(uri, fmt, name=name, catalog_dir=catalog_dir, progress=progress,
-                                         filesystem=filesystem, files=files, policy=policy)
+                                         filesystem=filesystem, files=files, policy=_policy(name, retry))
         if check_schema:
             catalog.check_schema(name)
-        return cls._read_through(name, catalog, FORMATS[catalog.fmt].reader(catalog.shards(name, policy), cache))
+        shards = catalog.shards(name, _policy(name, retry, catalog.source))
+        return cls._read_through(name, catalog, FORMATS[catalog.fmt].reader(shards, cache))
 
     @classmethod
     def _read_through(cls, name: str, catalog: _catalog.Catalog, reader: ShardReader[Any]) -> Dataset:
@@ -377,7 +385,7 @@ class Dataset:
         if eos_id is not None and (type(eos_id) is not int or not 0 <= eos_id <= np.iinfo(tokens).max):
             raise ValueError(f"Dataset {name!r}: eos_id={eos_id!r} must be an int in 0 .. {np.iinfo(tokens).max} "
                              f"(a {tokens.name} token)")
-        policy = _policy(name, retry)
+        policy = _policy(name, retry, location)
         catalog = policy.call(lambda: _flat.build(name, location, files, tokens, eos_id, doc_lengths),
                               what="scan", dataset=name, shard=None, uri=location.uri)
         return cls._read_through(name, catalog, _flat.reader(catalog, name, policy, ShardCache(cache_shards, cache_bytes),

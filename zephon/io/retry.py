@@ -9,8 +9,9 @@ background) and counts as a transient failure. Timed attempts run on a small poo
 long-lived daemon threads (a new one only when every one is busy or stuck), never a thread per
 read; at exit the reads in progress are let finish first (up to ``EXIT_WAIT_S``). When the
 attempts are spent, or the error is not transient, the read raises a :class:`StorageError`
-naming the dataset, the shard and the URI: a read never hangs and data is never skipped
-silently. Retries are logged on the ``zephon`` logger.
+naming the dataset, the shard and the URI: a timed read never hangs and data is never skipped
+silently. Retries are logged on the ``zephon`` logger. A ``Dataset`` reads files on a local
+disk under :data:`LOCAL_DISK_POLICY` unless told otherwise: untimed, in the calling thread.
 
 A shard that disappeared or changed (size or modification time) since its catalog was built
 raises :class:`ShardChangedError`, never retried: the run must be restarted on a new catalog.
@@ -267,3 +268,4 @@ def in_background(fn: Callable[[], Any]) -> Callable[[], bool]:
 
 
 DEFAULT_POLICY = RetryPolicy()
+LOCAL_DISK_POLICY = RetryPolicy(timeout_s=None)  # a Dataset's default for files on a local disk
