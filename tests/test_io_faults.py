@@ -123,9 +123,10 @@ def test_mount_types_tell_a_local_disk_from_a_network_or_fuse_mount(tmp_path):
 
 
 @pytest.mark.parametrize("local_disk", [True, False])
-def test_reads_from_a_local_disk_run_untimed_in_the_calling_thread_by_default(tmp_path, monkeypatch, local_disk):
-    """By default a local disk's reads run in the thread that wants them, other storage's on the
-    timed read threads; a policy passed in is kept either way."""
+def test_reads_from_a_local_disk_run_untimed_in_the_calling_thread_by_default(tmp_path, monkeypatch, caplog,
+                                                                              local_disk):
+    """By default a local disk's reads run in the thread that wants them (said in a debug line),
+    other storage's on the timed read threads; a policy passed in is kept either way."""
     import threading
 
     import zephon.io._parquet as parquet
@@ -140,7 +141,9 @@ def test_reads_from_a_local_disk_run_untimed_in_the_calling_thread_by_default(tm
 
     monkeypatch.setattr(parquet.ParquetReader, "_load", recorded)
     directory = shards(tmp_path / "d")
-    d = Dataset.from_path("web", directory)
+    with caplog.at_level(logging.DEBUG, logger="zephon"):
+        d = Dataset.from_path("web", directory)
+    assert ("is on a local disk, so its reads run untimed" in caplog.text) is local_disk
     assert d.read(0, [3]) == [{"id": 3}]
     assert (threads[-1] is threading.current_thread()) is local_disk
     assert (d._reader.policy.timeout_s is None) is local_disk

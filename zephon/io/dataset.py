@@ -15,6 +15,7 @@ pointers back into records, and :func:`zephon.io.fetch` does it for many dataset
 from __future__ import annotations
 
 import json
+import logging
 import os
 from typing import Any, Callable, Sequence
 
@@ -33,6 +34,7 @@ from zephon.limits import MAX_SAMPLES, MAX_SHARDS, show
 
 
 COMPANIONS = (".index", ".metadata", ".loss", ".idx")  # beside token files, never token files themselves
+LOG = logging.getLogger("zephon")
 
 
 def _nothing() -> None:
@@ -107,6 +109,8 @@ def _policy(name: str, retry: Any, location: Location | None = None) -> RetryPol
     if retry is not None:
         return retry
     if location is not None and location.is_local and on_local_disk(location.root):
+        LOG.debug("zephon: dataset %r: %s is on a local disk, so its reads run untimed in the thread that wants "
+                  "them (retry=RetryPolicy(timeout_s=...) sets a limit)", name, location.uri)
         return LOCAL_DISK_POLICY
     return DEFAULT_POLICY
 
