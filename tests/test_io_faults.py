@@ -102,24 +102,32 @@ def test_a_stalled_read_times_out_instead_of_hanging(tmp_path):
         time.sleep(0.01)
 
 
-def test_mount_types_tell_a_local_disk_from_a_network_or_fuse_mount(tmp_path):
+def test_the_filesystem_of_a_paths_device_tells_a_local_disk_from_a_network_or_fuse_mount(tmp_path):
     from zephon.io._fs import on_local_disk
 
-    mounts = tmp_path / "mounts"
-    mounts.write_text("\n".join([
-        "/dev/vda / ext4 rw 0 0",
-        "server:/export /mnt/nfs nfs4 rw 0 0",
-        "s3fs /mnt/nfs/bucket fuse.s3fs rw 0 0",  # a mount inside another
-        "tmpfs /mnt/scratch\\040space tmpfs rw 0 0",  # a space in the mount point
-        "lustre@tcp:/fs /lustre lustre rw 0 0",
-        "/dev/vdb /lustre xfs rw 0 0",  # mounted over the one before: the last mount counts
-        "odd line",
-    ]))
-    cases = {"/data/web": True, "/mnt/nfs/web": False, "/mnt/nfs/bucket/web": False,
-             "/mnt/nfsx/web": True, "/mnt/scratch space/web": True, "/lustre/web": True}
-    for path, local in cases.items():
-        assert on_local_disk(path, str(mounts)) is local, path
-    assert on_local_disk("/data/web", str(tmp_path / "no-mounts")) is False  # cannot tell: not local
+    device = os.stat(tmp_path).st_dev
+    here = f"{os.major(device)}:{os.minor(device)}".encode()
+
+    def mountinfo(*kinds):
+        """A mount table in which ``tmp_path``'s device is mounted once per kind given."""
+        path = tmp_path / ("mountinfo-" + "-".join(kinds))
+        path.write_bytes(b"\n".join([
+            b"22 27 0:21 / /proc rw,relatime - proc proc rw",
+            *(b"%d 1 %s / /m%d rw,relatime shared:1 - %s /dev/vda rw" % (30 + k, here, k, kind.encode())
+              for k, kind in enumerate(kinds)),
+            b"40 27 8:17 / /media/caf\xe9 rw - vfat /dev/sdb1 rw",  # a mount point that is not UTF-8
+            b"odd line",
+        ]))
+        return str(path)
+
+    for kind in ("ext4", "xfs", "tmpfs", "overlay"):
+        assert on_local_disk([tmp_path], mountinfo(kind)) is True, kind
+    for kind in ("nfs4", "fuse.s3fs", "lustre", "cifs", "9p"):
+        assert on_local_disk([tmp_path], mountinfo(kind)) is False, kind
+    assert on_local_disk([tmp_path], mountinfo("ext4", "nfs4")) is False  # the device mounted twice, once as NFS
+    assert on_local_disk([tmp_path, tmp_path / "missing"], mountinfo("ext4")) is False
+    assert on_local_disk([tmp_path], str(tmp_path / "no-mountinfo")) is False  # cannot tell: not local
+    assert on_local_disk(["/proc"]) is False  # this machine's own table: procfs is no disk
 
 
 @pytest.mark.parametrize("local_disk", [True, False])
@@ -132,7 +140,7 @@ def test_reads_from_a_local_disk_run_untimed_in_the_calling_thread_by_default(tm
     import zephon.io._parquet as parquet
     import zephon.io.dataset as dataset_module
 
-    monkeypatch.setattr(dataset_module, "on_local_disk", lambda root: local_disk)
+    monkeypatch.setattr(dataset_module, "on_local_disk", lambda paths: local_disk)
     load, threads = parquet.ParquetReader._load, []
 
     def recorded(self, k, meta, piece, columns):
@@ -143,11 +151,32 @@ def test_reads_from_a_local_disk_run_untimed_in_the_calling_thread_by_default(tm
     directory = shards(tmp_path / "d")
     with caplog.at_level(logging.DEBUG, logger="zephon"):
         d = Dataset.from_path("web", directory)
-    assert ("is on a local disk, so its reads run untimed" in caplog.text) is local_disk
+    assert ("are on a local disk, so its reads run untimed" in caplog.text) is local_disk
     assert d.read(0, [3]) == [{"id": 3}]
     assert (threads[-1] is threading.current_thread()) is local_disk
     assert (d._reader.policy.timeout_s is None) is local_disk
     assert Dataset.from_path("web", directory, retry=QUICK)._reader.policy is QUICK
+
+
+def test_the_disk_of_a_dataset_is_that_of_its_directory_and_of_every_file_or_link_in_it(tmp_path, monkeypatch):
+    """A dataset's directory of links to files elsewhere is local only if the files are: the
+    devices looked up are those of the directory and of each file (a link's, its target's)."""
+    import zephon.io.dataset as dataset_module
+
+    elsewhere = shards(tmp_path / "elsewhere", counts=(20,))
+    directory = tmp_path / "d"
+    directory.mkdir()
+    os.symlink(os.path.join(elsewhere, "part-0.parquet"), directory / "part-0.parquet")
+    asked: list = []
+
+    def local(paths):
+        asked.extend(paths)
+        return True
+
+    monkeypatch.setattr(dataset_module, "on_local_disk", local)
+    Dataset.from_path("web", directory)
+    assert asked == [str(directory), str(directory / "part-0.parquet")]
+    assert os.stat(asked[1]).st_ino == os.stat(os.path.join(elsewhere, "part-0.parquet")).st_ino  # the target's
 
 
 def test_timed_reads_reuse_their_threads_and_a_stuck_one_is_replaced():

@@ -276,20 +276,95 @@ def test_a_read_of_a_piece_another_read_is_loading_gets_that_piece():
     assert got == ["row group 1"] and (cache.info()["misses"], cache.info()["hits"]) == (1, 1)
 
 
-@pytest.mark.parametrize("end", ["failed", "clear"])
-def test_reads_waiting_for_a_load_that_fails_or_is_let_go_load_the_piece_themselves(end):
+@pytest.mark.parametrize("end", ["interrupted", "clear"])
+def test_reads_waiting_for_a_load_that_is_interrupted_or_let_go_load_the_piece_themselves(end):
     from zephon.io._cache import ShardCache
 
     cache, key = ShardCache(max_shards=2), (1, None)
     assert cache.get(0, key) is None
     thread, got = _waiting_read(cache, key)
-    cache.failed(0, key) if end == "failed" else cache.clear()
+    cache.failed(0, key, KeyboardInterrupt()) if end == "interrupted" else cache.clear()
     thread.join(10)
     assert got == [None]  # the waiting read loads it now, and the next read waits for that
     thread, got = _waiting_read(cache, key)
     cache.put(0, key, "row group 1", 10)
     thread.join(10)
     assert got == ["row group 1"]
+
+
+def test_reads_waiting_for_a_load_that_failed_raise_its_error():
+    import threading
+
+    from zephon.io._cache import ShardCache
+
+    cache, key, raised = ShardCache(max_shards=2), (1, None), []
+    assert cache.get(0, key) is None
+
+    def read():
+        try:
+            cache.get(0, key)
+        except OSError as error:
+            raised.append(error)
+
+    thread = threading.Thread(target=read)
+    thread.start()
+    thread.join(0.2)
+    error = OSError("row group 1: retries spent")
+    cache.failed(0, key, error)
+    thread.join(10)
+    assert raised == [error]
+    assert cache.get(0, key) is None  # nothing is left waiting: the next read loads it
+
+
+def test_a_load_that_cannot_be_cached_leaves_no_read_waiting(tmp_path, monkeypatch):
+    """Even an interrupt between a row group's decoding and its caching lets the next read of it
+    decode it."""
+    import threading
+
+    d = Dataset.from_path("d", write_shards(tmp_path / "d", [8], row_group_size=8))
+    cache = d._reader.cache
+    put = cache.put
+
+    def interrupted(*args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cache, "put", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        d.read(0, [1])
+    monkeypatch.setattr(cache, "put", put)
+    got: list = []
+    thread = threading.Thread(target=lambda: got.append(d.read(0, [2])), daemon=True)
+    thread.start()
+    thread.join(10)
+    assert got == [[expected([8], 0, 2)]]
+
+
+def test_reads_of_a_piece_the_readahead_loads_take_it_once_and_cache_it():
+    """Two reads that find a piece the readahead is loading: one claims it, the other waits for
+    that read; both get the piece, and the cache holds it (not an emptied ticket's None)."""
+    import threading
+
+    from zephon.io._cache import ShardCache
+    from zephon.io._readahead import DONE, RUNNING, Ticket, _Pool
+
+    cache, key, pool = ShardCache(max_shards=2), (1, None), _Pool(1 << 30, 1, None)
+    ticket = Ticket(pool, 10, (cache, 0, key), 0, lambda: 0)
+    assert cache.expect(0, key, ticket)
+    ticket.state = RUNNING  # the readahead is loading it
+    got: list = []
+    reads = [threading.Thread(target=lambda: got.append(cache.get(0, key))) for _ in range(2)]
+    for read in reads:
+        read.start()
+    for read in reads:
+        read.join(0.2)
+    with pool.cond:
+        ticket.value, ticket.nbytes, ticket.state = "row group 1", 10, DONE
+        ticket.event.set()
+    for read in reads:
+        read.join(10)
+    assert got == ["row group 1", "row group 1"] and cache.get(0, key) == "row group 1"
+    info = cache.info()
+    assert (info["misses"], info["prefetched"], info["hits"]) == (1, 1, 2)
 
 
 def test_each_is_a_list_comprehension_run_on_threads():

@@ -365,6 +365,33 @@ def test_a_bundle_that_cannot_be_taken_fails_after_the_bundles_before_it(tmp_pat
     assert received == uninterrupted[:len(received)]
 
 
+def test_the_main_process_fetches_two_bundles_at_once(tmp_path, monkeypatch):
+    """With num_workers=0 the first two fetches must overlap (each waits here for the other) and
+    the batches are those of fetches that do not wait."""
+    import itertools
+    import threading
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    import zephon.torch._bundles as bundles_module
+
+    (tmp_path / "d").mkdir()
+    pq.write_table(pa.table({"text": [f"row {i}" for i in range(20000)]}), tmp_path / "d" / "0.parquet")
+    dataset = Dataset.from_path("d", tmp_path / "d", cache_dir=tmp_path / "c")
+    pipeline = Pipeline(StaticMixtureWorkSource([dataset], {"d": 1}, chunk_size=512), columns=["text"])
+    alone = [batch["text"] for batch in zt.DataLoader(pipeline, batch_size=8, num_workers=0)]
+    fetch, calls, together = bundles_module._fetch_columns, itertools.count(), threading.Barrier(2, timeout=30)
+
+    def meeting(*args):
+        if next(calls) < 2:
+            together.wait()  # BrokenBarrierError if the second fetch only starts once the first ends
+        return fetch(*args)
+
+    monkeypatch.setattr(bundles_module, "_fetch_columns", meeting)
+    assert [batch["text"] for batch in zt.DataLoader(pipeline, batch_size=8, num_workers=0)] == alone
+
+
 def test_len_is_the_iterations_total_and_remaining_what_is_still_to_come():
     loader = zt.DataLoader(Pipeline(make_source()), batch_size=7, num_workers=2, canonical_replicas=3)
     total = len(loader)

@@ -85,13 +85,16 @@ class _Shard:
 
 
 class _Reading:
-    """The announcement of a piece a read is loading itself (see :meth:`ShardCache.get`): other
-    reads of it wait for the piece, or for None when the load failed or the cache let it go."""
+    """The announcement of a piece a read is loading (see :meth:`ShardCache.get`): other reads of
+    it wait for the piece, for the load's error, or for None when the load was interrupted or the
+    cache let it go."""
 
-    __slots__ = ("_done", "_piece")
+    __slots__ = ("_done", "_piece", "_error")
 
     def __init__(self) -> None:
-        self._done, self._piece = threading.Event(), None
+        self._done = threading.Event()
+        self._piece: Piece = None
+        self._error: Exception | None = None
 
     def replaceable(self) -> bool:
         return False
@@ -100,11 +103,14 @@ class _Reading:
         self._piece = piece
         self._done.set()
 
-    def discard(self) -> None:
+    def discard(self, error: Exception | None = None) -> None:
+        self._error = error
         self._done.set()
 
     def wait(self) -> Piece:
         self._done.wait()
+        if self._error is not None:
+            raise self._error
         return self._piece
 
 
@@ -224,8 +230,8 @@ class ShardCache:
                 ticket = self._ahead.get((shard, key))
                 if not isinstance(ticket, _Reading):
                     self._misses += 1
+                    self._ahead[(shard, key)] = _Reading()  # the caller reads it (from the readahead if claimed)
                     if ticket is None or not ticket.claim():
-                        self._ahead[(shard, key)] = _Reading()  # the caller reads it
                         return None
                     break
             piece = ticket.wait()  # another read's load: found once it ends, else looked up anew
@@ -233,20 +239,32 @@ class ShardCache:
                 with self._lock:
                     self._hits += 1
                 return piece
-        value, nbytes = ticket.result()  # raises the readahead's error, naming the shard
+        return self._collect(shard, key, ticket)
+
+    def _collect(self, shard: int, key: PieceKey, ticket: Ticket) -> Piece:
+        """The piece of a readahead ticket :meth:`get` claimed, cached; None (the caller loads
+        it) if the readahead let it go."""
+        try:
+            value, nbytes = ticket.result()  # raises the readahead's error, naming the shard
+        except BaseException as error:
+            self.failed(shard, key, error)
+            raise
+        if value is None:
+            return None
         with self._lock:
             self._prefetched += 1
             self.put(shard, key, value, nbytes)
         return value
 
-    def failed(self, shard: int, key: PieceKey) -> None:
-        """The caller's load of a piece :meth:`get` left to it failed: the reads waiting for
-        it look it up anew (one of them loads it)."""
+    def failed(self, shard: int, key: PieceKey, error: BaseException | None = None) -> None:
+        """The caller's load of a piece :meth:`get` left to it failed with ``error``: the reads
+        waiting for it raise that error too (the retry policy has run its course), or look the
+        piece up anew (one of them loads it) when the load was interrupted (not an ``Exception``)."""
         with self._lock:
             ticket = self._ahead.get((shard, key))
             if isinstance(ticket, _Reading):
                 del self._ahead[(shard, key)]
-                ticket.discard()
+                ticket.discard(error if isinstance(error, Exception) else None)
 
     def holds(self, shard: int, key: PieceKey) -> bool:
         """Whether the piece is cached now (neither counted nor touched)."""

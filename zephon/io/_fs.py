@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Iterable
 
 import pyarrow as pa
 import pyarrow.fs as pafs
@@ -27,7 +27,6 @@ _SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*)://")
 SCHEMES = ("file", "s3", "gs", "gcs", "abfs", "abfss", "hdfs", "viewfs")
 DISK_TYPES = frozenset({"ext2", "ext3", "ext4", "xfs", "btrfs", "zfs", "f2fs", "jfs", "reiserfs", "bcachefs",
                         "tmpfs", "ramfs", "overlay", "squashfs", "vfat", "exfat", "ntfs", "ntfs3"})  # local, no network
-_MOUNT_ESCAPE = re.compile(r"\\([0-7]{3})")  # /proc/self/mounts writes a space in a path as \040
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,20 +162,26 @@ def entries_of(location: Location, names: list[str], name: str) -> list[Entry]:
     return out
 
 
-def on_local_disk(path: str, mounts: str = "/proc/self/mounts") -> bool:
-    """Whether ``path`` lies on a local disk or in memory: the type of the last mount of the
-    longest mount point above it (Linux's ``mounts``) is one of :data:`DISK_TYPES`. A network
-    or FUSE mount (NFS, Lustre, ``s3fs``, ...) is not, nor a path where ``mounts`` cannot be read."""
+def on_local_disk(paths: Iterable[str], mountinfo: str = "/proc/self/mountinfo") -> bool:
+    """Whether every one of ``paths`` lies on a local disk or in memory: the filesystem of the
+    device that serves it (``os.stat``, looked up in Linux's ``mountinfo``) is one of
+    :data:`DISK_TYPES`. A network or FUSE mount (NFS, Lustre, ``s3fs``, ...) is not, nor a path
+    whose device cannot be found (a missing path, a btrfs subvolume, a system without ``mountinfo``)."""
     try:
-        with open(mounts, encoding="utf-8") as table:
-            lines = [line.split() for line in table]
-    except OSError:
+        with open(mountinfo, encoding="utf-8", errors="surrogateescape") as lines:  # paths are bytes to Linux
+            kinds = _types_by_device(lines)
+        devices = {os.stat(path).st_dev for path in set(paths)}
+    except (OSError, ValueError):
         return False
-    real, found, kind = os.path.realpath(path), "", None
-    for fields in lines:
-        if len(fields) < 3:
-            continue
-        point = _MOUNT_ESCAPE.sub(lambda m: chr(int(m.group(1), 8)), fields[1])
-        if (real == point or real.startswith(point.rstrip("/") + "/")) and len(point) >= len(found):
-            found, kind = point, fields[2]
-    return kind in DISK_TYPES
+    return all(kinds.get(f"{os.major(d)}:{os.minor(d)}", {""}) <= DISK_TYPES for d in devices)
+
+
+def _types_by_device(lines: Iterable[str]) -> dict[str, set[str]]:
+    """``major:minor`` -> the types of the filesystems mounted from that device (a ``mountinfo``
+    line: id, parent, major:minor, root, mount point, options, optional fields, ``-``, type, ...)."""
+    kinds: dict[str, set[str]] = {}
+    for line in lines:
+        fields = line.split()
+        if "-" in fields[6:-1]:
+            kinds.setdefault(fields[2], set()).add(fields[fields.index("-", 6) + 1])
+    return kinds

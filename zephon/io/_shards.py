@@ -325,10 +325,10 @@ class ShardReader(Generic[Meta]):
         if value is None:
             try:
                 value, nbytes = self.load(k, piece, columns)
-            except BaseException:
-                self.cache.failed(k, key)
+                self.cache.put(k, key, value, nbytes)
+            except BaseException as error:
+                self.cache.failed(k, key, error)
                 raise
-            self.cache.put(k, key, value, nbytes)
         return value
 
     def pieces(self, k: int, pieces: list[int], columns: tuple[str, ...] | None) -> list[Piece]:

@@ -100,17 +100,17 @@ def _encoded_size(record: Any) -> int:
         return len(repr(record).encode("utf-8"))
 
 
-def _policy(name: str, retry: Any, location: Location | None = None) -> RetryPolicy:
-    """``retry`` (checked), else ``RetryPolicy()``; for reads of files ``location`` has on a
-    local disk (not a network or FUSE mount), with no time limit: a timed attempt hands each read
-    to another thread, which costs a loader of local Parquet about a tenth of its rate."""
+def _policy(name: str, retry: Any, location: Location | None = None, files: Sequence[str] = ()) -> RetryPolicy:
+    """``retry`` (checked), else ``RetryPolicy()``; for reads of ``files`` in ``location`` that
+    all lie on a local disk (not a network or FUSE mount), with no time limit: a timed attempt
+    hands each read to another thread, which costs a loader of local Parquet a tenth of its rate."""
     if retry is not None and not isinstance(retry, RetryPolicy):
         raise TypeError(f"Dataset {name!r}: retry={retry!r} must be a zephon.io.RetryPolicy or None")
     if retry is not None:
         return retry
-    if location is not None and location.is_local and on_local_disk(location.root):
-        LOG.debug("zephon: dataset %r: %s is on a local disk, so its reads run untimed in the thread that wants "
-                  "them (retry=RetryPolicy(timeout_s=...) sets a limit)", name, location.uri)
+    if location is not None and location.is_local and on_local_disk([location.root, *map(location.path, files)]):
+        LOG.debug("zephon: dataset %r: the files of %s are on a local disk, so its reads run untimed in the thread "
+                  "that wants them (retry=RetryPolicy(timeout_s=...) sets a limit)", name, location.uri)
         return LOCAL_DISK_POLICY
     return DEFAULT_POLICY
 
@@ -295,7 +295,7 @@ class Dataset:
                                          filesystem=filesystem, files=files, policy=_policy(name, retry))
         if check_schema:
             catalog.check_schema(name)
-        shards = catalog.shards(name, _policy(name, retry, catalog.source))
+        shards = catalog.shards(name, _policy(name, retry, catalog.source, catalog.files))
         return cls._read_through(name, catalog, FORMATS[catalog.fmt].reader(shards, cache))
 
     @classmethod
@@ -389,7 +389,7 @@ class Dataset:
         if eos_id is not None and (type(eos_id) is not int or not 0 <= eos_id <= np.iinfo(tokens).max):
             raise ValueError(f"Dataset {name!r}: eos_id={eos_id!r} must be an int in 0 .. {np.iinfo(tokens).max} "
                              f"(a {tokens.name} token)")
-        policy = _policy(name, retry, location)
+        policy = _policy(name, retry, location, files)
         catalog = policy.call(lambda: _flat.build(name, location, files, tokens, eos_id, doc_lengths),
                               what="scan", dataset=name, shard=None, uri=location.uri)
         return cls._read_through(name, catalog, _flat.reader(catalog, name, policy, ShardCache(cache_shards, cache_bytes),

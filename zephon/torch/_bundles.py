@@ -323,6 +323,7 @@ def _columnar_bundles(mux: LaneMux, plan: Plan, worker: int, background: bool) -
             columns, row_bytes = fetched()
             assert bundle.bounds is not None  # _framed cut the samples into batches
             bundle.units = columnar_batches(pipeline, columns, pointers, components, bundle.bounds)
+            del columns  # the batches hold their rows: none stay here while the next fetch is awaited
             bundle.components, bundle.shipped = components, True  # land() makes their strings
             plan.fit_bundles(row_bytes)
             yield bundle
