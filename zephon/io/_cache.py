@@ -242,15 +242,13 @@ class ShardCache:
         return self._collect(shard, key, ticket)
 
     def _collect(self, shard: int, key: PieceKey, ticket: Ticket) -> Piece:
-        """The piece of a readahead ticket :meth:`get` claimed, cached; None (the caller loads
-        it) if the readahead let it go."""
+        """The piece of a readahead ticket :meth:`get` claimed (and so took out of ``_ahead``:
+        nothing else discards it or takes its piece), cached."""
         try:
             value, nbytes = ticket.result()  # raises the readahead's error, naming the shard
         except BaseException as error:
             self.failed(shard, key, error)
             raise
-        if value is None:
-            return None
         with self._lock:
             self._prefetched += 1
             self.put(shard, key, value, nbytes)
