@@ -14,6 +14,7 @@
 | :func:`gather_columns`, :func:`take_records` | the same rows column by column (strings as bytes), or as dicts |
 | :func:`block_span` | how many shards a fetch cache must hold under block shuffle |
 | :class:`Readahead` | a reader's bounded background loading of the records its lanes need next |
+| :class:`PieceStore` | decoded row groups shared by the processes that read one stream (``zephon.torch.DataLoader``'s workers) |
 | :class:`CacheInfo`, :class:`ReadaheadStats` | the figures of ``Dataset.cache_info()`` and ``Readahead.stats()`` (dicts) |
 | :func:`write_atomically` | replace a file atomically and durably (:class:`AtomicWriteError` if it cannot) |
 | :func:`open_regular` | open a local file read whole (a config, a checkpoint), refusing a directory, FIFO or device |
@@ -22,6 +23,7 @@
 from zephon.io._cache import CacheInfo
 from zephon.io._fetch import block_span, fetch, fetch_rows, fetch_table
 from zephon.io._readahead import Readahead, ReadaheadStats
+from zephon.io._shared import PieceStore
 from zephon.io._store import Store
 from zephon.io._take import gather_columns, take_records, take_rows
 from zephon.io.atomic import AtomicWriteError, write_atomically
@@ -30,6 +32,6 @@ from zephon.io.dataset import Dataset
 from zephon.io.local import open_regular
 from zephon.io.retry import RetryPolicy, ShardChangedError, StorageError, StorageTimeoutError
 
-__all__ = ["AtomicWriteError", "CacheInfo", "Dataset", "Readahead", "ReadaheadStats", "RetryPolicy", "ShardChangedError",
+__all__ = ["AtomicWriteError", "CacheInfo", "Dataset", "PieceStore", "Readahead", "ReadaheadStats", "RetryPolicy", "ShardChangedError",
            "Store", "StorageError", "StorageTimeoutError", "block_span", "build_catalog", "fetch", "fetch_rows", "fetch_table",
            "gather_columns", "open_regular", "take_records", "take_rows", "write_atomically"]

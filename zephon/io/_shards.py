@@ -32,6 +32,7 @@ import pyarrow.fs as pafs
 
 from zephon.io._cache import Piece, PieceKey, ShardCache
 from zephon.io._fs import Entry, Location
+from zephon.io._shared import SharedPieces, piece_name
 from zephon.io._take import take_rows
 from zephon.io.retry import RetryPolicy, ShardChangedError, StorageError, in_background
 
@@ -206,6 +207,7 @@ class ShardReader(Generic[Meta]):
 
     def _setup(self, shards: Shards, cache: ShardCache) -> None:
         self.shards, self.cache = shards, cache
+        self.shared: SharedPieces | None = None  # a DataLoader worker's store of decoded pieces (see share)
         self._after_fork()
         _READERS.add(self)
 
@@ -304,8 +306,22 @@ class ShardReader(Generic[Meta]):
         """Roughly the bytes piece ``piece`` takes once loaded (what the readahead reserves)."""
         return int(self._estimate(k, self.meta(k), piece, columns))
 
+    def share(self, store: SharedPieces | None) -> None:
+        """Take decoded pieces from ``store`` (and publish there those loaded here), when loading
+        one is work (``decodes``) and it is an Arrow table (``columnar``); ``None``: stop."""
+        if self.decodes and self.columnar:
+            self.shared = store
+
     def load(self, k: int, piece: int, columns: tuple[str, ...] | None) -> tuple[Piece, int]:
-        """Load one piece under the retry policy: ``(value, bytes)``."""
+        """Load one piece: from the shared store if there is one, else :meth:`decode` it."""
+        shared = self.shared
+        if shared is None:
+            return self.decode(k, piece, columns)
+        name = piece_name(self.shards.name, self.uri(k), piece, columns)
+        return shared.get(name, lambda: self.decode(k, piece, columns))
+
+    def decode(self, k: int, piece: int, columns: tuple[str, ...] | None) -> tuple[Piece, int]:
+        """Load one piece from its shard under the retry policy: ``(value, bytes)``."""
         meta = self.meta(k)
         try:
             return self.call(k, f"read {self.piece_name} {piece}", lambda: self._load(k, meta, piece, columns))

@@ -14,6 +14,7 @@ pointers back into records, and :func:`zephon.io.fetch` does it for many dataset
 """
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
@@ -28,6 +29,7 @@ from zephon.io._cache import CacheInfo, ShardCache
 from zephon.io._hf import hf_files
 from zephon.io._fs import Location, on_local_disk
 from zephon.io._shards import FORMATS, ShardReader
+from zephon.io._shared import SharedPieces
 from zephon.io._tokens import TokenReader, token_dtype, token_paths
 from zephon.io.retry import DEFAULT_POLICY, LOCAL_DISK_POLICY, RetryPolicy
 from zephon.limits import MAX_SAMPLES, MAX_SHARDS, show
@@ -581,6 +583,16 @@ class Dataset:
         if self._reader is None:
             return _nothing
         return self._reader.cache.follow(lanes, max_bytes)
+
+    def share_pieces(self, store: SharedPieces) -> Callable[[], None]:
+        """Let a path dataset whose pieces are decoded (Parquet row groups) take them from
+        ``store``, which other processes fill too (a DataLoader's workers). Returns the call
+        that ends it (a no-op for other datasets)."""
+        reader = self._reader
+        if reader is None:
+            return _nothing
+        reader.share(store)
+        return functools.partial(reader.share, None)
 
     def cache_info(self) -> CacheInfo | None:
         """Bounds, size, peak bytes, hits and misses of the fetch cache; None without one."""

@@ -1,4 +1,5 @@
-"""Local files zephon reads whole (mixture configs, checkpoints, states): only regular files.
+"""Local files zephon reads whole (mixture configs, checkpoints, states): only regular files;
+and whether a local process still runs (:func:`process_alive`).
 
 A directory, a FIFO, a device such as ``/dev/zero`` or a symlink loop given where a file is
 expected would otherwise end in a traceback, a read that never ends or one that blocks until a
@@ -33,3 +34,14 @@ def open_regular(path: str | os.PathLike[str], what: str) -> BinaryIO:
         raise ValueError(f"{what} {path!r} is {kind}, not a file; pass the path of the {what} file itself")
     os.set_blocking(fd, True)
     return os.fdopen(fd, "rb")
+
+
+def process_alive(pid: int) -> bool:
+    """Whether process ``pid`` exists (one of another user's counts as running)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

@@ -31,6 +31,7 @@ import os
 import pickle
 import sys
 import threading
+import weakref
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Iterator, Mapping, MutableMapping
@@ -40,7 +41,7 @@ import pyarrow as pa
 import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
-from zephon.io import fetch_rows
+from zephon.io import PieceStore, fetch_rows
 from zephon.runtime import (
     DROPPED, KEY_COMPONENT, KEY_SAMPLE_ID, Entry, Event, LaneMux, Pipeline, Segment, Snapshot, joined, paused_gc,
 )
@@ -161,6 +162,7 @@ class Plan:
         self.bundle_size = self._whole_units(POINTER_BUNDLE if self.pointer_path else RECORD_BUNDLE)  # samples
         self.columnar_bundle = COLUMNAR_BUNDLE  # the most samples of a columnar bundle (see fit_bundles)
         self.slots: Slots | None = None  # set when workers send bundles through shared memory
+        self.pieces: PieceStore | None = None  # the workers' store of decoded pieces (share_pieces)
         self.main_thread = threading.current_thread() is threading.main_thread()  # where workers start
 
     def _whole_units(self, samples: int) -> int:
@@ -196,6 +198,38 @@ class Plan:
             units = units_per_bundle(self.batch_size, packing.pack.seq_len)
             width = units * (self.batch_size * packing.pack.seq_len * PACKED_BYTES + PACKED_ARRAYS * ALIGN)
             self.slots = Slots(readers, width, count, context)
+
+
+    def share_pieces(self, readers: int) -> None:
+        """Give ``readers`` worker processes one store of decoded pieces (``zephon.io._shared``)
+        when some dataset decodes its pieces (Parquet row groups): each row group is then decoded
+        once for all of them. :meth:`close_pieces` removes it (at the latest when the plan goes)."""
+        readers_of = (getattr(d, "reader", None) for d in self.pipeline.datasets_by_id.values())
+        if readers < 2 or not any(r is not None and r.decodes and r.columnar for r in readers_of):
+            return
+        store = PieceStore.make(readers, self.cache_bytes)
+        if store is None:
+            return
+        self.pieces, self._remove_store = store, weakref.finalize(self, store.remove)
+        log.debug("zephon: %d DataLoader workers share the row groups they decode through %s (up to %d bytes)",
+                  readers, store.directory, store.max_bytes)
+
+    def close_pieces(self) -> None:
+        """At the iteration's end: say what the workers' store of decoded pieces saved, and
+        remove it (a worker still reading then decodes on its own)."""
+        if self.pieces is None or not self._remove_store.alive:
+            return
+        counts = self.pieces.counts()
+        if counts:
+            log.debug("zephon: DataLoader workers decoded %d row groups, read %d more from each other's, and kept %d "
+                      "unshared", counts["published"] + counts["unshared"], counts["shared"], counts["unshared"])
+        self._remove_store()
+
+    def __getstate__(self) -> dict[str, Any]:
+        """For workers started by "spawn" or "forkserver": without the trainer's hold on the store."""
+        state = dict(self.__dict__)
+        state.pop("_remove_store", None)
+        return state
 
 
 class Readers(IterableDataset[Bundle]):
@@ -235,6 +269,8 @@ def bundles(plan: Plan, worker: int) -> Iterator[Bundle]:
                 (getattr(d, "cache_for_lanes", None) for d in pipeline.datasets_by_id.values()) if follow is not None]
     in_worker = get_worker_info() is not None
     slots = plan.slots if in_worker else None
+    if in_worker and plan.pieces is not None:
+        releases += _share_pieces(pipeline, plan.pieces, worker)
     if not in_worker:
         plan.read_here()
     if pipeline.packing is not None:
@@ -259,6 +295,17 @@ def bundles(plan: Plan, worker: int) -> Iterator[Bundle]:
             close()  # its fetches end before the cache's bound does
         for release in releases:
             release()
+
+
+def _share_pieces(pipeline: Pipeline, pieces: PieceStore, worker: int) -> list[Callable[[], None]]:
+    """In a worker: its datasets take decoded pieces from the workers' store (the releases)."""
+    try:
+        store = pieces.open(worker)
+    except (OSError, ValueError) as error:  # the trainer removed it (its iteration ended), or no row for it
+        log.debug("zephon: DataLoader worker %d decodes on its own (the store %s: %s)", worker, pieces.directory,
+                  error)
+        return []
+    return [d.share_pieces(store) for d in pipeline.datasets_by_id.values() if hasattr(d, "share_pieces")]
 
 
 def _next_bundle(mux: LaneMux, plan: Plan, worker: int, slots: Slots | None) -> Bundle:

@@ -136,6 +136,7 @@ class LoaderIterator:
         even, rotation = self._even, self._rotation
         if even is not None and even.left <= 0:
             self._hold_back()
+            self._plan.close_pieces()
             raise StopIteration
         while rotation:
             worker = rotation[0]
@@ -154,6 +155,7 @@ class LoaderIterator:
             return unit
         self.settle()
         self._stats.end(self._plan.replicas, self.entries(), "end")
+        self._plan.close_pieces()
         raise StopIteration
 
     def dead_worker(self) -> WorkerDiedError | None:

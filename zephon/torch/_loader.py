@@ -125,7 +125,9 @@ class DataLoader(tud.DataLoader[Bundle]):
         its fetch cache holds the dataset's ``cache_shards`` (default 1) *per lane* it reads,
         within this many decoded bytes per dataset (and the dataset's own ``cache_bytes``, if
         smaller). ``None``: no byte bound beyond the dataset's. Memory per reader is at most
-        ``datasets x cache_bytes``.
+        ``datasets x cache_bytes``. With workers, the Parquet row groups they decode are
+        shared through a store in ``/dev/shm`` of at most ``cache_bytes`` bytes too (and half
+        the space free there).
     **dataloader_kwargs
         Any other torch DataLoader argument, except ``sampler``, ``batch_sampler`` and
         ``shuffle``: the order is the source's.
@@ -357,6 +359,8 @@ class DataLoader(tud.DataLoader[Bundle]):
         if self.num_workers > 0 and context.get_start_method() == "fork" and (relay is None or relay.reads):
             assert self.prefetch_factor is not None  # torch sets it whenever there are workers
             plan.share_memory(readers, self.prefetch_factor + SPARE, context)
+        if self.num_workers > 0 and (relay is None or relay.reads):
+            plan.share_pieces(readers)
         readers_dataset = self.dataset
         assert isinstance(readers_dataset, Readers)
         readers_dataset.plan = plan

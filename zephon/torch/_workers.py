@@ -23,6 +23,8 @@ import time
 import weakref
 from typing import Any, Mapping, Protocol, Sequence
 
+from zephon.io.local import process_alive
+
 WATCH_INTERVAL = 0.5  # seconds between the watchdog's checks of the trainer
 PR_SET_PDEATHSIG = 1  # prctl option (linux/prctl.h)
 _guarded: list[int] = []  # the pid this process guarded itself in (a fork child starts unguarded)
@@ -32,20 +34,10 @@ def _die() -> None:
     os.kill(os.getpid(), signal.SIGKILL)
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def _watch(trainer: int, is_parent: bool) -> None:
     while True:
         time.sleep(WATCH_INTERVAL)
-        if (os.getppid() != trainer) if is_parent else not _alive(trainer):
+        if (os.getppid() != trainer) if is_parent else not process_alive(trainer):
             _die()
 
 
@@ -61,7 +53,7 @@ def guard_worker(trainer: int, from_main_thread: bool) -> None:
             ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
         except (OSError, AttributeError):
             pass  # the watchdog still covers it
-    if not _alive(trainer) or (is_parent and os.getppid() != trainer):
+    if not process_alive(trainer) or (is_parent and os.getppid() != trainer):
         _die()  # the trainer died before the guard was up
     threading.Thread(target=_watch, args=(trainer, is_parent), name="zephon-trainer-watchdog", daemon=True).start()
 
