@@ -13,7 +13,7 @@ import numpy as np
 from Cython.Build import cythonize
 from setuptools import Extension, find_packages, setup
 
-KERNELS = ["perm", "layout", "cursor", "schedule", "readorder", "tokens", "batch", "shapes", "lookup", "labels", "strings"]  # must match _KERNELS in _ext/__init__.py
+KERNELS = ["perm", "layout", "cursor", "schedule", "readorder", "tokens", "batch", "shapes", "lookup", "labels", "strings", "handout"]  # must match _KERNELS in _ext/__init__.py
 SOURCES = Path("_ext")
 STRIP = ["-s"] if sys.platform.startswith("linux") else []  # symbol tables are most of an unstripped kernel's size
 INTERFACE = Path("build") / "interface"

@@ -23,8 +23,10 @@ import numpy as np
 
 cdef class BatchNames:
     """``BatchNames(names, ids, bounds)[k] == [names[i] for i in ids[bounds[k]:bounds[k + 1]]]``:
-    ``bounds`` must not fall and lie in ``0 .. len(ids)``, and every id must index ``names``
-    (both checked here)."""
+    ``bounds`` must not fall and lie in ``0 .. len(ids)`` (checked here), and every id must
+    index ``names``: checked here for ids of another dtype than int32 (which are cast), else as
+    each batch is made (a check here would read every id once more: a tenth of the trainer's
+    work per bundle of a DataLoader worker's pointers, which come as int32)."""
 
     cdef tuple names
     cdef const int32_t[::1] ids
@@ -32,7 +34,7 @@ cdef class BatchNames:
 
     def __init__(self, tuple names not None, ids, bounds):
         ids = np.asarray(ids)
-        if len(ids) and (ids.min() < 0 or ids.max() >= len(names)):
+        if ids.dtype != np.int32 and len(ids) and (ids.min() < 0 or ids.max() >= len(names)):  # before a cast wraps
             bad = int(np.flatnonzero((ids < 0) | (ids >= len(names)))[0])
             raise ValueError(f"BatchNames: ids[{bad}] = {ids[bad]} names no component (there are {len(names)})")
         self.names = names
@@ -56,7 +58,10 @@ cdef class BatchNames:
         cdef PyObject** names = PySequence_Fast_ITEMS(self.names)
         cdef list batch = PyList_New(n)
         cdef PyObject* name
+        cdef Py_ssize_t kinds = len(self.names)
         for j in range(n):
+            if ids[j] < 0 or ids[j] >= kinds:
+                raise ValueError(f"BatchNames: ids[{a + j}] = {ids[j]} names no component (there are {kinds})")
             name = names[ids[j]]
             incref(name)
             set_item(batch, j, name)

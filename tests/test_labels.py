@@ -35,6 +35,10 @@ def test_ids_without_a_name_and_falling_or_outside_bounds_are_refused():
         BatchNames(("a", "b"), np.array([0, 1, 5], dtype=np.int64), np.array([0, 3]))[0]
     with pytest.raises(ValueError, match=r"ids\[0\] = -1"):
         BatchNames(("a",), np.array([-1], dtype=np.int32), np.array([0, 1]))[0]
+    int32 = BatchNames(("a", "b"), np.array([0, 1, 2, 1], dtype=np.int32), np.array([0, 2, 4]))
+    assert int32[0] == ["a", "b"]  # an int32 id is checked when its batch is made
+    with pytest.raises(ValueError, match=r"ids\[2\] = 2 names no component \(there are 2\)"):
+        int32[1]
     with pytest.raises(ValueError, match=r"bounds\[1\] = 1 is outside 2 \.\. 3"):
         BatchNames(("a",), np.zeros(3, dtype=np.int64), np.array([2, 1]))
     with pytest.raises(ValueError, match=r"bounds\[1\] = 4 is outside 0 \.\. 3"):

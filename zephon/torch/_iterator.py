@@ -18,7 +18,7 @@ from typing import Any, Callable, Mapping, cast
 import numpy as np
 import torch
 
-from zephon._ext.labels import BatchNames
+from zephon._ext.handout import Cursor, RoundRobin
 from zephon.limits import MAX_LAG
 from zephon.runtime import (
     KEY_COMPONENT, KEY_SAMPLE_ID, SERVED, Entry, Even, Event, LoaderStats, Pipeline, RankCount, Snapshot, Snapshots,
@@ -32,34 +32,25 @@ OBSERVE_EVERY = 8  # bundles between the stats' looks at the readers' chunk star
 OBSERVE_SAMPLES = 131072  # ... or fewer, once the bundles since the last look hold this many samples
 
 
-class _Cursor:
-    """The main process's place in one bundle: its units, ready to hand out, and how many of
-    them :meth:`settle` has counted into the stats (counting once per bundle, not per batch,
-    keeps the main process's work per batch to a few list lookups). A bundle of pointer
-    batches makes each batch's dict and names when it is taken (see ``zephon._ext.labels``)."""
+class _Cursor(Cursor):
+    """The main process's place in one bundle (``zephon._ext.handout``): its units, ready to
+    hand out, and how many of them :meth:`settle` has counted into the stats (counting once per
+    bundle, not per batch, keeps the main process's work per batch to a few lookups). A bundle
+    of pointer batches makes each batch's dict and names when it is handed out (see
+    ``zephon._ext.labels``)."""
 
-    __slots__ = ("bundle", "units", "names", "ends", "next", "count", "counted")
+    __slots__ = ()
 
     def __init__(self, bundle: Bundle, pipeline: Pipeline, size: int | None):
-        self.bundle, self.next, self.counted = bundle, 0, 0
-        self.names: BatchNames | None = None
+        self.bundle, self.next, self.counted, self.names = bundle, 0, 0, None
         if bundle.units is not None:
-            self.units: list[Any] = bundle.units
+            self.units = bundle.units
         elif size is None:
             self.units = _pointer_items(bundle, pipeline)
         else:
             self.units, self.names = _pointer_batches(bundle, pipeline)
         self.ends = bundle.ends if bundle.ends is not None else range(bundle.start + 1, bundle.stop + 1)
         self.count = len(self.units)
-
-    def take(self) -> tuple[Any, int]:
-        """The next unit and the reader's position after it."""
-        k = self.next
-        self.next = k + 1
-        unit, self.units[k] = self.units[k], None
-        if self.names is not None:
-            unit = {KEY_SAMPLE_ID: unit, KEY_COMPONENT: self.names[k]}
-        return unit, self.ends[k]
 
     def settle(self, stats: LoaderStats) -> None:
         """Count the units taken since the last call into ``stats``."""
@@ -97,72 +88,52 @@ def _pointer_items(bundle: Bundle, pipeline: Pipeline) -> list[Any]:
             for ids, name in zip(pointer_tensor(bundle.pointers).tolist(), names)]
 
 
-def _pointer_batches(bundle: Bundle, pipeline: Pipeline) -> tuple[list[Any], BatchNames]:
+def _pointer_batches(bundle: Bundle, pipeline: Pipeline) -> tuple[list[Any], Any]:
     """The pointer views of a bundle's batches, and their names (made when taken)."""
     assert bundle.pointers is not None and bundle.components is not None and bundle.bounds is not None
     bounds = bundle.bounds
-    views = torch.split(pointer_tensor(bundle.pointers), np.diff(bounds).tolist()) if len(bounds) > 1 else ()
+    views = pointer_tensor(bundle.pointers).split_with_sizes(np.diff(bounds).tolist()) if len(bounds) > 1 else ()
     return list(views), pipeline.batch_names(bundle.components, bounds)
 
 
-class LoaderIterator:
-    """Yields the readers' batches round robin (reader 0, 1, …, skipping finished ones) and
-    tracks, per reader, how far the training loop has consumed."""
+class LoaderIterator(RoundRobin):
+    """Yields the readers' batches round robin (reader 0, 1, …, skipping finished ones; the
+    loop is ``zephon._ext.handout``'s) and tracks, per reader, how far the training loop has
+    consumed."""
 
     def __init__(self, base: Any, plan: Plan, stats: LoaderStats, even: Even | None,
                  count_left: Callable[[Mapping[int, Entry], Mapping[int, Any]], RankCount], relay: Relay | None = None):
         self._base, self._relay = base, relay  # relay: bundles come from (or go to) the replica's other ranks
         self._plan = plan
-        self._stats, self._even, self._count_left = stats, even, count_left
+        self._stats, self._count_left = stats, count_left
         readers = [w for w, lanes in sorted(plan.lanes.items()) if lanes]
-        self._trackers: dict[int, Tracker | Snapshots] = {w: _tracker(plan, plan.lanes[w]) for w in readers}
-        self._positions = dict.fromkeys(readers, 0)
-        self._pending: dict[int, deque[Bundle]] = {w: deque() for w in readers}
-        self._cursors: dict[int, _Cursor | None] = dict.fromkeys(readers)
         # resume the round robin after the readers that already gave their batch of this cycle
         served = [w for w in readers if all(plan.entries[lane][2] & SERVED for lane in plan.lanes[w])]
         first = next((k for k, w in enumerate(readers) if w not in served), 0)
-        self._rotation = deque(readers[first:] + readers[:first])
-        self._recent: deque[tuple[int, int]] = deque(maxlen=MAX_LAG)  # last units yielded: (reader, position before)
-        self.yielded = 0  # units yielded by this iteration
+        super().__init__(readers[first:] + readers[:first], dict.fromkeys(readers, 0), MAX_LAG,
+                         (KEY_SAMPLE_ID, KEY_COMPONENT), even)  # recent: the last units' (reader, position before)
+        self._trackers: dict[int, Tracker | Snapshots] = {w: _tracker(plan, plan.lanes[w]) for w in readers}
+        self._pending: dict[int, deque[Bundle]] = {w: deque() for w in readers}
         self._unobserved: dict[int, dict[int, Any]] = {w: {} for w in readers}  # see _observe
         self._pulled = 0  # bundles pulled
         self._unlooked = 0  # samples of the bundles pulled since the stats' last look
 
-    def __iter__(self) -> LoaderIterator:
-        return self
+    def run_out(self) -> None:
+        """The equal-steps budget ran out (the handout ends the iteration)."""
+        self._hold_back()
+        self._plan.close_pieces()
 
-    def __next__(self) -> Any:
-        even, rotation = self._even, self._rotation
-        if even is not None and even.left <= 0:
-            self._hold_back()
-            self._plan.close_pieces()
-            raise StopIteration
-        while rotation:
-            worker = rotation[0]
-            cursor = self._cursors[worker]
-            if cursor is None or cursor.next == cursor.count:
-                cursor = self._refill_or_report(worker)
-                if cursor is None:
-                    rotation.popleft()
-                    continue
-            self._recent.append((worker, self._positions[worker]))
-            unit, self._positions[worker] = cursor.take()
-            rotation.rotate(-1)
-            self.yielded += 1
-            if even is not None:
-                even.given += 1
-            return unit
+    def finish(self) -> None:
+        """Every reader ended (the handout ends the iteration)."""
         self.settle()
         self._stats.end(self._plan.replicas, self.entries(), "end")
         self._plan.close_pieces()
-        raise StopIteration
 
     def dead_worker(self) -> WorkerDiedError | None:
         """The error for a worker of this iteration that died, if one did."""
         return dead_worker(self._base, self._plan.lanes)
 
-    def _refill_or_report(self, worker: int) -> _Cursor | None:
+    def refill(self, worker: int) -> _Cursor | None:
         """:meth:`_refill`, with torch's "worker exited unexpectedly" and the like said as the
         :class:`WorkerDiedError` of the worker that died."""
         try:
@@ -174,7 +145,7 @@ class LoaderIterator:
 
     def _refill(self, worker: int) -> _Cursor | None:
         """The reader's cursor on its next bundle with something to yield; None after its last."""
-        cursor = self._cursors[worker]
+        cursor: _Cursor | None = self.cursors[worker]
         while cursor is None or cursor.next == cursor.count:
             if cursor is not None:
                 cursor.settle(self._stats)
@@ -182,7 +153,7 @@ class LoaderIterator:
                     return None
             bundle = self._pull(worker)
             tracker = self._trackers[worker]
-            tracker.fold(min([p for w, p in self._recent if w == worker], default=self._positions[worker]))
+            tracker.fold(min([p for w, p in self.recent if w == worker], default=self.positions[worker]))
             if isinstance(tracker, Snapshots):
                 snapshots = cast(list[Snapshot], bundle.events)
                 tracker.extend(snapshots)
@@ -197,12 +168,12 @@ class LoaderIterator:
             if self._pulled % OBSERVE_EVERY == 0 or self._unlooked >= OBSERVE_SAMPLES:
                 self._unlooked = 0
                 self._observe()
-            cursor = self._cursors[worker] = _Cursor(bundle, self._plan.pipeline, self._plan.batch_size)
+            cursor = self.cursors[worker] = _Cursor(bundle, self._plan.pipeline, self._plan.batch_size)
             if not cursor.count:  # nothing to yield (drop_last dropped every batch): the loop passes over it
-                self._stats.drop_last += bundle.stop - self._positions[worker]
+                self._stats.drop_last += bundle.stop - self.positions[worker]
                 self._stats.filtered += bundle.filtered_left
                 self._stats.tokens_dropped += bundle.tokens_dropped
-                self._positions[worker] = bundle.stop
+                self.positions[worker] = bundle.stop
         return cursor
 
     def _pull(self, worker: int) -> Bundle:
@@ -234,13 +205,13 @@ class LoaderIterator:
         """Count every unit the loop received (and the batches) into the stats: they are counted
         a bundle at a time."""
         self._observe()
-        for cursor in self._cursors.values():
+        for cursor in self.cursors.values():
             if cursor is not None:
                 cursor.settle(self._stats)
 
     def _hold_back(self) -> None:
         """The equal-steps budget ran out: count and say (once) what this rank holds back."""
-        even, stats = self._even, self._stats
+        even, stats = self.even, self._stats
         assert even is not None  # only an equal-steps budget runs out
         if even.held_back_units or stats.ended:
             return
@@ -257,12 +228,12 @@ class LoaderIterator:
     def _view(self, lag: int) -> tuple[dict[int, int], int | None]:
         """Each reader's position, and the reader whose unit comes next, as of ``lag`` units
         before the last one yielded."""
-        if not 0 <= lag <= len(self._recent):
-            raise ValueError(f"state_dict(lag={lag}): the loader has yielded {len(self._recent)} units it can step "
+        if not 0 <= lag <= len(self.recent):
+            raise ValueError(f"state_dict(lag={lag}): the loader has yielded {len(self.recent)} units it can step "
                              f"back over (at most {MAX_LAG}, in this iteration)")
-        positions = dict(self._positions)
-        upcoming = self._rotation[0] if self._rotation else None
-        for worker, before in list(self._recent)[len(self._recent) - lag:][::-1]:
+        positions = dict(self.positions)
+        upcoming = self.upcoming()
+        for worker, before in list(self.recent)[len(self.recent) - lag:][::-1]:
             positions[worker], upcoming = before, worker
         return positions, upcoming
 
