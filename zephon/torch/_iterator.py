@@ -19,6 +19,7 @@ import numpy as np
 import torch
 
 from zephon._ext.handout import Cursor, RoundRobin
+from zephon._ext.labels import BatchNames
 from zephon.limits import MAX_LAG
 from zephon.runtime import (
     KEY_COMPONENT, KEY_SAMPLE_ID, SERVED, Entry, Even, Event, LoaderStats, Pipeline, RankCount, Snapshot, Snapshots,
@@ -88,7 +89,7 @@ def _pointer_items(bundle: Bundle, pipeline: Pipeline) -> list[Any]:
             for ids, name in zip(pointer_tensor(bundle.pointers).tolist(), names)]
 
 
-def _pointer_batches(bundle: Bundle, pipeline: Pipeline) -> tuple[list[Any], Any]:
+def _pointer_batches(bundle: Bundle, pipeline: Pipeline) -> tuple[list[Any], BatchNames]:
     """The pointer views of a bundle's batches, and their names (made when taken)."""
     assert bundle.pointers is not None and bundle.components is not None and bundle.bounds is not None
     bounds = bundle.bounds
