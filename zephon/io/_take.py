@@ -69,8 +69,15 @@ def take_records(table: pa.Table, rows: np.ndarray) -> list[dict[str, Any]]:
     before Arrow makes it ``str``). A table without columns gives an empty dict a row, where
     Arrow's ``take`` of it gives no rows."""
     columns = gather_columns(table, rows)
+    if not columns:
+        return [{} for _ in range(len(rows))]
+    names = list(columns)
     values = [strings(*column) if isinstance(column, tuple) else column.to_pylist() for column in columns.values()]
-    return [dict(zip(columns, row)) for row in zip(*values)] if columns else [{} for _ in range(len(rows))]
+    records = [{names[0]: value} for value in values[0]]
+    for name, column in zip(names[1:], values[1:]):  # a column at a time: a third of dict(zip(...)) a row
+        for record, value in zip(records, column):
+            record[name] = value
+    return records
 
 
 class Located:

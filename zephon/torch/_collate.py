@@ -51,8 +51,22 @@ def collate_rows(items: Sequence[Any], sample_ids: np.ndarray | None) -> Any:
         elif key == KEY_COMPONENT:
             out[key] = values
         else:
-            out[key] = default_collate(values)
+            out[key] = collate_values(values)
     return out
+
+
+def collate_values(values: list[Any]) -> Any:
+    """``default_collate(values)``. A list of Python ints or floats (what a map step's numeric
+    field gives) goes through numpy, which makes the same tensor in a sixth of the time:
+    ``torch.tensor`` of 256 ints takes 32 µs, 5 % of the benchmark's map workers. numpy must
+    read the list as int64 (or float64) whole; anything else (ints with floats, which torch
+    makes float32, an int beyond int64, None) is left to ``default_collate``."""
+    kind = type(values[0])
+    if kind is int or kind is float:
+        array = np.array(values)
+        if array.dtype == (np.int64 if kind is int else np.float64):
+            return torch.from_numpy(array)
+    return default_collate(values)
 
 
 def column_batch(column: pa.ChunkedArray) -> Any:
