@@ -396,29 +396,42 @@ class Pipeline:
 
     def materialize_marked(self, pointers: np.ndarray, components: np.ndarray) -> list[Any]:
         """One entry per pointer: its item, or :data:`DROPPED` where a filter step rejected it."""
+        return self._steps_over(self._items(pointers, components))
+
+    def _items(self, pointers: np.ndarray, components: np.ndarray) -> list[Any]:
+        """The pointers' items before any step: each a dict of its record's fields (if it has
+        a record), its ``_sample_id`` and its ``_component``."""
         ids = pointers.tolist()
         names = self._names[components].tolist()
         if not self._any_records:
-            items: list[Any] = [{KEY_SAMPLE_ID: tuple(p), KEY_COMPONENT: c} for p, c in zip(ids, names)]
-        else:
-            readable = self._readable[pointers[:, 0]]
-            rows = np.flatnonzero(readable)
-            records = iter(self._records(pointers[rows]) if len(rows) else ())
-            fresh = self._all_paths  # files give a new dict per record: nothing shared to copy
-            items = []
-            for p, c, r in zip(ids, names, readable.tolist()):
-                if r:
-                    record = next(records)
-                    if fresh:
-                        item = record
-                    else:
-                        item = dict(record) if type(record) is dict or isinstance(record, Mapping) else \
-                            {KEY_RECORD: record}
-                else:
-                    item = {}
+            return [{KEY_SAMPLE_ID: tuple(p), KEY_COMPONENT: c} for p, c in zip(ids, names)]
+        readable = self._readable[pointers[:, 0]]
+        rows = np.flatnonzero(readable)
+        fresh = self._all_paths  # files give a new dict per record: nothing shared to copy
+        if fresh and len(rows) == len(ids):  # every item is its record, its keys set in place
+            items: list[Any] = self._records(pointers)
+            for item, p, c in zip(items, ids, names):
                 item[KEY_SAMPLE_ID] = tuple(p)
                 item[KEY_COMPONENT] = c
-                items.append(item)
+            return items
+        records = iter(self._records(pointers[rows]) if len(rows) else ())
+        items = []
+        for p, c, r in zip(ids, names, readable.tolist()):
+            if r:
+                record = next(records)
+                if fresh:
+                    item = record
+                else:
+                    item = dict(record) if type(record) is dict or isinstance(record, Mapping) else {KEY_RECORD: record}
+            else:
+                item = {}
+            item[KEY_SAMPLE_ID] = tuple(p)
+            item[KEY_COMPONENT] = c
+            items.append(item)
+        return items
+
+    def _steps_over(self, items: list[Any]) -> list[Any]:
+        """The map, tokenize and filter steps over a reader's new items, in order."""
         own = True  # the items are dicts made here (a map step may return objects it keeps)
         for kind, fn in self._steps:
             if kind == MAP:
