@@ -13,17 +13,25 @@ from torch.utils.data import default_collate  # noqa: E402
 
 from zephon.torch._collate import collate_values  # noqa: E402
 
+pytestmark = pytest.mark.filterwarnings("ignore:Creating a tensor from a list of numpy.ndarrays:UserWarning")
 INT64 = st.integers(-(2 ** 63), 2 ** 63 - 1)
 SCALARS = st.one_of(INT64, st.integers(), st.floats(), st.booleans(), st.none(), st.text(max_size=2),
-                    st.just(np.int64(7)), st.just(np.float32(0.5)))
+                    st.just(np.int64(7)), st.just(np.float32(0.5)), st.lists(st.integers(0, 9), max_size=2),
+                    st.tuples(st.floats(0, 1)), st.just(np.array([1, 2])), st.just(torch.tensor(3)),
+                    st.just(torch.tensor([0.5])))
 
 
 def _same(ours, theirs) -> bool:
+    """Equal values, types and dtypes, through lists and tuples (NaN equal to NaN)."""
+    if isinstance(theirs, np.ndarray):
+        return isinstance(ours, np.ndarray) and ours.dtype == theirs.dtype and np.array_equal(ours, theirs)
     if isinstance(theirs, torch.Tensor):
         return (type(ours) is torch.Tensor and ours.dtype == theirs.dtype and ours.shape == theirs.shape
-                and all(a == b or (isinstance(a, float) and math.isnan(a) and math.isnan(b))
-                        for a, b in zip(ours.tolist(), theirs.tolist())))
-    return ours == theirs
+                and _same(ours.tolist(), theirs.tolist()))
+    if isinstance(theirs, (list, tuple)):
+        return type(ours) is type(theirs) and len(ours) == len(theirs) and all(map(_same, ours, theirs))
+    return ours == theirs or (isinstance(ours, float) and isinstance(theirs, float) and math.isnan(ours)
+                              and math.isnan(theirs))
 
 
 def _outcome(collate, values):

@@ -60,10 +60,13 @@ def collate_values(values: list[Any]) -> Any:
     field gives) goes through numpy, which makes the same tensor in a sixth of the time:
     ``torch.tensor`` of 256 ints takes 32 µs, 5 % of the benchmark's map workers. numpy must
     read the list as int64 (or float64) whole; anything else (ints with floats, which torch
-    makes float32, an int beyond int64, None) is left to ``default_collate``."""
+    makes float32, an int beyond int64, None, a nested list) is left to ``default_collate``."""
     kind = type(values[0])
     if kind is int or kind is float:
-        array = np.array(values)
+        try:
+            array = np.array(values)
+        except (ValueError, TypeError, OverflowError):  # ragged or odd: default_collate says what it makes of it
+            return default_collate(values)
         if array.dtype == (np.int64 if kind is int else np.float64):
             return torch.from_numpy(array)
     return default_collate(values)
