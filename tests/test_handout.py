@@ -25,7 +25,7 @@ class _Budget:
 
 
 def _scripted(base: type) -> type:
-    """``base`` with each reader's bundles played from a script: ``(start, [(units, names?)])``."""
+    """``base`` with each reader's bundles played from a script: ``{reader: [(units, names or None)]}``."""
 
     class Scripted(base):  # type: ignore[misc, valid-type]
         def setup(self, scripts: dict[int, list[tuple[list[Any], list[Any] | None]]], record: type) -> None:
