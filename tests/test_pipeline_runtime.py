@@ -7,6 +7,7 @@ uninterrupted run; elastic restores compare lane by lane.
 import json
 import os
 
+import numpy as np
 import pytest
 from helpers import lane_streams
 from hypothesis import given, settings
@@ -373,3 +374,29 @@ def test_save_checkpoint_refuses_what_would_not_load(tmp_path):
     with pytest.raises(TypeError, match="JSON"):
         save_checkpoint(tmp_path / "x", state)
     assert os.listdir(tmp_path) == []
+
+
+@settings(max_examples=60)
+@given(setup, st.integers(8, 40), st.data())
+def test_take_into_writes_what_take_gives(cfg, chunk_size, data):
+    """``take_into`` (several lanes' rounds made in place in the caller's arrays) writes the
+    samples and turns of ``take``, whatever the requests and where they are written."""
+    datasets = [Dataset.from_counts("a", [40, 17, 0, 33]), Dataset.from_counts("b", [25, 25]),
+                Dataset.from_counts("c", [30])]
+    source = StaticMixtureWorkSource(datasets, {"a": 0.5, "b": 0.3, "c": 0.2}, chunk_size=chunk_size, seed=3,
+                                     exhausted_policy=data.draw(st.sampled_from(["repeat", "stop"])))
+    replicas, unit = cfg["replicas"], cfg["unit"]
+    lanes = sorted(data.draw(st.sets(st.integers(0, replicas - 1), min_size=1)))
+    start = initial_entries(source, lanes, replicas)
+    taking, writing = mux_of(source, lanes, replicas, start, cfg), mux_of(source, lanes, replicas, start, cfg)
+    into = np.full((640, 3), -1, dtype=np.int64), np.full(640, -1, dtype=np.int32)
+    at = data.draw(st.integers(0, 5))
+    while at < 540:
+        n = data.draw(st.integers(1, 12)) * unit
+        pointers, components, turns = taking.take(n)
+        k, written = writing.take_into(into, at, n)
+        assert k == len(pointers) and written.tolist() == turns.tolist()
+        assert into[0][at:at + k].tolist() == pointers.tolist() and into[1][at:at + k].tolist() == components.tolist()
+        if not k:
+            return
+        at += k

@@ -16,8 +16,9 @@ from hypothesis.extra import numpy as hnp
 
 pytest.importorskip("torch")
 
+from zephon.runtime import write  # noqa: E402
 from zephon.torch import _bundles, _packed, _slots  # noqa: E402
-from zephon.torch._slots import Slots, stow, take, unstow, write  # noqa: E402
+from zephon.torch._slots import Slots, stow, take, unstow  # noqa: E402
 
 CAPACITY = 64
 COUNT = 3

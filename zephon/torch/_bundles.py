@@ -47,7 +47,7 @@ from zephon.runtime import (
 )
 from zephon.torch._collate import Strings, collate_rows, columnar_batches, gathered_columns
 from zephon.torch._packed import packed_bundles, units_per_bundle
-from zephon.torch._slots import ALIGN, Slots, stow, take, unstow, write
+from zephon.torch._slots import ALIGN, Slots, stow, take, unstow
 from zephon.torch._topology import current_worker
 from zephon.torch._workers import freeze_inherited, guard_worker
 
@@ -442,8 +442,8 @@ def _fill(mux: LaneMux, slots: Slots, worker: int, slot: int, part: int) -> tupl
     cache, a whole slot's would not): the samples written and the turns they hold."""
     n, turns, unit, into = 0, [], mux.unit, slots.views(worker, slot)
     while slots.capacity - n >= unit:
-        pieces, part_turns = mux.take_pieces(min(part, (slots.capacity - n) // unit * unit))
-        n = write(into, n, pieces)
+        k, part_turns = mux.take_into(into, n, min(part, (slots.capacity - n) // unit * unit))
+        n += k
         turns.append(part_turns)
         if mux.exhausted:
             break

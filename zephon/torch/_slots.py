@@ -19,7 +19,7 @@ import itertools
 import logging
 import mmap
 import weakref
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -102,18 +102,6 @@ class Slots:
         """Free a slot (a worker's that went unused, or the trainer's last view gone)."""
         self._busy[worker, slot] = 0
         self.free[worker].release()
-
-
-def write(into: tuple[np.ndarray, np.ndarray], at: int, pieces: Sequence[tuple[np.ndarray, np.ndarray]]) -> int:
-    """In a worker: write consecutive ``(pointers, component ids)`` pieces into a claimed slot's
-    :meth:`Slots.views` from sample ``at`` on (made once per slot: they cost more than a part's
-    copy); returns where they end."""
-    into_pointers, into_components = into
-    for pointers, components in pieces:
-        end = at + len(pointers)
-        into_pointers[at:end], into_components[at:end] = pointers, components
-        at = end
-    return at
 
 
 def take(worker: int, carried: tuple[int, int, int]) -> tuple[torch.Tensor, np.ndarray]:
