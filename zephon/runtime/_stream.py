@@ -386,8 +386,8 @@ class LaneMux:
     def take_into(self, into: Piece, at: int, n: int) -> tuple[int, np.ndarray]:
         """:meth:`take`, written into ``into``'s ``(pointers, component ids)`` arrays from sample
         ``at`` on: the samples written and their turn lengths. Several lanes' rounds are
-        interleaved there in place (through arrays of their own, then copied, they had cost a
-        worker of 8 lanes a fifth of its time)."""
+        interleaved there in place (through arrays of their own and copied again, they cost a
+        DataLoader worker of 8 lanes 9 % more CPU)."""
         pieces, turns = self.take_pieces(n, None if self._pending else (into[0][at:at + n], into[1][at:at + n]))
         return write(into, at, pieces) - at, turns
 
