@@ -12,8 +12,9 @@ decoding the piece again.
 Every race ends in at most a second decoding, never in a wrong or lost piece: a piece is
 published by an atomic rename of a complete file; a publisher announces itself with a lock
 file holding its pid, which waiters drop when that process has died. Each process removes the
-oldest pieces it published once the store holds more than its byte bound. A piece that cannot be written (the directory is full, a type IPC cannot hold)
-is kept by its reader alone, and counted; the first such failure is logged.
+oldest pieces it published once the store holds more than its byte bound. A piece that cannot
+be written (the directory is full, a type IPC cannot hold) is kept by its reader alone, and
+counted; the first such failure is logged.
 """
 from __future__ import annotations
 
@@ -37,6 +38,7 @@ log = logging.getLogger("zephon")
 ROOT = "/dev/shm"  # where stores are made: memory, shared by every process of the machine
 PREFIX = "zephon-pieces-"
 COUNTERS = ("published", "shared", "waited", "unshared", "bytes", "evicted")  # per reader, in the counters file
+_BYTES, _EVICTED = COUNTERS.index("bytes"), COUNTERS.index("evicted")  # bytes published, bytes removed
 _PIECES, _WAIT_FIRST, _WAIT_MOST = ".arrow", 0.0002, 0.005  # file suffix; polling interval (s), doubling to a ceiling
 
 
@@ -130,17 +132,17 @@ class SharedPieces:
     def _evict(self) -> None:
         """Remove this process's oldest pieces while the store holds more than ``max_bytes``."""
         with self._lock:
-            held = int(self.counts[:, 4].sum() - self.counts[:, 5].sum())
+            held = int(self.counts[:, _BYTES].sum() - self.counts[:, _EVICTED].sum())
             while held > self.max_bytes and len(self._mine) > 1:
                 path, size = self._mine.popleft()
                 _remove(path)
-                self.counts[self.reader, 5] += size
+                self.counts[self.reader, _EVICTED] += size
                 held -= size
 
     def _count(self, what: str, nbytes: int = 0) -> None:
         with self._lock:
             self.counts[self.reader, COUNTERS.index(what)] += 1
-            self.counts[self.reader, 4] += nbytes
+            self.counts[self.reader, _BYTES] += nbytes
 
 
 def piece_name(*parts: object) -> str:

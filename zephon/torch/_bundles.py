@@ -199,7 +199,6 @@ class Plan:
             width = units * (self.batch_size * packing.pack.seq_len * PACKED_BYTES + PACKED_ARRAYS * ALIGN)
             self.slots = Slots(readers, width, count, context)
 
-
     def share_pieces(self, readers: int) -> None:
         """Give ``readers`` worker processes one store of decoded pieces (``zephon.io._shared``)
         when some dataset decodes its pieces (Parquet row groups): each row group is then decoded
