@@ -4,11 +4,13 @@ written and a full store cost a second decoding at most, counted and said; the l
 are the same with the store as without it, and the store is gone when the iteration ends."""
 from __future__ import annotations
 
+import itertools
 import logging
 import multiprocessing
 import os
 import subprocess
 import sys
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -161,17 +163,35 @@ def test_loader_batches_are_the_same_with_the_store_and_it_goes_at_the_end(tmp_p
                            row_group_size=32)
     monkeypatch.setattr(_shared, "ROOT", str(tmp_path))
 
-    def batches(workers: int) -> list[tuple[list[str], list[list[int]]]]:
+    def batches(workers: int, again: int = 0) -> tuple[list[tuple[list[str], list[list[int]]]], list[Any]]:
+        """The batches, and ``stats()["shared_decoding"]`` after the 5th batch and at the end
+        (``again``: from that batch on, a new ``iter(loader)`` goes on)."""
         datasets = [Dataset.from_path(n, tmp_path / n, cache_dir=tmp_path / "c") for n in "ab"]
         source = StaticMixtureWorkSource(datasets, {"a": 2, "b": 1}, chunk_size=64, shuffle_within_shard=True, seed=3)
         loader = zt.DataLoader(Pipeline(source, columns=["text"]), batch_size=16, num_workers=workers,
                                canonical_replicas=4)
-        return [(b["text"], b["_sample_id"].tolist()) for b in loader]
+        out, said = [], []
+        for k, b in enumerate(itertools.islice(loader, again or None)):
+            out.append((b["text"], b["_sample_id"].tolist()))
+            if k == 4:
+                said.append(loader.stats()["shared_decoding"])
+        out += [(b["text"], b["_sample_id"].tolist()) for b in (loader if again else ())]
+        return out, said + [loader.stats()["shared_decoding"]]
 
     with caplog.at_level(logging.DEBUG, logger="zephon"):
-        shared = batches(2)
+        shared, (early, counts) = batches(2)
     said = [r.getMessage() for r in caplog.records if "from each other's" in r.getMessage()]
     assert len(said) == 1 and "kept 0 unshared" in said[0] and " read 0 more" not in said[0], said
+    assert f"decoded {counts['decoded']} row groups, read {counts['shared']} more" in said[0], (said, counts)
+    groups = sum(pq.ParquetFile(f).num_row_groups for f in tmp_path.glob("?/*.parquet"))
+    assert counts["decoded"] >= groups and counts["unshared"] == 0  # every row group at least once
+    assert early is not None and all(early[k] <= counts[k] for k in counts), (early, counts)  # the live store's
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(_shared.PREFIX)]  # removed at the end
+    # the first iteration's store is counted, and removed, when a second starts (which needs every row group)
+    again, (_, both) = batches(2, again=9)
+    assert again == shared
+    assert both["decoded"] >= groups + early["decoded"], (both, early)
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(_shared.PREFIX)]
+    assert batches(0)[1] == [None, None]  # one reader: nothing to share, and stats() says so
     monkeypatch.setattr(_bundles.Plan, "share_pieces", lambda self, readers: None)
-    assert shared == batches(2)
+    assert batches(2) == (shared, [None, None])

@@ -38,7 +38,7 @@ from zephon.runtime._state import (
     DatasetRecord, LanesDict, LoaderState, LoaderStateDict, make_state, merge_states, parse_state, run_fingerprint,
     split_state,
 )
-from zephon.runtime._stats import DatasetStatsDict, LoaderStats, LoaderStatsDict, TokensDict
+from zephon.runtime._stats import DatasetStatsDict, LoaderStats, LoaderStatsDict, SharedDecodingDict, TokensDict
 from zephon.runtime._stream import (
     DROPPED, SERVED, Entry, Event, Items, ItemStream, LaneMux, Piece, Sealer, Segment, Tracker, initial_entries, joined,
     write,
@@ -46,7 +46,7 @@ from zephon.runtime._stream import (
 from zephon.runtime.pipeline import KEY_COMPONENT, KEY_SAMPLE_ID, Pipeline
 
 __all__ = [
-    "CHECKPOINT_MARKER", "CONTIGUOUS", "DROPPED", "HF_STATE_FILE", "LIGHTNING_KEY", "STEP_FOLDER", "check_checkpoint_size", "DatasetStatsDict", "Even", "EvenBatchesDict", "LoaderStats", "LoaderStatsDict", "RankCount", "TokensDict", "count_rank", "count_ranks", "countable", "even_target",
+    "CHECKPOINT_MARKER", "CONTIGUOUS", "DROPPED", "HF_STATE_FILE", "LIGHTNING_KEY", "STEP_FOLDER", "check_checkpoint_size", "DatasetStatsDict", "Even", "EvenBatchesDict", "LoaderStats", "LoaderStatsDict", "RankCount", "SharedDecodingDict", "TokensDict", "count_rank", "count_ranks", "countable", "even_target",
     "maybe_finite", "DatasetRecord", "Entry", "Event", "INTERLEAVED", "ItemStream", "Items", "KEY_COMPONENT", "KEY_SAMPLE_ID", "LOADER_STATE_KIND",
     "LaneBook", "LaneMux", "LanesDict", "PackedReader", "Snapshot", "Snapshots", "count_packed", "count_sequences", "documents", "initial_operator",
     "sequence_items", "LoaderState", "LoaderStateDict", "MAPPINGS", "Piece", "Pipeline", "SERVED", "Sealer", "Segment", "Tracker", "initial_entries",

@@ -43,6 +43,17 @@ class LoaderStatsDict(TypedDict):
     ended: bool
     even_batches: EvenBatchesDict | None  # None without even_batches
     tokens: TokensDict | None  # packed pipelines: what the loop received, in tokens (None otherwise)
+    shared_decoding: SharedDecodingDict | None  # workers sharing decoded row groups (None: they never did)
+
+
+class SharedDecodingDict(TypedDict):
+    """``stats()["shared_decoding"]``: the row groups this rank's DataLoader workers decoded and
+    shared with each other, summed over its iterations."""
+
+    decoded: int  # row groups the workers decoded
+    shared: int  # row groups a worker read from another's decoding instead of decoding them
+    unshared: int  # of those decoded, the ones kept by their worker alone (the store was full or unwritable)
+    waited: int  # times a worker waited for another to finish decoding a row group it wanted
 
 
 class TokensDict(TypedDict):
@@ -124,6 +135,11 @@ class LoaderStats:
         self.tolerance = 0.0
         self._off: set[str] = set()  # components whose share was said to be off its target
         self._late_said: set[str] = set()  # components said to have fallen behind with none queued
+        self._shared: SharedDecodingDict | None = None  # the workers' stores of ended iterations, summed
+
+    def add_shared(self, counts: Mapping[str, int]) -> None:
+        """Fold in the counters of a store of decoded pieces (``PieceStore.counts()``; {}: none)."""
+        self._shared = _shared_decoding(self._shared, counts)
 
     def pack(self, target: Any, tolerance: float) -> None:
         """The stream is packed: count tokens, and hold them to ``target`` shares (None: no target)."""
@@ -228,7 +244,8 @@ class LoaderStats:
                 "late": late}
 
     def as_json(self, replicas: int, entries: Mapping[int, Entry], even: EvenBatchesDict | None,
-                late: dict[str, int] | None = None) -> LoaderStatsDict:
+                late: dict[str, int] | None = None, shared: Mapping[str, int] | None = None) -> LoaderStatsDict:
+        """The stats (``shared``: the running iteration's store counters, if it has a store)."""
         return {
             "rank": self.rank,
             "batches": self.batches,
@@ -241,4 +258,16 @@ class LoaderStats:
             "ended": self.ended,
             "even_batches": even,
             "tokens": self.tokens_json(late),
+            "shared_decoding": _shared_decoding(self._shared, shared or {}),
         }
+
+
+def _shared_decoding(total: SharedDecodingDict | None, counts: Mapping[str, int]) -> SharedDecodingDict | None:
+    """``total`` with a store's counters added (``counts`` empty: ``total`` as it is)."""
+    if not counts:
+        return total
+    before = total or SharedDecodingDict(decoded=0, shared=0, unshared=0, waited=0)
+    return SharedDecodingDict(decoded=before["decoded"] + counts["published"] + counts["unshared"],
+                              shared=before["shared"] + counts["shared"],
+                              unshared=before["unshared"] + counts["unshared"],
+                              waited=before["waited"] + counts["waited"])

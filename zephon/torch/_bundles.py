@@ -213,16 +213,21 @@ class Plan:
         log.debug("zephon: %d DataLoader workers share the row groups they decode through %s (up to %d bytes)",
                   readers, store.directory, store.max_bytes)
 
-    def close_pieces(self) -> None:
+    def piece_counts(self) -> dict[str, int]:
+        """The counters of the workers' store of decoded pieces ({} without one, or once removed)."""
+        return self.pieces.counts() if self.pieces is not None and self._remove_store.alive else {}
+
+    def close_pieces(self) -> dict[str, int]:
         """At the iteration's end: say what the workers' store of decoded pieces saved, and
-        remove it (a worker still reading then decodes on its own)."""
-        if self.pieces is None or not self._remove_store.alive:
-            return
-        counts = self.pieces.counts()
+        remove it (a worker still reading then decodes on its own). Its counters, the first
+        time ({} after, or without a store)."""
+        counts = self.piece_counts()
         if counts:
             log.debug("zephon: DataLoader workers decoded %d row groups, read %d more from each other's, and kept %d "
                       "unshared", counts["published"] + counts["unshared"], counts["shared"], counts["unshared"])
-        self._remove_store()
+        if self.pieces is not None:
+            self._remove_store()
+        return counts
 
     def __getstate__(self) -> dict[str, Any]:
         """For workers started by "spawn" or "forkserver": without the trainer's hold on the store."""

@@ -122,13 +122,21 @@ class LoaderIterator(RoundRobin):
     def run_out(self) -> None:
         """The equal-steps budget ran out (the handout ends the iteration)."""
         self._hold_back()
-        self._plan.close_pieces()
+        self.close_pieces()
 
     def finish(self) -> None:
         """Every reader ended (the handout ends the iteration)."""
         self.settle()
         self._stats.end(self._plan.replicas, self.entries(), "end")
-        self._plan.close_pieces()
+        self.close_pieces()
+
+    def close_pieces(self) -> None:
+        """Remove the workers' store of decoded pieces, its counters added to the stats (once)."""
+        self._stats.add_shared(self._plan.close_pieces())
+
+    def piece_counts(self) -> dict[str, int]:
+        """The counters of the workers' store of decoded pieces while it is there, else {}."""
+        return self._plan.piece_counts()
 
     def dead_worker(self) -> WorkerDiedError | None:
         """The error for a worker of this iteration that died, if one did."""

@@ -127,7 +127,7 @@ class DataLoader(tud.DataLoader[Bundle]):
         smaller). ``None``: no byte bound beyond the dataset's. Memory per reader is at most
         ``datasets x cache_bytes``. With workers, the Parquet row groups they decode are
         shared through a store in ``/dev/shm`` of at most ``cache_bytes`` bytes too (and half
-        the space free there).
+        the space free there; ``stats()["shared_decoding"]`` counts what it saved).
     **dataloader_kwargs
         Any other torch DataLoader argument, except ``sampler``, ``batch_sampler`` and
         ``shuffle``: the order is the source's.
@@ -244,6 +244,7 @@ class DataLoader(tud.DataLoader[Bundle]):
     def _settle(self) -> None:
         if self._zephon_live is not None:
             self._zephon_live.settle()
+            self._zephon_live.close_pieces()
             self._zephon_book.update(self._zephon_live.entries(), self._zephon_live.operators())
             self._zephon_live = None
 
@@ -416,17 +417,22 @@ class DataLoader(tud.DataLoader[Bundle]):
         ``padding``, ``dropped`` (a final partial sequence ``pack(final="drop")`` dropped),
         ``target`` (``ensure_mixture``'s shares) and ``late`` (strict mode's forced picks).
         For a packed pipeline ``samples`` counts the documents whose first token the loop
-        received, and ``drop_last`` counts sequences.
+        received, and ``drop_last`` counts sequences. ``shared_decoding`` (None until workers
+        shared a store of decoded Parquet row groups): the row groups they ``decoded``, those
+        a worker read from another's decoding (``shared``), those decoded but kept by one
+        worker (``unshared``: the store in ``/dev/shm`` was full or unwritable) and the times a
+        worker ``waited`` for another's decoding, summed over the iterations.
         """
-        even = self._zephon_even
-        if self._zephon_live is not None:
-            self._zephon_live.settle()
+        even, live = self._zephon_even, self._zephon_live
+        if live is not None:
+            live.settle()
         packing = self.pipeline.packing
         late = None
         if packing is not None and packing.strict:
             late = self._zephon_stats.late(self._operators().values())
         return self._zephon_stats.as_json(self.canonical_replicas, self._entries(),
-                                          None if even is None else even.as_json(), late)
+                                          None if even is None else even.as_json(), late,
+                                          None if live is None else live.piece_counts())
 
     def state_dict(self, lag: int = 0) -> LoaderStateDict:
         """Where this rank's lanes stand after the last batch received (JSON; size ∝ lanes).
@@ -481,6 +487,7 @@ class DataLoader(tud.DataLoader[Bundle]):
         self._zephon_book.load(state)
         if self._zephon_live is not None:
             self._zephon_live.settle()
+            self._zephon_live.close_pieces()
         self._zephon_live = None
         self._zephon_even = None
         self._zephon_stats.ended = False
