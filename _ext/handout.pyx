@@ -65,14 +65,17 @@ cdef class RoundRobin:
                     if self.turn == n - 1:
                         self.turn = 0
                     continue
-            self.recent.append((reader, self.positions[reader]))
             k = cursor.next
-            cursor.next = k + 1
+            if not 0 <= k < len(cursor.units):
+                raise IndexError(f"reader {reader}'s cursor is at unit {k} of {len(cursor.units)}")
             unit = cursor.units[k]
-            cursor.units[k] = None
             if cursor.names is not None:
                 unit = {self.key_unit: unit, self.key_names: cursor.names[k]}
-            self.positions[reader] = cursor.ends[k]
+            end = cursor.ends[k]
+            self.recent.append((reader, self.positions[reader]))  # from here on nothing raises
+            cursor.next = k + 1
+            cursor.units[k] = None
+            self.positions[reader] = end
             self.turn = (self.turn + 1) % n
             self.yielded += 1
             if even is not None:

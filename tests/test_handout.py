@@ -4,6 +4,7 @@ from __future__ import annotations
 from types import SimpleNamespace
 from typing import Any
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -53,6 +54,18 @@ def _scripted(base: type) -> type:
     return Scripted
 
 
+class _Names:
+    """A bundle's names, whose unit ``bad`` raises as a batch of a wrong component id does."""
+
+    def __init__(self, names: list[list[str]], bad: int | None):
+        self.names, self.bad = names, bad
+
+    def __getitem__(self, k: int) -> list[str]:
+        if k == self.bad:
+            raise ValueError(f"unit {k}: an id names no component")
+        return self.names[k]
+
+
 @st.composite
 def plays(draw: st.DrawFn) -> tuple[list[int], dict[int, list[Any]], int | None]:
     readers = draw(st.lists(st.integers(0, 6), min_size=1, max_size=4, unique=True))
@@ -61,8 +74,9 @@ def plays(draw: st.DrawFn) -> tuple[list[int], dict[int, list[Any]], int | None]
         bundles = []
         for count in draw(st.lists(st.integers(0, 4), max_size=4)):
             units = [f"{reader}.{k}" for k in range(count)]
-            named = draw(st.booleans())
-            bundles.append((units, [[f"n{reader}"] * k for k in range(count)] if named else None))
+            named, bad = draw(st.booleans()), draw(st.none() | st.integers(0, 3))
+            names = _Names([[f"n{reader}"] * k for k in range(count)], bad)
+            bundles.append((units, names if named else None))
         scripts[reader] = bundles
     return readers, scripts, draw(st.none() | st.integers(0, 12))
 
@@ -76,8 +90,9 @@ def _play(base: type, record: type, readers: list[int], scripts: dict[int, list[
     while True:
         try:
             unit = next(robin)
-        except StopIteration:
-            seen.append(("end", dict(robin.positions), list(robin.recent), robin.yielded, robin.upcoming()))
+        except (StopIteration, ValueError) as stop:  # a unit whose names raise changes nothing
+            seen.append((type(stop).__name__, dict(robin.positions), list(robin.recent), robin.yielded,
+                         robin.upcoming(), [(r, c.next) for r, c in robin.cursors.items() if c is not None]))
             return seen, robin.ended
         seen.append((unit, dict(robin.positions), list(robin.recent), robin.yielded, robin.upcoming(),
                      None if even is None else even.given))
@@ -88,6 +103,10 @@ def test_the_kernel_matches_its_twin(play):
     readers, scripts, target = play
     assert _play(RoundRobin, Cursor, *play) == _play(RoundRobinReference, SimpleNamespace, *play)
     units, ended = _play(RoundRobin, Cursor, *play)
+    if units[-1][0] == "ValueError":  # stopped at a unit whose names raised: none of it was taken
+        before = units[-2][1:4] if len(units) > 1 else (dict.fromkeys(readers, 0), [], 0)
+        assert units[-1][1:4] == before
+        return
     made = sum(len(bundle[0]) for script in scripts.values() for bundle in script)
     assert len(units) - 1 == (made if target is None else min(made, target))
     assert ended == (["finish"] if target is None or made < target else ["run_out"])
@@ -107,3 +126,15 @@ def test_a_named_unit_is_handed_out_with_its_names():
     robin.setup({0: [(["p0", "p1"], [["x"], ["y", "z"]])]}, Cursor)
     assert list(robin) == [{"unit": "p0", "names": ["x"]}, {"unit": "p1", "names": ["y", "z"]}]
     assert robin.positions == {0: 7}
+
+
+def test_a_cursor_past_its_units_raises_in_the_kernel_as_in_its_twin():
+    for base, record in ((RoundRobin, Cursor), (RoundRobinReference, SimpleNamespace)):
+        robin = _scripted(base)([0], {0: 0}, 1, KEYS)
+        robin.setup({0: [(["p0"], None)]}, record)
+        cursor = robin.refill(0)
+        cursor.count = 3  # a cursor that claims more units than it holds
+        assert next(robin) == "p0"
+        with pytest.raises(IndexError):
+            next(robin)
+        assert robin.positions == {0: 1} and robin.yielded == 1

@@ -45,22 +45,27 @@ class RoundRobinReference:
                 if cursor is None:
                     self.rotation.popleft()
                     continue
-            self.recent.append((reader, self.positions[reader]))
             return self._take(reader, cursor)
         self.finish()
         raise StopIteration
 
     def _take(self, reader: int, cursor: Any) -> Any:
-        """The reader's next unit, with its position and turn moved on past it."""
+        """The reader's next unit, with its position and turn moved on past it (all made
+        first: a unit whose names or position raise changes nothing)."""
         k = cursor.next
+        unit = cursor.units[k]
+        if cursor.names is not None:
+            unit = {self.keys[0]: unit, self.keys[1]: cursor.names[k]}
+        end = cursor.ends[k]
+        self.recent.append((reader, self.positions[reader]))
         cursor.next = k + 1
-        unit, cursor.units[k] = cursor.units[k], None
-        self.positions[reader] = cursor.ends[k]
+        cursor.units[k] = None
+        self.positions[reader] = end
         self.rotation.rotate(-1)
         self.yielded += 1
         if self.even is not None:
             self.even.given += 1
-        return unit if cursor.names is None else {self.keys[0]: unit, self.keys[1]: cursor.names[k]}
+        return unit
 
     def upcoming(self) -> int | None:
         """The reader whose unit comes next (None once every reader ended)."""
