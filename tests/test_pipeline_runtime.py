@@ -23,6 +23,7 @@ from zephon.runtime import (
     merge_states,
     parse_state,
     save_checkpoint,
+    write,
 )
 from zephon.core.checkpoint import sealed
 from zephon.runtime._lanes import rank_lanes
@@ -400,3 +401,27 @@ def test_take_into_writes_what_take_gives(cfg, chunk_size, data):
         if not k:
             return
         at += k
+
+
+@given(st.data())
+def test_write_copies_every_piece_but_one_that_lies_in_its_place(data):
+    """``write`` leaves a piece whose two arrays are its place's very memory, and copies any
+    other: a fresh one, or a view that starts where its place does but differs in its rows
+    (a stride), its dtype, or its component ids' memory."""
+    n = data.draw(st.integers(1, 12))
+    into = np.arange(3 * n, dtype=np.int64).reshape(n, 3), np.arange(n, dtype=np.int32) * 10
+    want = into[0].copy(), into[1].copy()
+    pieces, at = [], 0
+    while at < n:
+        k = data.draw(st.integers(1, n - at))
+        kind = data.draw(st.sampled_from(["fresh", "in place", "rows apart", "ids elsewhere", "other dtype"]))
+        fresh = np.full((k, 3), -at - 1, dtype=np.int64), np.full(k, -at - 1, dtype=np.int32)
+        place = into[0][at:at + k], into[1][at:at + k]
+        piece = {"fresh": fresh, "in place": place, "ids elsewhere": (place[0], fresh[1]),
+                 "rows apart": (into[0][at:at + 2 * k:2], place[1]) if at + 2 * k <= n else fresh,
+                 "other dtype": (place[0], into[1].view(np.uint32)[at:at + k])}[kind]
+        want[0][at:at + k], want[1][at:at + k] = piece
+        pieces.append(piece)
+        at += k
+    assert write(into, 0, pieces) == n
+    assert into[0].tolist() == want[0].tolist() and into[1].tolist() == want[1].tolist()

@@ -143,10 +143,15 @@ def write(into: Piece, at: int, pieces: Sequence[Piece]) -> int:
     into_pointers, into_components = into
     for pointers, components in pieces:
         end = at + len(pointers)
-        if end > at and pointers.ctypes.data != into_pointers[at:end].ctypes.data:
+        if end > at and not (_is(pointers, into_pointers[at:end]) and _is(components, into_components[at:end])):
             into_pointers[at:end], into_components[at:end] = pointers, components
         at = end
     return at
+
+
+def _is(array: np.ndarray, place: np.ndarray) -> bool:
+    """Whether ``array`` is the very memory of ``place``: the same start, layout and dtype."""
+    return array.dtype == place.dtype and array.strides == place.strides and array.ctypes.data == place.ctypes.data
 
 
 def joined(pieces: Sequence[Piece]) -> Piece:
