@@ -19,6 +19,7 @@ SCALARS = st.one_of(INT64, st.integers(), st.floats(), st.booleans(), st.none(),
                     st.just(np.int64(7)), st.just(np.float32(0.5)), st.lists(st.integers(0, 9), max_size=2),
                     st.tuples(st.floats(0, 1)), st.just(np.array([1, 2])), st.just(torch.tensor(3)),
                     st.just(torch.tensor([0.5])))
+NUMPY_SCALARS = st.sampled_from([np.bool_(True), np.uint16(2), np.array(np.uint32(5)), np.int8(-1), np.float16(0.5)])
 
 
 def _same(ours, theirs) -> bool:
@@ -45,8 +46,20 @@ def _outcome(collate, values):
                  st.lists(st.one_of(INT64, st.floats(), st.booleans()), min_size=1),
                  st.lists(SCALARS, min_size=1, max_size=6)))
 def test_a_fields_values_collate_as_torch_collates_them(values):
+    _assert_alike(values)
+
+
+def _assert_alike(values: list) -> None:
+    """``collate_values`` makes what ``default_collate`` makes of ``values``, or raises as it does."""
     ours, theirs = _outcome(collate_values, values), _outcome(default_collate, values)
     assert ours[0] == theirs[0] and (ours[1] is theirs[1] if ours[0] == "raised" else _same(ours[1], theirs[1]))
+
+
+@given(st.lists(st.one_of(INT64, st.floats(), NUMPY_SCALARS), min_size=2, max_size=5))
+def test_numbers_with_numpy_scalars_among_them_collate_as_torch_collates_them(values):
+    """torch refuses some mixes that numpy would make an array of (an int with a numpy bool or
+    an unsigned scalar): so must zephon."""
+    _assert_alike(values)
 
 
 def test_numbers_take_the_numpy_way_and_the_batch_owns_them():

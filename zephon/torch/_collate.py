@@ -59,10 +59,12 @@ def collate_values(values: list[Any]) -> Any:
     """``default_collate(values)``. A list of Python ints or floats (what a map step's numeric
     field gives) goes through numpy, which makes the same tensor in a sixth of the time:
     ``torch.tensor`` of 256 ints takes 32 µs, 5 % of the benchmark's map workers. numpy must
-    read the list as int64 (or float64) whole; anything else (ints with floats, which torch
-    makes float32, an int beyond int64, None, a nested list) is left to ``default_collate``."""
+    read the list as int64 (or float64) whole, and only a list of Python ints alone (or
+    floats alone) takes that way; anything else (ints with floats, which torch makes float32,
+    with numpy scalars, which it may refuse, an int beyond int64, None, a nested list) is left
+    to ``default_collate``."""
     kind = type(values[0])
-    if kind is int or kind is float:
+    if (kind is int or kind is float) and len(set(map(type, values))) == 1:
         try:
             array = np.array(values)
         except (ValueError, TypeError, OverflowError):  # ragged or odd: default_collate says what it makes of it
