@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from zephon import StaticMixtureWorkSource
 from zephon.io import Dataset, block_span, fetch, fetch_table, take_rows
+from zephon.io._take import chunk_of
 
 PARQUET_COUNTS = [13, 0, 29, 7]
 JSONL_COUNTS = [6, 11, 0]
@@ -163,6 +164,20 @@ def test_take_rows_is_arrows_take_without_joining_the_chunks(sizes, data):
     want = table.combine_chunks().take(pa.array(rows, pa.int64()))
     assert take_rows(table, rows).equals(want)
     assert take_rows(table.column("s"), rows).to_pylist() == want.column("s").to_pylist()
+
+
+@given(st.lists(st.integers(0, 6), max_size=8), st.data())
+def test_chunk_of_is_a_search_of_the_chunk_ends(lengths, data):
+    """Both ways of ``chunk_of`` (a table of each row's chunk, taken when the rows are many
+    beside the chunks', else a binary search) give ``searchsorted``'s chunks, empty chunks and
+    rows outside them included."""
+    ends = np.cumsum(lengths, dtype=np.int64)
+    total = int(ends[-1]) if len(ends) else 0
+    anywhere = st.integers(-3, 60)
+    inside = st.integers(0, total - 1) if total else anywhere
+    rows = np.array(data.draw(st.lists(inside | anywhere, max_size=40) | st.lists(inside, max_size=40)),
+                    dtype=np.int64)
+    assert chunk_of(ends, rows).tolist() == np.searchsorted(ends, rows, side="right").tolist()
 
 
 def plan_reference(pointers):

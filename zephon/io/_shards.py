@@ -33,7 +33,7 @@ import pyarrow.fs as pafs
 from zephon.io._cache import Piece, PieceKey, ShardCache
 from zephon.io._fs import Entry, Location
 from zephon.io._shared import SharedPieces, piece_name
-from zephon.io._take import take_rows
+from zephon.io._take import chunk_of, take_rows
 from zephon.io.retry import RetryPolicy, ShardChangedError, StorageError, in_background
 
 T = TypeVar("T")
@@ -297,7 +297,7 @@ class ShardReader(Generic[Meta]):
 
     def plan(self, k: int, offsets: np.ndarray) -> list[tuple[int, int]]:
         """``(piece, position of its first use)`` for the pieces ``offsets`` need, in order of first use."""
-        pieces = np.searchsorted(self._ends(k, self.meta(k)), offsets, side="right")
+        pieces = chunk_of(self._ends(k, self.meta(k)), offsets)
         unique, first = np.unique(pieces, return_index=True)
         order = np.argsort(first, kind="stable")
         return list(zip(unique[order].tolist(), first[order].tolist()))
@@ -366,7 +366,7 @@ class ShardReader(Generic[Meta]):
         """
         ends = self._ends(k, self.meta(k))
         starts = np.concatenate(([0], ends[:-1])).astype(np.int64)
-        pieces = np.searchsorted(ends, offsets, side="right")
+        pieces = chunk_of(ends, offsets)
         ascending = bool((pieces[1:] >= pieces[:-1]).all())
         order = np.arange(len(pieces)) if ascending else np.argsort(pieces, kind="stable")
         cuts = np.flatnonzero(np.diff(pieces[order])) + 1
@@ -404,7 +404,7 @@ class ShardReader(Generic[Meta]):
         the rows are ``concat_tables(tables).take(rows)``, gathered at once by a caller that
         reads several shards."""
         ends = self._ends(k, self.meta(k))
-        pieces = np.searchsorted(ends, offsets, side="right")
+        pieces = chunk_of(ends, offsets)
         used = np.flatnonzero(np.bincount(pieces, minlength=len(ends)))
         tables: list[pa.Table] = self.pieces(k, used.tolist(), columns)
         # per used piece: its first row in the concatenation, less its first offset
