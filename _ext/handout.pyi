@@ -6,6 +6,7 @@ class Cursor:
     units: list[Any]
     ends: Any
     names: Any
+    make: Any
     next: int
     count: int
     counted: int

@@ -15,7 +15,7 @@ cdef class Cursor:
     cdef public object bundle
     cdef public list units
     cdef public object ends
-    cdef public object names
+    cdef public object names, make
     cdef public Py_ssize_t next, count, counted
 
 
@@ -69,6 +69,8 @@ cdef class RoundRobin:
             if not 0 <= k < len(cursor.units):
                 raise IndexError(f"reader {reader}'s cursor is at unit {k} of {len(cursor.units)}")
             unit = cursor.units[k]
+            if cursor.make is not None:
+                unit = cursor.make(unit)
             if cursor.names is not None:
                 unit = {self.key_unit: unit, self.key_names: cursor.names[k]}
             end = cursor.ends[k]

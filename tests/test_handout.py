@@ -26,7 +26,8 @@ class _Budget:
 
 
 def _scripted(base: type) -> type:
-    """``base`` with each reader's bundles played from a script: ``{reader: [(units, names or None)]}``."""
+    """``base`` with each reader's bundles played from a script: ``{reader: [(units, names or None, make or
+    None)]}``."""
 
     class Scripted(base):  # type: ignore[misc, valid-type]
         def setup(self, scripts: dict[int, list[tuple[list[Any], list[Any] | None]]], record: type) -> None:
@@ -34,11 +35,11 @@ def _scripted(base: type) -> type:
 
         def refill(self, reader: int) -> Any:
             while self.scripts[reader]:  # a bundle without units is passed over, as the loader's are
-                units, names = self.scripts[reader].pop(0)
+                units, names, make = self.scripts[reader].pop(0)
                 if units:
                     cursor = self.record()
                     start = self.positions[reader]
-                    cursor.bundle, cursor.units, cursor.names = None, list(units), names
+                    cursor.bundle, cursor.units, cursor.names, cursor.make = None, list(units), names, make
                     cursor.ends = list(range(start + 1, start + len(units) + 1))
                     cursor.next, cursor.count, cursor.counted = 0, len(units), 0
                     self.cursors[reader] = cursor
@@ -66,6 +67,18 @@ class _Names:
         return self.names[k]
 
 
+class _Make:
+    """Makes a unit as it is handed out (``("made", unit)``); the unit ``bad`` raises."""
+
+    def __init__(self, bad: str | None):
+        self.bad = bad
+
+    def __call__(self, unit: str) -> tuple[str, str]:
+        if unit == self.bad:
+            raise ValueError(f"{unit}: cannot be made")
+        return "made", unit
+
+
 @st.composite
 def plays(draw: st.DrawFn) -> tuple[list[int], dict[int, list[Any]], int | None]:
     readers = draw(st.lists(st.integers(0, 6), min_size=1, max_size=4, unique=True))
@@ -76,7 +89,8 @@ def plays(draw: st.DrawFn) -> tuple[list[int], dict[int, list[Any]], int | None]
             units = [f"{reader}.{k}" for k in range(count)]
             named, bad = draw(st.booleans()), draw(st.none() | st.integers(0, 3))
             names = _Names([[f"n{reader}"] * k for k in range(count)], bad)
-            bundles.append((units, names if named else None))
+            make = draw(st.none() | st.builds(_Make, st.none() | st.sampled_from(units or ["-"])))
+            bundles.append((units, names if named else None, make))
         scripts[reader] = bundles
     return readers, scripts, draw(st.none() | st.integers(0, 12))
 
@@ -113,7 +127,8 @@ def test_the_kernel_matches_its_twin(play):
 
 
 def test_readers_take_turns_and_the_ended_ones_are_passed_over():
-    scripts = {0: [(["a0", "a1"], None)], 1: [(["b0"], None), ([], None), (["b1", "b2"], None)], 2: []}
+    scripts = {0: [(["a0", "a1"], None, None)], 1: [(["b0"], None, None), ([], None, None), (["b1", "b2"], None, None)],
+               2: []}
     robin = _scripted(RoundRobin)([1, 2, 0], dict.fromkeys([0, 1, 2], 0), 2, KEYS)
     robin.setup(scripts, Cursor)
     assert list(robin) == ["b0", "a0", "b1", "a1", "b2"]
@@ -123,7 +138,7 @@ def test_readers_take_turns_and_the_ended_ones_are_passed_over():
 
 def test_a_named_unit_is_handed_out_with_its_names():
     robin = _scripted(RoundRobin)([0], {0: 5}, 1, KEYS)
-    robin.setup({0: [(["p0", "p1"], [["x"], ["y", "z"]])]}, Cursor)
+    robin.setup({0: [(["p0", "p1"], [["x"], ["y", "z"]], None)]}, Cursor)
     assert list(robin) == [{"unit": "p0", "names": ["x"]}, {"unit": "p1", "names": ["y", "z"]}]
     assert robin.positions == {0: 7}
 
@@ -131,7 +146,7 @@ def test_a_named_unit_is_handed_out_with_its_names():
 def test_a_cursor_past_its_units_raises_in_the_kernel_as_in_its_twin():
     for base, record in ((RoundRobin, Cursor), (RoundRobinReference, SimpleNamespace)):
         robin = _scripted(base)([0], {0: 0}, 1, KEYS)
-        robin.setup({0: [(["p0"], None)]}, record)
+        robin.setup({0: [(["p0"], None, None)]}, record)
         cursor = robin.refill(0)
         cursor.count = 3  # a cursor that claims more units than it holds
         assert next(robin) == "p0"

@@ -8,6 +8,7 @@ import logging
 import math
 import threading
 
+import numpy as np
 import pytest
 import torch
 from helpers import lane_streams
@@ -500,6 +501,13 @@ def test_bundles_pin_their_tensors(monkeypatch):
     bundle.pointers, bundle.units = None, [{"x": torch.ones(2), "_component": ["a", "b"]}]
     bundle.pin_memory()
     assert pinned[-1] == (2,) and bundle.units[0]["_component"] == ["a", "b"]
+    from zephon.torch._collate import Strings
+
+    text = Strings(np.array([0, 2, 5]), np.frombuffer(b"hiyou", dtype=np.uint8))
+    bundle.units, bundle.shipped, bundle.lazy = [{"x": torch.ones(3), "text": text}], True, True
+    assert bundle.land().units[0]["text"] is text  # a lazy bundle's units are landed one by one, as handed out
+    bundle.pin_memory()  # a pinned one, whole
+    assert pinned[-1] == (3,) and bundle.units[0]["text"] == ["hi", "you"] and not bundle.shipped
 
 
 def test_collectives_use_the_cuda_device_under_nccl(monkeypatch):

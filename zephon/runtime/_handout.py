@@ -4,7 +4,8 @@
 
 A reader's units wait in a *cursor* (``zephon._ext.handout.Cursor``): its bundle's ``units``,
 from ``next`` on (``count`` in all), each handed out with the reader's position after it
-(``ends``), and, when ``names`` is set, as ``{keys[0]: unit, keys[1]: names[k]}`` (a batch of
+(``ends``): as ``make(unit)`` when ``make`` is set (a bundle's strings, made a batch at a
+time), and, when ``names`` is set, as ``{keys[0]: unit, keys[1]: names[k]}`` (a batch of
 pointers and its component names, made as it is handed out). The subclass supplies
 ``refill(reader)`` (store the reader's next cursor with units in ``cursors`` and return it;
 None after its last), ``finish()`` (the readers ended) and ``run_out()`` (the ``even`` budget
@@ -51,9 +52,11 @@ class RoundRobinReference:
 
     def _take(self, reader: int, cursor: Any) -> Any:
         """The reader's next unit, with its position and turn moved on past it (all made
-        first: a unit whose names or position raise changes nothing)."""
+        first: a unit whose making, names or position raise changes nothing)."""
         k = cursor.next
         unit = cursor.units[k]
+        if cursor.make is not None:
+            unit = cursor.make(unit)
         if cursor.names is not None:
             unit = {self.keys[0]: unit, self.keys[1]: cursor.names[k]}
         end = cursor.ends[k]

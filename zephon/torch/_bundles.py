@@ -97,8 +97,8 @@ class Bundle:
     """Several consecutive batches (or items) of one reader, with their ledger facts."""
 
     __slots__ = ("worker", "start", "stop", "ends", "units", "pointers", "components", "bounds",
-                 "segments", "events", "last", "dropped", "skipped", "shipped", "slot", "tokens", "tokens_dropped",
-                 "filtered_left")
+                 "segments", "events", "last", "dropped", "skipped", "shipped", "lazy", "slot", "tokens",
+                 "tokens_dropped", "filtered_left")
 
     def __init__(self, worker: int, start: int, segments: list[Segment], events: list[Event] | list[Snapshot],
                  last: bool):
@@ -111,6 +111,7 @@ class Bundle:
         self.stop = start  # absolute position after the bundle's last sample
         self.skipped: list[int] | None = None  # batches: samples drop_last dropped that each passes over (None: none)
         self.shipped = False  # the units hold what ``land`` makes the batches of (tensors as numpy, strings as bytes)
+        self.lazy = False  # shipped units are landed as each is handed out (no shared slot waits for them)
         self.dropped: list[int] | None = None  # batches of records: items a filter dropped from each
         self.slot: tuple[int, int, int] | None = None  # from a worker: where its pointers or units' arrays wait
         self.tokens: np.ndarray | None = None  # packed, per unit: real tokens per component id, padding, tokens dropped
@@ -126,18 +127,20 @@ class Bundle:
 
     def land(self) -> Bundle:
         """In the main process: the pointers, or the units' stowed arrays, as tensors over their
-        shared slot, and the units' other tensors back from their trip as numpy arrays."""
+        shared slot, and the units' other tensors back from their trip as numpy arrays (a
+        ``lazy`` bundle's units stay shipped: each is landed as it is handed out)."""
         if self.slot is not None and self.units is not None:
             self.units = unstow(self.worker, self.slot, self.units)
         elif self.slot is not None:
             self.pointers, self.components = take(self.worker, self.slot)
         self.slot = None
-        if self.shipped and self.units is not None:
+        if self.shipped and self.units is not None and not self.lazy:
             self.units = [land(unit) for unit in self.units]
-        self.shipped = False
+            self.shipped = False
         return self
 
     def pin_memory(self) -> Bundle:
+        self.lazy = False  # pinned whole, so landed whole
         self.land()
         if self.pointers is not None:  # the batches are views of this tensor
             self.pointers = pointer_tensor(self.pointers).pin_memory()
@@ -375,7 +378,9 @@ def _columnar_bundles(mux: LaneMux, plan: Plan, worker: int, background: bool) -
             assert bundle.bounds is not None  # _framed cut the samples into batches
             bundle.units = columnar_batches(pipeline, columns, pointers, components, bundle.bounds)
             del columns  # the batches hold their rows: none stay here while the next fetch is awaited
-            bundle.components, bundle.shipped = components, True  # land() makes their strings
+            # their strings are made by land(): in this process, a batch at a time as it is handed out (made a
+            # bundle at once, the garbage collector swept the bundle's lists again and again)
+            bundle.components, bundle.shipped, bundle.lazy = components, True, fetcher is not None
             plan.fit_bundles(row_bytes)
             yield bundle
             if bundle.last:

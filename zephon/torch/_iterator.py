@@ -25,7 +25,7 @@ from zephon.runtime import (
     KEY_COMPONENT, KEY_SAMPLE_ID, SERVED, Entry, Even, Event, LoaderStats, Pipeline, RankCount, Snapshot, Snapshots,
     Tracker, log_once,
 )
-from zephon.torch._bundles import Bundle, Plan, pointer_tensor
+from zephon.torch._bundles import Bundle, Plan, land, pointer_tensor
 from zephon.torch._relay import Relay
 from zephon.torch._workers import WorkerDiedError, dead_worker
 
@@ -44,6 +44,7 @@ class _Cursor(Cursor):
 
     def __init__(self, bundle: Bundle, pipeline: Pipeline, size: int | None):
         self.bundle, self.next, self.counted, self.names = bundle, 0, 0, None
+        self.make = land if bundle.shipped else None  # a lazy bundle's units are landed one by one
         if bundle.units is not None:
             self.units = bundle.units
         elif size is None:
