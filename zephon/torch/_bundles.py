@@ -134,8 +134,9 @@ class Bundle:
         elif self.slot is not None:
             self.pointers, self.components = take(self.worker, self.slot)
         self.slot = None
-        if self.shipped and self.units is not None and not self.lazy:
-            self.units = [land(unit) for unit in self.units]
+        if self.shipped and not self.lazy:
+            if self.units is not None:
+                self.units = [land(unit) for unit in self.units]
             self.shipped = False
         return self
 
