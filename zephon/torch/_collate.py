@@ -57,12 +57,12 @@ def collate_rows(items: Sequence[Any], sample_ids: np.ndarray | None) -> Any:
 
 def collate_values(values: list[Any]) -> Any:
     """``default_collate(values)``. A list of Python ints or floats (what a map step's numeric
-    field gives) goes through numpy, which makes the same tensor in a sixth of the time:
-    ``torch.tensor`` of 256 ints takes 32 µs, 5 % of the benchmark's map workers. numpy must
-    read the list as int64 (or float64) whole, and only a list of Python ints alone (or
-    floats alone) takes that way; anything else (ints with floats, which torch makes float32,
-    with numpy scalars, which it may refuse, an int beyond int64, None, a nested list) is left
-    to ``default_collate``."""
+    field gives) goes through numpy, which makes the same tensor in a third of the time:
+    ``torch.tensor`` of 256 ints takes 32 µs (5 % of the benchmark's map workers), this 10.
+    numpy must read the list as int64 (or float64) whole, and only a list of Python ints alone
+    (or floats alone) takes that way; anything else (ints with floats, which torch makes
+    float32, with numpy scalars, which it may refuse, an int beyond int64, None, a nested list)
+    is left to ``default_collate``."""
     kind = type(values[0])
     if (kind is int or kind is float) and len(set(map(type, values))) == 1:
         try:
