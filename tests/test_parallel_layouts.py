@@ -12,6 +12,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
@@ -229,6 +231,31 @@ def test_broadcast_replicas_receive_the_batches_computing_replicas_read(tmp_path
         zt.DataLoader(pipeline(), replicate="broadcast", dp_rank=0, dp_size=1)
     with pytest.raises(ValueError, match="replicate="):
         zt.DataLoader(pipeline(), replicate="scatter")
+
+
+def replicated_text(rank, world, replicate, directory):
+    """A DP 2 x TP 2 rank reading Parquet text in its own process with ``replicate``: its
+    batches (a replica's first rank sends them still as bytes, made ``str`` where handed out)."""
+    mesh = init_device_mesh("cpu", (2, 2), mesh_dim_names=("dp", "tp"))
+    datasets = [Dataset.from_path(name, Path(directory) / name, catalog_dir=Path(directory) / f"catalog{rank}")
+                for name in ("a", "b")]
+    source = StaticMixtureWorkSource(datasets, {"a": 0.6, "b": 0.4}, chunk_size=8, seed=4, shuffle_within_shard=True)
+    loader = zt.DataLoader(Pipeline(source, columns=["text"]), batch_size=BATCH, canonical_replicas=LANES,
+                           device_mesh=mesh, replicate=replicate, even_batches=False)
+    return [batch["text"] for batch in loader]
+
+
+def test_broadcast_replicas_receive_the_text_computing_replicas_read(tmp_path):
+    for name, rows in (("a", 60), ("b", 40)):
+        (tmp_path / name).mkdir()
+        for s in range(2):
+            pq.write_table(pa.table({"text": [f"{name}{s}-{i}" for i in range(rows)]}),
+                           tmp_path / name / f"{s}.parquet", row_group_size=16)
+    computed = finish(*start_ranks(replicated_text, 4, tmp_path, "compute", str(tmp_path), tag="compute"))
+    sent = finish(*start_ranks(replicated_text, 4, tmp_path, "broadcast", str(tmp_path), tag="broadcast"))
+    assert sent == computed and all(type(t) is str for batches in sent for batch in batches for t in batch)
+    read = [t for batches in computed[0] + computed[2] for t in batches]  # the two replicas read every row once
+    assert len(read) == len(set(read)) == 200
 
 
 def broadcast_on_a_part(rank, world):
