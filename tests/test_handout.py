@@ -30,7 +30,7 @@ def _scripted(base: type) -> type:
     None)]}``."""
 
     class Scripted(base):  # type: ignore[misc, valid-type]
-        def setup(self, scripts: dict[int, list[tuple[list[Any], list[Any] | None]]], record: type) -> None:
+        def setup(self, scripts: dict[int, list[tuple[list[Any], Any, Any]]], record: type) -> None:
             self.scripts, self.record, self.ended = {r: list(s) for r, s in scripts.items()}, record, []
 
         def refill(self, reader: int) -> Any:
@@ -104,7 +104,7 @@ def _play(base: type, record: type, readers: list[int], scripts: dict[int, list[
     while True:
         try:
             unit = next(robin)
-        except (StopIteration, ValueError) as stop:  # a unit whose names raise changes nothing
+        except (StopIteration, ValueError) as stop:  # a unit whose making or names raise changes nothing
             seen.append((type(stop).__name__, dict(robin.positions), list(robin.recent), robin.yielded,
                          robin.upcoming(), [(r, c.next) for r, c in robin.cursors.items() if c is not None]))
             return seen, robin.ended
@@ -117,7 +117,7 @@ def test_the_kernel_matches_its_twin(play):
     readers, scripts, target = play
     assert _play(RoundRobin, Cursor, *play) == _play(RoundRobinReference, SimpleNamespace, *play)
     units, ended = _play(RoundRobin, Cursor, *play)
-    if units[-1][0] == "ValueError":  # stopped at a unit whose names raised: none of it was taken
+    if units[-1][0] == "ValueError":  # stopped at a unit whose making or names raised: none of it was taken
         before = units[-2][1:4] if len(units) > 1 else (dict.fromkeys(readers, 0), [], 0)
         assert units[-1][1:4] == before
         return

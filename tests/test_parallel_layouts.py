@@ -242,7 +242,9 @@ def replicated_text(rank, world, replicate, directory):
     source = StaticMixtureWorkSource(datasets, {"a": 0.6, "b": 0.4}, chunk_size=8, seed=4, shuffle_within_shard=True)
     loader = zt.DataLoader(Pipeline(source, columns=["text"]), batch_size=BATCH, canonical_replicas=LANES,
                            device_mesh=mesh, replicate=replicate, even_batches=False)
-    return [batch["text"] for batch in loader]
+    texts = [batch["text"] for batch in loader]
+    assert all(type(text) is list and all(type(t) is str for t in text) for text in texts)  # not bytes left unmade
+    return texts
 
 
 def test_broadcast_replicas_receive_the_text_computing_replicas_read(tmp_path):
@@ -253,7 +255,7 @@ def test_broadcast_replicas_receive_the_text_computing_replicas_read(tmp_path):
                            tmp_path / name / f"{s}.parquet", row_group_size=16)
     computed = finish(*start_ranks(replicated_text, 4, tmp_path, "compute", str(tmp_path), tag="compute"))
     sent = finish(*start_ranks(replicated_text, 4, tmp_path, "broadcast", str(tmp_path), tag="broadcast"))
-    assert sent == computed and all(type(t) is str for batches in sent for batch in batches for t in batch)
+    assert sent == computed
     read = [t for batches in computed[0] + computed[2] for t in batches]  # the two replicas read every row once
     assert len(read) == len(set(read)) == 200
 
