@@ -39,8 +39,9 @@ def take_rows(data: Data, rows: np.ndarray) -> Data:
     if len(chunks) <= 1 or not len(rows):
         return data.take(pa.array(rows, pa.int64()))
     lengths = np.array([len(chunk) for chunk in chunks], dtype=np.int64)
-    starts = np.cumsum(lengths) - lengths
-    chunk = chunk_of(starts + lengths, rows)
+    ends = np.cumsum(lengths)
+    starts = ends - lengths
+    chunk = chunk_of(ends, rows)
     order = np.argsort(chunk, kind="stable")
     parts = []
     for part in np.split(order, np.flatnonzero(np.diff(chunk[order])) + 1):
