@@ -248,22 +248,29 @@ def read_order(const int64_t[::1] counts, bint weighted_random, uint64_t random_
 
 
 def read_pointers(const int64_t[:, ::1] buffer, const int64_t[::1] counts,
-                  bint weighted_random, uint64_t random_key, const uint64_t[::1] shuffle_keys):
+                  bint weighted_random, uint64_t random_key, const uint64_t[::1] shuffle_keys,
+                  object pointers=None, object component=None):
     """(pointers (N, 3), component (N,)) int64 arrays: buffer[rows] and component of read_order.
 
-    buffer is the chunk's (N, 3) pointers, components back to back as counts says.
+    buffer is the chunk's (N, 3) pointers, components back to back as counts says. pointers
+    and component, when given, are the C-contiguous int64 arrays written (and returned).
     """
     cdef int64_t total = _total(counts, shuffle_keys)
     if buffer.shape[0] != total or buffer.shape[1] != 3:
         raise ValueError(f"read_pointers: buffer has shape ({buffer.shape[0]}, "
                          f"{buffer.shape[1]}) but counts sum to {total}; pass the chunk's "
                          f"({total}, 3) buffer")
-    pointers = np.empty((total, 3), dtype=np.int64)
-    component = np.empty(total, dtype=np.int64)
+    pointers = np.empty((total, 3), dtype=np.int64) if pointers is None else pointers
+    component = np.empty(total, dtype=np.int64) if component is None else component
+    cdef int64_t[::1] component_view = component
+    cdef int64_t[:, ::1] pointers_view = pointers
+    if pointers_view.shape[0] != total or pointers_view.shape[1] != 3 or component_view.shape[0] != total:
+        raise ValueError(f"read_pointers: the output arrays have shapes {np.shape(pointers)} and "
+                         f"{np.shape(component)}; pass ({total}, 3) and ({total},) int64 arrays")
     rows = np.empty(total, dtype=np.int64)
     scratch = np.zeros((SCRATCH, counts.shape[0]), dtype=np.int64)
-    cdef int64_t[::1] component_view = component, rows_view = rows
-    cdef int64_t[:, ::1] pointers_view = pointers, scratch_view = scratch
+    cdef int64_t[::1] rows_view = rows
+    cdef int64_t[:, ::1] scratch_view = scratch
     cdef Perm* perms = NULL if shuffle_keys is None else _make_perms(counts, shuffle_keys)
     try:
         with nogil:

@@ -190,6 +190,20 @@ def test_random_orders_depend_on_the_seed():
         assert len(orders) == 10
 
 
+@settings(max_examples=60, deadline=None)
+@given(chunk=chunks(), config=read_configs, cached=st.booleans())
+def test_read_order_into_writes_the_read_order(chunk, config, cached):
+    """``read_order_into`` writes what ``read_order`` gives, whether the chunk cached it or not
+    (and caches nothing itself)."""
+    if cached:
+        chunk.read_order(config)
+    pointers, component = np.full((len(chunk), 3), -1, dtype=np.int64), np.full(len(chunk), -1, dtype=np.int64)
+    chunk.read_order_into(pointers, component, config)
+    assert cached or not chunk._orders
+    want = chunk.read_order(config)
+    assert pointers.tolist() == want[0].tolist() and component.tolist() == want[1].tolist()
+
+
 def test_read_order_is_cached_and_read_only():
     chunk = small_chunk()
     pointers, component = chunk.read_order()

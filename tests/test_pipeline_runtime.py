@@ -380,8 +380,9 @@ def test_save_checkpoint_refuses_what_would_not_load(tmp_path):
 @settings(max_examples=60)
 @given(setup, st.integers(8, 40), st.data())
 def test_take_into_writes_what_take_gives(cfg, chunk_size, data):
-    """``take_into`` (several lanes' rounds made in place in the caller's arrays) writes the
-    samples and turns of ``take``, whatever the requests and where they are written."""
+    """``take_into`` (several lanes' rounds made in place in the caller's arrays, a lone lane's
+    whole chunks read there) writes the samples and turns of ``take``, whatever the requests,
+    where they are written and the component ids' dtype."""
     datasets = [Dataset.from_counts("a", [40, 17, 0, 33]), Dataset.from_counts("b", [25, 25]),
                 Dataset.from_counts("c", [30])]
     source = StaticMixtureWorkSource(datasets, {"a": 0.5, "b": 0.3, "c": 0.2}, chunk_size=chunk_size, seed=3,
@@ -390,10 +391,11 @@ def test_take_into_writes_what_take_gives(cfg, chunk_size, data):
     lanes = sorted(data.draw(st.sets(st.integers(0, replicas - 1), min_size=1)))
     start = initial_entries(source, lanes, replicas)
     taking, writing = mux_of(source, lanes, replicas, start, cfg), mux_of(source, lanes, replicas, start, cfg)
-    into = np.full((640, 3), -1, dtype=np.int64), np.full(640, -1, dtype=np.int32)
+    ids = data.draw(st.sampled_from([np.int32, np.int64]))
+    into = np.full((640, 3), -1, dtype=np.int64), np.full(640, -1, dtype=ids)
     at = data.draw(st.integers(0, 5))
     while at < 540:
-        n = data.draw(st.integers(1, 12)) * unit
+        n = data.draw(st.integers(1, 16)) * unit
         pointers, components, turns = taking.take(n)
         k, written = writing.take_into(into, at, n)
         assert k == len(pointers) and written.tolist() == turns.tolist()
@@ -401,6 +403,21 @@ def test_take_into_writes_what_take_gives(cfg, chunk_size, data):
         if not k:
             return
         at += k
+
+
+def test_a_lone_lanes_chunks_are_read_where_take_into_writes_them():
+    """A lane read alone has each chunk that fits in ``take_into``'s arrays read there (its
+    samples are not copied again), and what it writes is the lane's stream."""
+    source = make_source(chunk_size=6)
+    lanes = initial_entries(source, [0], 1)
+    taking, writing = LaneMux(source, [0], 1, lanes, source.component_ids()), LaneMux(source, [0], 1, lanes,
+                                                                                     source.component_ids())
+    into = np.full((36, 3), -1, dtype=np.int64), np.full(36, -1, dtype=np.int64)  # six whole chunks
+    k, _ = writing.take_into(into, 0, 36)
+    pointers, components, _ = taking.take(36)
+    assert k == 36 and into[0].tolist() == pointers.tolist() and into[1].tolist() == components.tolist()
+    lane = writing._active[0]
+    assert np.shares_memory(lane.pointers, into[0]) and np.shares_memory(lane.components, into[1])
 
 
 @given(st.data())

@@ -46,11 +46,14 @@ def test_read_pointers_copies_the_reference_rows(counts, weighted_random, shuffl
                                          min_size=total, max_size=total)),
                       dtype=np.int64).reshape(total, 3)
     buffer.flags.writeable = False  # a chunk's buffer is read-only
+    out = (np.full((total, 3), -1, dtype=np.int64), np.full(total, -1, dtype=np.int64)) \
+        if data.draw(st.booleans(), label="into arrays of the caller's") else None
     pointers, component = read_pointers(buffer, counts, weighted_random=weighted_random,
-                                        shuffle=shuffle, seed=seed)
+                                        shuffle=shuffle, seed=seed, out=out)
     expected_component, rows = read_order_reference(
         counts, weighted_random=weighted_random, shuffle=shuffle, seed=seed)
     assert pointers.dtype == component.dtype == np.int64 and pointers.shape == (total, 3)
+    assert out is None or (pointers is out[0] and component is out[1])
     assert component.tolist() == expected_component
     assert pointers.tolist() == buffer[rows].tolist()
 
@@ -180,6 +183,11 @@ def test_read_pointers_rejects_a_buffer_that_does_not_match_the_counts():
     with pytest.raises(ValueError):
         read_pointers(np.zeros((3, 2), dtype=np.int64), [2, 1], weighted_random=False,
                       shuffle=False, seed=0)
+    for out in [(np.zeros((2, 3), dtype=np.int64), np.zeros(3, dtype=np.int64)),
+                (np.zeros((3, 3), dtype=np.int64), np.zeros(4, dtype=np.int64))]:
+        with pytest.raises(ValueError, match="output arrays"):
+            read_pointers(np.zeros((3, 3), dtype=np.int64), [2, 1], weighted_random=False, shuffle=False, seed=0,
+                          out=out)
 
 
 def test_kernel_rejects_wrong_number_of_shuffle_keys():

@@ -222,19 +222,31 @@ class WorkChunk:
         config : MixtureReadConfig or None, default None
             The read order; ``None`` reads by weighted round robin, components as stored.
         """
-        config = read_config_or_default(config)
-        key = self._order_key(config)
+        key = self._order_key(read_config_or_default(config))
         order = self._orders.get(key)
         if order is None:
-            pointers, component = _read_pointers(
-                self._buffer, self._counts,
-                weighted_random=key[0] is MixtureReadMode.WEIGHTED_RANDOM,
-                shuffle=key[1] is ComponentOrder.SHUFFLE, seed=key[2],
-            )
+            pointers, component = self._read(key)
             pointers.flags.writeable = False
             component.flags.writeable = False
             order = self._orders[key] = (pointers, component)
         return order
+
+    def read_order_into(self, pointers: np.ndarray, component: np.ndarray,
+                        config: MixtureReadConfig | None = None) -> None:
+        """:meth:`read_order` written into ``pointers`` (``(N, 3)``) and ``component``
+        (``(N,)``), C-contiguous int64 arrays, for a caller that wants the order in its place
+        (a DataLoader worker's shared slot) rather than a copy of it; nothing is cached."""
+        order = self._orders.get(key := self._order_key(read_config_or_default(config)))
+        if order is not None:
+            pointers[...], component[...] = order
+        else:
+            self._read(key, (pointers, component))
+
+    def _read(self, key: tuple[Any, ...], out: tuple[np.ndarray, np.ndarray] | None = None
+              ) -> tuple[np.ndarray, np.ndarray]:
+        """The read order of cache key ``key`` (:meth:`_order_key`), into ``out`` if given."""
+        return _read_pointers(self._buffer, self._counts, weighted_random=key[0] is MixtureReadMode.WEIGHTED_RANDOM,
+                              shuffle=key[1] is ComponentOrder.SHUFFLE, seed=key[2], out=out)
 
     def _order_key(self, config: MixtureReadConfig) -> tuple[Any, ...]:
         """Cache key: mode, within-component order and the effective seed (0 if unused)."""

@@ -138,16 +138,17 @@ def read_order(
 
 def read_pointers(
     buffer: np.ndarray, counts: Sequence[int] | np.ndarray, *, weighted_random: bool,
-    shuffle: bool, seed: int,
+    shuffle: bool, seed: int, out: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """``(pointers, component)``: ``buffer[rows]`` and ``component`` of ``read_order``.
 
     ``buffer`` is a C-contiguous ``(N, 3)`` int64 array holding the components back to back
-    as ``counts`` says (it may be read-only).
+    as ``counts`` says (it may be read-only). ``out``: C-contiguous ``(N, 3)`` and ``(N,)``
+    int64 arrays to write them into (and return), instead of new ones.
     """
     counts = _checked_counts(counts)
     draw_key, keys = _kernel_args(counts, weighted_random, shuffle, seed)
-    return _kernel.read_pointers(buffer, counts, weighted_random, draw_key, keys)
+    return _kernel.read_pointers(buffer, counts, weighted_random, draw_key, keys, *(out or ()))
 
 
 def iter_pairs(

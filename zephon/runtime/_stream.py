@@ -198,6 +198,7 @@ class LaneMux:
         self.position = 0  # samples handed out by take()
         self._frontier = 0  # samples generated
         self._carry: deque[Piece] = deque()
+        self._place: tuple[Piece, int] | None = None  # take_into's arrays and the stream position of their first
         self._pending = 0  # samples in the carry
         self._turns: deque[tuple[int, int]] = deque()  # the carry's turns (unit > 1) in runs: (length, count)
         self._segments: list[Segment] = []
@@ -270,8 +271,9 @@ class LaneMux:
             return offset - start if current == chunk and offset is not None else 1 << 62
         return taken
 
-    def _load_chunk(self, slot: _Lane) -> Any:
-        """Pull the lane's next non-empty chunk; its chunk-start state (token), or None at the end."""
+    def _load_chunk(self, slot: _Lane, at: int = -1) -> Any:
+        """Pull the lane's next non-empty chunk, whose first sample is the stream's sample ``at``
+        (-1: not known); its chunk-start state (token), or None at the end."""
         while True:
             state, chunk = self._pull(slot)
             slot.chunks += 1
@@ -279,10 +281,29 @@ class LaneMux:
                 return None
             if len(chunk):
                 break
-        pointers, local = chunk.read_order()
         ids = self._ids_of(slot.lane, chunk.component_names)
-        slot.pointers, slot.components = pointers, local if ids is None else ids[local]
+        if not self._read_in_place(slot, chunk, ids, at):
+            pointers, local = chunk.read_order()
+            slot.pointers, slot.components = pointers, local if ids is None else ids[local]
         return state
+
+    def _read_in_place(self, slot: _Lane, chunk: WorkChunk, ids: np.ndarray | None, at: int) -> bool:
+        """Write the chunk's read order where its samples go, when they all go, one after the
+        other, to the arrays :meth:`take_into` fills (a lane read alone, whose chunks no
+        readahead reads too): they are not copied there again."""
+        if self._place is None or self.readahead is not None or len(self._active) != 1:
+            return False
+        (pointers, components), first = self._place
+        start, end = at - first, at - first + len(chunk)
+        if at < 0 or start < 0 or end > len(pointers):
+            return False
+        slot.pointers, slot.components = pointers[start:end], components[start:end]
+        direct = ids is None and components.dtype == np.int64
+        local = slot.components if direct else np.empty(len(chunk), dtype=np.int64)
+        chunk.read_order_into(slot.pointers, local)
+        if not direct:
+            slot.components[...] = local if ids is None else ids[local]
+        return True
 
     def _ids_of(self, lane: int, names: tuple[str, ...]) -> np.ndarray | None:
         """The vocabulary's ids of a chunk's component names (None: the chunk's own ids are
@@ -305,7 +326,7 @@ class LaneMux:
         while got < want:
             at = self._offsets[slot.lane]
             if at == len(slot.pointers):
-                state = self._load_chunk(slot)
+                state = self._load_chunk(slot, self._frontier + got)
                 if state is None:
                     self._events.append(Event(self._frontier + got, slot.lane, _token(slot.source)))
                     del self._offsets[slot.lane]
@@ -401,7 +422,11 @@ class LaneMux:
         for a caller that copies them anyway (joining them would copy them once more); with
         ``into`` (:meth:`take_into`), pieces of several lanes' rounds lie there already."""
         if self._pending < n:
-            self._generate(n - self._pending, into)
+            self._place = None if into is None else (into, self._frontier)
+            try:
+                self._generate(n - self._pending, into)
+            finally:
+                self._place = None
         if self._unit == 1:
             k = min(n, self._pending)
             turns = np.ones(k, dtype=np.int64)

@@ -43,7 +43,7 @@ from torch.utils.data import IterableDataset, get_worker_info
 
 from zephon.io import PieceStore, fetch_rows
 from zephon.runtime import (
-    DROPPED, KEY_COMPONENT, KEY_SAMPLE_ID, Entry, Event, LaneMux, Pipeline, Segment, Snapshot, joined, paused_gc,
+    DROPPED, KEY_COMPONENT, KEY_SAMPLE_ID, Entry, Event, LaneMux, Pipeline, Segment, Snapshot, paused_gc,
 )
 from zephon.torch._collate import Strings, collate_rows, columnar_batches, gathered_columns
 from zephon.torch._packed import packed_bundles, units_per_bundle
@@ -337,10 +337,11 @@ def _next_bundle(mux: LaneMux, plan: Plan, worker: int, slots: Slots | None) -> 
 def _taken(mux: LaneMux, plan: Plan, worker: int) -> tuple[Bundle, np.ndarray, np.ndarray]:
     """The reader's next ``plan.bundle_size`` samples: their bundle, framed, and the pointers and
     component ids of the rows its batches keep."""
-    start = mux.position
-    pieces, turns = mux.take_pieces(plan.bundle_size)
-    bundle, keep = _framed(mux, plan, worker, start, sum(len(c) for _, c in pieces), turns)
-    pointers, components = joined(pieces)
+    start, size = mux.position, plan.bundle_size
+    into = np.empty((size, 3), dtype=np.int64), np.empty(size, dtype=np.int64)
+    n, turns = mux.take_into(into, 0, size)
+    bundle, keep = _framed(mux, plan, worker, start, n, turns)
+    pointers, components = into[0][:n], into[1][:n]
     if keep is not None:
         pointers, components = pointers[keep], components[keep]
     return bundle, pointers, components
