@@ -19,7 +19,6 @@ import numpy as np
 import torch
 
 from zephon._ext.handout import Cursor, RoundRobin
-from zephon._ext.labels import BatchNames
 from zephon.limits import MAX_LAG
 from zephon.runtime import (
     KEY_COMPONENT, KEY_SAMPLE_ID, SERVED, Entry, Even, Event, LoaderStats, Pipeline, RankCount, Snapshot, Snapshots,
@@ -31,6 +30,7 @@ from zephon.torch._workers import WorkerDiedError, dead_worker
 
 OBSERVE_EVERY = 8  # bundles between the stats' looks at the readers' chunk starts (see LoaderIterator._observe) ...
 OBSERVE_SAMPLES = 131072  # ... or fewer, once the bundles since the last look hold this many samples
+VIEWS = 64  # a bundle of pointer batches has the views of this many made at a time (see _Cursor.more)
 
 
 class _Cursor(Cursor):
@@ -38,21 +38,39 @@ class _Cursor(Cursor):
     hand out, and how many of them :meth:`settle` has counted into the stats (counting once per
     bundle, not per batch, keeps the main process's work per batch to a few lookups). A bundle
     of pointer batches makes each batch's dict and names when it is handed out (see
-    ``zephon._ext.labels``)."""
+    ``zephon._ext.labels``), and its views :data:`VIEWS` at a time (:meth:`more`)."""
 
     __slots__ = ()
 
     def __init__(self, bundle: Bundle, pipeline: Pipeline, size: int | None):
         self.bundle, self.next, self.counted, self.names = bundle, 0, 0, None
         self.make = land if bundle.shipped else None  # a lazy bundle's units are landed one by one
+        self.ends = bundle.ends if bundle.ends is not None else range(bundle.start + 1, bundle.stop + 1)
         if bundle.units is not None:
             self.units = bundle.units
         elif size is None:
             self.units = _pointer_items(bundle, pipeline)
         else:
-            self.units, self.names = _pointer_batches(bundle, pipeline)
-        self.ends = bundle.ends if bundle.ends is not None else range(bundle.start + 1, bundle.stop + 1)
+            assert bundle.pointers is not None and bundle.components is not None and bundle.bounds is not None
+            bundle.pointers = pointer_tensor(bundle.pointers)
+            self.units, self.names = [None] * (len(bundle.bounds) - 1), pipeline.batch_names(bundle.components,
+                                                                                               bundle.bounds)
+            self.count = 0
+            self.more()
+            return
         self.count = len(self.units)
+
+    def more(self) -> bool:
+        """Make the views of a bundle of pointer batches' next :data:`VIEWS` batches (False: it
+        has no more). Made a bundle at once, a thousand views outlived the collector's young
+        generations and set off a full collection of the trainer every second or so, 50 ms each."""
+        a, units = self.count, self.units
+        if a == len(units):
+            return False
+        b, bounds, pointers = min(a + VIEWS, len(units)), self.bundle.bounds, self.bundle.pointers
+        units[a:b] = pointers[bounds[a]:bounds[b]].split_with_sizes([bounds[k + 1] - bounds[k] for k in range(a, b)])
+        self.count = b
+        return True
 
     def settle(self, stats: LoaderStats) -> None:
         """Count the units taken since the last call into ``stats``."""
@@ -88,14 +106,6 @@ def _pointer_items(bundle: Bundle, pipeline: Pipeline) -> list[Any]:
     names = pipeline.component_names(bundle.components)
     return [{KEY_SAMPLE_ID: tuple(ids), KEY_COMPONENT: name}
             for ids, name in zip(pointer_tensor(bundle.pointers).tolist(), names)]
-
-
-def _pointer_batches(bundle: Bundle, pipeline: Pipeline) -> tuple[list[Any], BatchNames]:
-    """The pointer views of a bundle's batches, and their names (made when taken)."""
-    assert bundle.pointers is not None and bundle.components is not None and bundle.bounds is not None
-    bounds = bundle.bounds
-    views = pointer_tensor(bundle.pointers).split_with_sizes(np.diff(bounds).tolist()) if len(bounds) > 1 else ()
-    return list(views), pipeline.batch_names(bundle.components, bounds)
 
 
 class LoaderIterator(RoundRobin):
@@ -158,6 +168,8 @@ class LoaderIterator(RoundRobin):
         cursor: _Cursor | None = self.cursors[worker]
         while cursor is None or cursor.next == cursor.count:
             if cursor is not None:
+                if cursor.more():
+                    break
                 cursor.settle(self._stats)
                 if cursor.bundle.last:
                     return None
