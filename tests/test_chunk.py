@@ -204,6 +204,22 @@ def test_read_order_into_writes_the_read_order(chunk, config, cached):
     assert pointers.tolist() == want[0].tolist() and component.tolist() == want[1].tolist()
 
 
+@pytest.mark.parametrize("cached", [False, True])
+def test_read_order_into_refuses_arrays_it_cannot_write_whole(cached):
+    chunk = small_chunk()
+    if cached:
+        chunk.read_order()
+    frozen = np.zeros((10, 3), dtype=np.int64)
+    frozen.flags.writeable = False
+    bad = [(np.zeros((9, 3), dtype=np.int64), "pointers"), (np.zeros((10, 3), dtype=np.int32), "pointers"),
+           (np.asfortranarray(np.zeros((10, 3), dtype=np.int64)), "pointers"), (frozen, "pointers")]
+    for pointers, name in bad:
+        with pytest.raises(ValueError, match=f"{name}=array.*writable C-contiguous int64"):
+            chunk.read_order_into(pointers, np.zeros(10, dtype=np.int64))
+    with pytest.raises(ValueError, match="component=array"):
+        chunk.read_order_into(np.zeros((10, 3), dtype=np.int64), np.zeros(10, dtype=np.int32))
+
+
 def test_read_order_is_cached_and_read_only():
     chunk = small_chunk()
     pointers, component = chunk.read_order()

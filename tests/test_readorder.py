@@ -188,6 +188,12 @@ def test_read_pointers_rejects_a_buffer_that_does_not_match_the_counts():
         with pytest.raises(ValueError, match="output arrays"):
             read_pointers(np.zeros((3, 3), dtype=np.int64), [2, 1], weighted_random=False, shuffle=False, seed=0,
                           out=out)
+    frozen = np.zeros((3, 3), dtype=np.int64)
+    frozen.flags.writeable = False
+    for pointers in [frozen, np.zeros((3, 3), dtype=np.int32), np.zeros((3, 4), dtype=np.int64)[:, :3]]:
+        with pytest.raises(ValueError):  # Cython's own message: read-only, dtype mismatch, not contiguous
+            read_pointers(np.zeros((3, 3), dtype=np.int64), [2, 1], weighted_random=False, shuffle=False, seed=0,
+                          out=(pointers, np.zeros(3, dtype=np.int64)))
 
 
 def test_kernel_rejects_wrong_number_of_shuffle_keys():

@@ -14,6 +14,7 @@ import torch
 from helpers import lane_streams
 
 import zephon.torch as zt
+import zephon.torch._iterator as zt_iterator
 from zephon import Dataset, Pipeline, StaticMixtureWorkSource
 from zephon.core.checkpoint import sealed
 from zephon.runtime import parse_state, rank_lanes, worker_lanes
@@ -128,6 +129,28 @@ def test_resume_on_the_same_topology_is_exact_batch_for_batch(workers, batch):
         fresh = make()
         fresh.load_state_dict(state)
         assert head + [sample_ids(u) for u in fresh] == full, cut
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_resume_is_exact_around_the_views_the_trainer_makes_at_a_time(workers):
+    """A bundle's batch views are made VIEWS at a time: cutting (and stepping back ``lag``
+    batches) on either side of one such block, or of two, resumes exactly, and every batch
+    is its own samples."""
+    views = zt_iterator.VIEWS
+
+    def make():
+        return zt.DataLoader(Pipeline(make_source()), batch_size=1, num_workers=workers, canonical_replicas=1)
+
+    full = [sample_ids(u) for u in make()]
+    assert len(full) > 2 * views + 2 and all(len(u) == 1 for u in full)
+    for cut, lag in [(views - 1, 0), (views, 0), (views + 1, 1), (views + 2, 2), (2 * views, 1), (2 * views + 1, 0)]:
+        loader = make()
+        it = iter(loader)
+        head = [sample_ids(next(it)) for _ in range(cut)]
+        state = json.loads(json.dumps(loader.state_dict(lag=lag)))
+        fresh = make()
+        fresh.load_state_dict(state)
+        assert head[:cut - lag] + [sample_ids(u) for u in fresh] == full, (cut, lag)
 
 
 def test_state_is_exact_whatever_was_prefetched_and_mid_chunk():

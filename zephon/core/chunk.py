@@ -234,8 +234,10 @@ class WorkChunk:
     def read_order_into(self, pointers: np.ndarray, component: np.ndarray,
                         config: MixtureReadConfig | None = None) -> None:
         """:meth:`read_order` written into ``pointers`` (``(N, 3)``) and ``component``
-        (``(N,)``), C-contiguous int64 arrays, for a caller that wants the order in its place
-        (a DataLoader worker's shared slot) rather than a copy of it; nothing is cached."""
+        (``(N,)``), writable C-contiguous int64 arrays (a ``ValueError`` says which is not), for
+        a caller that wants the order in its place (a DataLoader worker's shared slot) rather
+        than a copy of it; nothing is cached."""
+        checks.order_arrays(pointers, component, len(self))
         order = self._orders.get(key := self._order_key(read_config_or_default(config)))
         if order is not None:
             pointers[...], component[...] = order

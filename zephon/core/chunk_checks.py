@@ -1,4 +1,5 @@
-"""Checks of a chunk's arguments: pointer arrays, component names, seed, target, exhausted names.
+"""Checks of a chunk's arguments: pointer arrays, component names, seed, target, exhausted names,
+the arrays ``read_order_into`` writes.
 
 Each check raises a ``TypeError`` or ``ValueError`` naming the argument, its value and the
 fix; those that convert (pointer arrays, target, exhausted names) return the value in the
@@ -64,6 +65,15 @@ def pointer_array(name: Any, value: Any) -> np.ndarray:
             f"components[{name!r}] holds ids outside [0, 2**63); ids are non-negative int64"
         )
     return array.astype(np.int64, copy=False)
+
+
+def order_arrays(pointers: Any, component: Any, n: int) -> None:
+    """Refuse arrays ``read_order_into`` cannot write a chunk of ``n`` samples' order into."""
+    for name, array, shape in (("pointers", pointers, (n, 3)), ("component", component, (n,))):
+        if not (isinstance(array, np.ndarray) and array.shape == shape and array.dtype == np.int64
+                and array.flags.c_contiguous and array.flags.writeable):
+            raise ValueError(f"read_order_into: {name}={describe(array)} must be a writable C-contiguous int64 "
+                             f"array of shape {shape}; pass np.empty({shape}, dtype=np.int64)")
 
 
 def target_mixture(target: Any) -> dict[str, float] | None:

@@ -3,12 +3,13 @@
 ``zephon.torch._iterator`` is built).
 
 A reader's units wait in a *cursor* (``zephon._ext.handout.Cursor``): its bundle's ``units``,
-from ``next`` on (``count`` in all), each handed out with the reader's position after it
-(``ends``): as ``make(unit)`` when ``make`` is set (a bundle's strings, made a batch at a
+from ``next`` up to ``count`` (the units made so far: at ``count``, ``refill`` makes the
+bundle's next ones or moves on to the next bundle), each handed out with the reader's position
+after it (``ends``): as ``make(unit)`` when ``make`` is set (a bundle's strings, made a batch at a
 time), and, when ``names`` is set, as ``{keys[0]: unit, keys[1]: names[k]}`` (a batch of
 pointers and its component names, made as it is handed out). The subclass supplies
-``refill(reader)`` (store the reader's next cursor with units in ``cursors`` and return it;
-None after its last), ``finish()`` (the readers ended) and ``run_out()`` (the ``even`` budget
+``refill(reader)`` (store the reader's cursor with units to hand out in ``cursors`` and
+return it; None after its last), ``finish()`` (the readers ended) and ``run_out()`` (the ``even`` budget
 ran out); both end the iteration.
 """
 from __future__ import annotations

@@ -154,6 +154,11 @@ def _is(array: np.ndarray, place: np.ndarray) -> bool:
     return array.dtype == place.dtype and array.strides == place.strides and array.ctypes.data == place.ctypes.data
 
 
+def _kernel_ready(array: np.ndarray) -> bool:
+    """Whether the read order kernel can write ``array`` as it is: int64, C-contiguous, writable."""
+    return array.dtype == np.int64 and array.flags.c_contiguous and array.flags.writeable
+
+
 def joined(pieces: Sequence[Piece]) -> Piece:
     """Consecutive pieces as one contiguous ``(pointers, component ids)`` pair."""
     if len(pieces) == 1:
@@ -295,14 +300,15 @@ class LaneMux:
             return False
         (pointers, components), first = self._place
         start, end = at - first, at - first + len(chunk)
-        if at < 0 or start < 0 or end > len(pointers):
+        if at < 0 or start < 0 or end > len(pointers) or not _kernel_ready(pointers[start:end]):
             return False
-        slot.pointers, slot.components = pointers[start:end], components[start:end]
-        direct = ids is None and components.dtype == np.int64
-        local = slot.components if direct else np.empty(len(chunk), dtype=np.int64)
-        chunk.read_order_into(slot.pointers, local)
+        pointers, components = pointers[start:end], components[start:end]
+        direct = ids is None and _kernel_ready(components)
+        local = components if direct else np.empty(len(chunk), dtype=np.int64)
+        chunk.read_order_into(pointers, local)
         if not direct:
-            slot.components[...] = local if ids is None else ids[local]
+            components[...] = local if ids is None else ids[local]
+        slot.pointers, slot.components = pointers, components
         return True
 
     def _ids_of(self, lane: int, names: tuple[str, ...]) -> np.ndarray | None:
@@ -433,10 +439,18 @@ class LaneMux:
         else:
             k, turns = self._whole_turns(n)
         pieces = self._cut(k)
+        if into is not None and self._carry:
+            self._detach(into)
         self.position += k
         if not k and self.exhausted and self.readahead is not None:  # the end (else closed when collected)
             self.readahead.close()
         return pieces, turns
+
+    def _detach(self, into: Piece) -> None:
+        """Copy the carry's pieces that view ``into`` (a chunk read there whose last turns did
+        not fit what was taken): the caller may reuse its arrays once :meth:`take_into` returns."""
+        self._carry = deque((p.copy(), c.copy()) if np.may_share_memory(p, into[0]) or
+                            np.may_share_memory(c, into[1]) else (p, c) for p, c in self._carry)
 
     def _add_turns(self, length: int, count: int) -> None:
         """Record ``count`` more turns of ``length`` samples in the carry."""
