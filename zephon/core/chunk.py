@@ -233,10 +233,24 @@ class WorkChunk:
 
     def read_order_into(self, pointers: np.ndarray, component: np.ndarray,
                         config: MixtureReadConfig | None = None) -> None:
-        """:meth:`read_order` written into ``pointers`` (``(N, 3)``) and ``component``
-        (``(N,)``), writable C-contiguous int64 arrays (a ``ValueError`` says which is not), for
-        a caller that wants the order in its place (a DataLoader worker's shared slot) rather
-        than a copy of it; nothing is cached."""
+        """:meth:`read_order` written into arrays of the caller's, for one that wants the order
+        in its place (a DataLoader worker's shared slot) rather than a copy of it. Nothing is
+        cached on the chunk.
+
+        Parameters
+        ----------
+        pointers : numpy.ndarray
+            A writable C-contiguous ``(N, 3)`` int64 array (``N = len(chunk)``): the pointers.
+        component : numpy.ndarray
+            A writable C-contiguous ``(N,)`` int64 array: the component indexes.
+        config : MixtureReadConfig or None, default None
+            The read order, as for :meth:`read_order`.
+
+        Raises
+        ------
+        ValueError
+            An array of another shape, dtype or layout, or read-only.
+        """
         checks.order_arrays(pointers, component, len(self))
         order = self._orders.get(key := self._order_key(read_config_or_default(config)))
         if order is not None:
