@@ -15,9 +15,6 @@ from __future__ import annotations
 from collections import deque
 from typing import Any, Callable, Mapping, cast
 
-import numpy as np
-import torch
-
 from zephon._ext.handout import Cursor, RoundRobin
 from zephon.limits import MAX_LAG
 from zephon.runtime import (
