@@ -296,11 +296,11 @@ class LaneMux:
         """Write the chunk's read order where its samples go, when they all go, one after the
         other, to the arrays :meth:`take_into` fills (a lane read alone, whose chunks no
         readahead reads too): they are not copied there again."""
-        if self._place is None or self.readahead is not None or len(self._active) != 1:
+        if at < 0 or self._place is None or self.readahead is not None or len(self._active) != 1:
             return False
         (pointers, components), first = self._place
         start, end = at - first, at - first + len(chunk)
-        if at < 0 or start < 0 or end > len(pointers) or not _kernel_ready(pointers[start:end]):
+        if start < 0 or end > len(pointers) or not _kernel_ready(pointers[start:end]):
             return False
         pointers, components = pointers[start:end], components[start:end]
         direct = ids is None and _kernel_ready(components)
