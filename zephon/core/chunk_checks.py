@@ -67,11 +67,15 @@ def pointer_array(name: Any, value: Any) -> np.ndarray:
     return array.astype(np.int64, copy=False)
 
 
+def writable_order(array: np.ndarray) -> bool:
+    """Whether the read order kernel can write ``array`` as it is: int64, C-contiguous, writable."""
+    return array.dtype == np.int64 and array.flags.c_contiguous and array.flags.writeable
+
+
 def order_arrays(pointers: Any, component: Any, n: int) -> None:
     """Refuse arrays ``read_order_into`` cannot write a chunk of ``n`` samples' order into."""
     for name, array, shape in (("pointers", pointers, (n, 3)), ("component", component, (n,))):
-        if not (isinstance(array, np.ndarray) and array.shape == shape and array.dtype == np.int64
-                and array.flags.c_contiguous and array.flags.writeable):
+        if not (isinstance(array, np.ndarray) and array.shape == shape and writable_order(array)):
             raise ValueError(f"read_order_into: {name}={describe(array)} must be a writable C-contiguous int64 "
                              f"array of shape {shape}; pass np.empty({shape}, dtype=np.int64)")
 

@@ -41,6 +41,7 @@ from typing import Any, Callable, Iterator, Mapping, Protocol, Sequence, cast
 
 import numpy as np
 
+from zephon.core.chunk_checks import writable_order
 from zephon.work import WorkChunk, WorkSource
 
 # (lane state at the start of the chunk in flight, samples consumed from it, turn flags)
@@ -152,11 +153,6 @@ def write(into: Piece, at: int, pieces: Sequence[Piece]) -> int:
 def _is(array: np.ndarray, place: np.ndarray) -> bool:
     """Whether ``array`` is the very memory of ``place``: the same start, layout and dtype."""
     return array.dtype == place.dtype and array.strides == place.strides and array.ctypes.data == place.ctypes.data
-
-
-def _kernel_ready(array: np.ndarray) -> bool:
-    """Whether the read order kernel can write ``array`` as it is: int64, C-contiguous, writable."""
-    return array.dtype == np.int64 and array.flags.c_contiguous and array.flags.writeable
 
 
 def joined(pieces: Sequence[Piece]) -> Piece:
@@ -300,10 +296,10 @@ class LaneMux:
             return False
         (pointers, components), first = self._place
         start, end = at - first, at - first + len(chunk)
-        if start < 0 or end > len(pointers) or not _kernel_ready(pointers[start:end]):
+        if start < 0 or end > len(pointers) or not writable_order(pointers[start:end]):
             return False
         pointers, components = pointers[start:end], components[start:end]
-        direct = ids is None and _kernel_ready(components)
+        direct = ids is None and writable_order(components)
         local = components if direct else np.empty(len(chunk), dtype=np.int64)
         chunk.read_order_into(pointers, local)
         if not direct:
