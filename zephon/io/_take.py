@@ -11,6 +11,7 @@ import pyarrow as pa
 from zephon._ext.strings import gather, strings
 
 Data = TypeVar("Data", pa.Table, pa.ChunkedArray)
+TABLE_ROWS = 16  # chunk_of builds its table for up to this many chunk rows per row looked up
 
 
 def chunk_of(ends: np.ndarray, rows: np.ndarray) -> np.ndarray:
@@ -24,9 +25,6 @@ def chunk_of(ends: np.ndarray, rows: np.ndarray) -> np.ndarray:
         return np.searchsorted(ends, rows, side="right")
     chunks: np.ndarray = np.repeat(np.arange(len(ends), dtype=np.int64), np.diff(ends, prepend=0))[rows]
     return chunks
-
-
-TABLE_ROWS = 16  # chunk_of builds its table for up to this many chunk rows per row looked up
 
 
 def take_rows(data: Data, rows: np.ndarray) -> Data:

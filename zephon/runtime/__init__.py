@@ -40,7 +40,7 @@ from zephon.runtime._state import (
 )
 from zephon.runtime._stats import DatasetStatsDict, LoaderStats, LoaderStatsDict, SharedDecodingDict, TokensDict
 from zephon.runtime._stream import (
-    DROPPED, SERVED, Entry, Event, Items, ItemStream, LaneMux, Piece, Sealer, Segment, Tracker, initial_entries, joined,
+    DROPPED, SERVED, Entry, Event, Items, ItemStream, LaneMux, Piece, Sealer, Segment, Tracker, initial_entries,
     write,
 )
 from zephon.runtime.pipeline import KEY_COMPONENT, KEY_SAMPLE_ID, Pipeline
@@ -51,6 +51,6 @@ __all__ = [
     "LaneBook", "LaneMux", "LanesDict", "PackedReader", "Snapshot", "Snapshots", "count_packed", "count_sequences", "documents", "initial_operator",
     "sequence_items", "LoaderState", "LoaderStateDict", "MAPPINGS", "Piece", "Pipeline", "SERVED", "Sealer", "Segment", "Tracker", "initial_entries",
     "load_checkpoint", "log_once", "make_state", "merge_states", "migrate_checkpoint", "parse_state", "paused_gc", "rank_lanes", "run_fingerprint",
-    "joined", "write", "save_checkpoint", "worker_lanes", "complete_steps", "finalize_checkpoint_dir", "load_checkpoint_dir",
+    "write", "save_checkpoint", "worker_lanes", "complete_steps", "finalize_checkpoint_dir", "load_checkpoint_dir",
     "save_checkpoint_dir", "split_state",
 ]

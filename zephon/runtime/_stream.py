@@ -408,7 +408,7 @@ class LaneMux:
         """The next whole turns, at most ``n`` samples of them (one turn at least; fewer only at the
         end): ``(pointers (k, 3), component ids (k,), turn lengths)``. ``n`` should be a multiple
         of ``unit``."""
-        pieces, turns = self.take_pieces(n)
+        pieces, turns = self._take_pieces(n)
         return (*joined(pieces), turns)
 
     def take_into(self, into: Piece, at: int, n: int) -> tuple[int, np.ndarray]:
@@ -416,13 +416,13 @@ class LaneMux:
         ``at`` on: the samples written and their turn lengths. Several lanes' rounds are
         interleaved there in place (through arrays of their own and copied again, they cost a
         DataLoader worker of 8 lanes 9 % more CPU)."""
-        pieces, turns = self.take_pieces(n, None if self._pending else (into[0][at:at + n], into[1][at:at + n]))
+        pieces, turns = self._take_pieces(n, None if self._pending else (into[0][at:at + n], into[1][at:at + n]))
         return write(into, at, pieces) - at, turns
 
-    def take_pieces(self, n: int, into: Piece | None = None) -> tuple[list[Piece], np.ndarray]:
-        """:meth:`take` with the samples as consecutive ``(pointers, component ids)`` pieces,
-        for a caller that copies them anyway (joining them would copy them once more); with
-        ``into`` (:meth:`take_into`), pieces of several lanes' rounds lie there already."""
+    def _take_pieces(self, n: int, into: Piece | None = None) -> tuple[list[Piece], np.ndarray]:
+        """:meth:`take` with the samples as consecutive ``(pointers, component ids)`` pieces; with
+        ``into`` (:meth:`take_into`'s window), several lanes' rounds and a lone lane's chunks
+        lie there already."""
         if self._pending < n:
             self._place = None if into is None else (into, self._frontier)
             try:
