@@ -96,6 +96,25 @@ def test_ledger_at_any_turn_restores_the_rest_exactly(cfg, data):
 
 
 @settings(max_examples=40)
+@given(setup, st.integers(1, 12), st.data())
+def test_folding_anywhere_keeps_the_ledger_of_every_later_position(cfg, replicas, data):
+    """A fold updates only the lanes that moved since the last one (a reader of thousands of
+    lanes folds once a bundle): the ledger after any sequence of folds is the unfolded one."""
+    source = make_source(cfg["chunk_size"], cfg["policy"])
+    lanes = sorted(data.draw(st.sets(st.integers(0, replicas - 1), min_size=1)))
+    start = initial_entries(source, lanes, replicas)
+    whole, folded = Tracker(start, source, replicas), Tracker(start, source, replicas)
+    n = len(drain(mux_of(source, lanes, replicas, start, cfg), [n * cfg["unit"] for n in cfg["sizes"]], whole))
+    replay = mux_of(source, lanes, replicas, start, cfg)
+    replay.take(n + cfg["unit"])
+    folded.extend(*replay.drain())
+    for cut in sorted(data.draw(st.lists(st.integers(0, n), max_size=8))):
+        folded.fold(cut)
+        for position in {cut, (cut + n) // 2, n}:
+            assert folded.entries_at(position) == whole.entries_at(position)
+
+
+@settings(max_examples=40)
 @given(setup, st.data())
 def test_turns_are_windows_of_one_lane_and_lanes_take_turns(cfg, data):
     source = make_source(cfg["chunk_size"], "stop")  # no sample repeats: a pointer names its lane

@@ -96,11 +96,20 @@ class Segment:
     def count(self, index: int, lo: int, hi: int) -> int:
         """Samples of ``lanes[index]`` at positions ``[lo, hi)``, ``start <= lo <= hi``."""
         origin, unit, period = self._origin(), self.unit, self.unit * len(self.lanes)
+        rounds_hi, into_hi = divmod(hi - origin, period)
+        rounds_lo, into_lo = divmod(lo - origin, period)
+        turn = index * unit  # where the lane's turn begins in a round
+        return ((rounds_hi - rounds_lo) * unit + min(max(into_hi - turn, 0), unit)
+                - min(max(into_lo - turn, 0), unit))
 
-        def before(x: int) -> int:
-            rounds, into = divmod(x - origin, period)
-            return rounds * unit + min(max(into - index * unit, 0), unit)
-        return before(hi) - before(lo)
+    def lanes_within(self, lo: int, hi: int) -> tuple[int, ...]:
+        """The lanes whose turns hold positions in ``[lo, hi)``, ``start <= lo < hi``."""
+        origin, n = self._origin(), len(self.lanes)
+        first, last = (lo - origin) // self.unit, (hi - 1 - origin) // self.unit
+        if last - first + 1 >= n:
+            return self.lanes
+        a, b = first % n, last % n
+        return self.lanes[a:b + 1] if a <= b else self.lanes[a:] + self.lanes[:b + 1]
 
     def delivered(self, position: int) -> tuple[int, ...]:
         """The lanes that gave their whole turn of the round in progress at ``position``."""
@@ -151,7 +160,11 @@ def write(into: Piece, at: int, pieces: Sequence[Piece]) -> int:
 
 
 def _is(array: np.ndarray, place: np.ndarray) -> bool:
-    """Whether ``array`` is the very memory of ``place``: the same start, layout and dtype."""
+    """Whether ``array`` is the very memory of ``place``: the same start, layout and dtype. Views
+    of one array share its ``base``, which rules out most pieces before the slower address check
+    (a reader of thousands of lanes writes a piece per turn)."""
+    if (array if array.base is None else array.base) is not (place if place.base is None else place.base):
+        return False
     return array.dtype == place.dtype and array.strides == place.strides and array.ctypes.data == place.ctypes.data
 
 
@@ -572,7 +585,7 @@ class Tracker:
     def __init__(self, entries: Mapping[int, Entry], template: WorkSource, canonical_replicas: int):
         self.sealer = Sealer(template, canonical_replicas, entries)
         self._base = {lane: (state, consumed) for lane, (state, consumed, _) in entries.items()}
-        self._flags = {lane: flags & DELIVERED for lane, (_, _, flags) in entries.items()}
+        self._flags = {lane: flags & DELIVERED for lane, (_, _, flags) in entries.items()}  # until a segment says
         self._base_position = 0
         self._segments: list[tuple[Segment, dict[int, int]]] = []
         self._events: list[Event] = []
@@ -610,27 +623,44 @@ class Tracker:
         """:meth:`entries_at` with the states as recorded (tokens, unsealed)."""
         if position < self._base_position:
             raise ValueError(f"position {position} was folded away (ledger starts at {self._base_position})")
+        moved = self._moved(position)
+        delivered = self._delivered(position)
+        return {lane: (*moved.get(lane, base), DELIVERED if lane in delivered else 0)
+                for lane, base in self._base.items()}
+
+    def _moved(self, position: int) -> dict[int, tuple[Any, int]]:
+        """The state and consumed count at ``position`` of the lanes that had a turn or a chunk
+        start since the base position (the others stand as in the base)."""
         latest: dict[int, Event] = {}
         for event in self._events:
             if event.position < position:
                 latest[event.lane] = event
-        delivered = self._delivered(position)
         out = {}
-        for lane, (state, consumed) in self._base.items():
+        for lane in self._turned(position).union(latest):
             last = latest.get(lane)
-            flags = DELIVERED if lane in delivered else 0
             if last is not None:
-                out[lane] = (last.state, self._count(lane, last.position, position), flags)
+                out[lane] = (last.state, self._count(lane, last.position, position))
             else:
-                out[lane] = (state, consumed + self._count(lane, self._base_position, position), flags)
+                state, consumed = self._base[lane]
+                out[lane] = (state, consumed + self._count(lane, self._base_position, position))
+        return out
+
+    def _turned(self, position: int) -> set[int]:
+        """The lanes with samples at positions from the base position to ``position``: only
+        those whose turns lie there, so that a fold costs what the turns since the last one do,
+        not what every lane of a reader of thousands does."""
+        out: set[int] = set()
+        for k, (segment, _) in enumerate(self._segments):
+            end = self._segments[k + 1][0].start if k + 1 < len(self._segments) else position
+            lo, hi = max(self._base_position, segment.start), min(position, end)
+            if lo < hi and segment.lanes:
+                out.update(segment.lanes_within(lo, hi))
         return out
 
     def fold(self, position: int) -> None:
         if position == self._base_position:
             return
-        entries = self._tokens_at(position)
-        self._base = {lane: (state, consumed) for lane, (state, consumed, _) in entries.items()}
-        self._flags = {lane: flags for lane, (_, _, flags) in entries.items()}
+        self._base.update(self._moved(position))
         self._base_position = position
         self._events = [e for e in self._events if e.position >= position]
         keep = 0
