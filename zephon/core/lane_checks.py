@@ -36,6 +36,9 @@ def all_restore(config: SourceConfig, shared: dict[str, Any], fields: Any, lanes
     n = len(lanes)
     if config.token_mode or type(config.allocator) not in allocators.KERNEL_CODES or not n:
         return False
+    if KEY_STATE in shared and type(fields) is dict and fields.keys() == {KEY_LANE}:  # every lane's is the same
+        fields = {**fields, KEY_STATE: _spread(shared[KEY_STATE], n)}
+        shared = {key: value for key, value in shared.items() if key != KEY_STATE}
     if not _shared_fits(config, shared, replicas):
         return False
     if not (type(fields) is dict and fields.keys() == {KEY_LANE, KEY_STATE}):
@@ -54,6 +57,14 @@ def all_restore(config: SourceConfig, shared: dict[str, Any], fields: Any, lanes
         return True
     size = config.chunk_size
     return all(r == c * size for r, c in zip(read, chunks))
+
+
+def _spread(value: Any, n: int) -> Any:
+    """``value`` as the fields of ``n`` lanes that all have it: a dict's keys each spread, any
+    other value repeated (what the columns of lanes with equal values give)."""
+    if type(value) is dict and value:
+        return {key: _spread(item, n) for key, item in value.items()}
+    return [value] * n
 
 
 def _shared_fits(config: SourceConfig, shared: dict[str, Any], replicas: int) -> bool:
