@@ -40,6 +40,28 @@ def test_every_chunks_token_seals_to_the_state_dict_of_its_moment(template, repl
     _assert_tokens_seal_to_state_dicts(template, lane, replicas, start, chunks)
 
 
+@given(st.one_of(sources(), phased_sources()), st.integers(2, 4), st.integers(0, 12), st.data())
+def test_a_checked_state_restores_as_load_state_dict_restores_it(template, replicas, chunks, data):
+    """Readers restore their ledger's states without checking their settings again; the
+    source continues exactly as after ``load_state_dict``, and a state of another lane is refused."""
+    lane = data.draw(st.integers(0, replicas - 1))
+    source = template.clone_for_lane(lane, replicas)
+    for _ in range(chunks):
+        source.next_chunk()
+    state = json.loads(json.dumps(source.state_dict()))
+    loaded, checked = template.clone_for_lane(lane, replicas), template.clone_for_lane(lane, replicas)
+    loaded.load_state_dict(state)
+    checked.restore_checked(state)
+    for _ in range(3):
+        assert checked.state_dict() == loaded.state_dict()
+        a, b = loaded.next_chunk(), checked.next_chunk()
+        assert (a is None) == (b is None)
+        if a is not None:
+            assert [x.tolist() for x in a.read_order()] == [x.tolist() for x in b.read_order()]
+    with pytest.raises(ValueError, match="lane"):
+        template.clone_for_lane((lane + 1) % replicas, replicas).restore_checked(state)
+
+
 def test_a_migrated_lane_seals_its_history_and_kept_orders():
     data = three_datasets()
     old = StaticMixtureWorkSource(data, {"web": 2, "code": 1, "math": 1}, chunk_size=12, seed=9,

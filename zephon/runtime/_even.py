@@ -47,7 +47,7 @@ def lane_remaining(template: Any, lane: int, replicas: int, entry: Entry) -> int
     """Samples ``lane`` still yields from ledger ``entry`` (its chunk-start state and consumed count)."""
     state, consumed, _ = entry
     source = template.clone_for_lane(lane, replicas)
-    source.load_state_dict(state)
+    source.restore_checked(state)
     remaining: int = source.remaining_samples()
     return remaining - consumed
 

@@ -107,7 +107,7 @@ def end_causes(template: Any, replicas: int, entries: Mapping[int, Entry]) -> li
     causes: set[str] = set()
     for lane, (state, _, _) in entries.items():
         source = template.clone_for_lane(lane, replicas)
-        source.load_state_dict(state)
+        source.restore_checked(state)
         causes.add(source.ended_by() or "all passes done")
     return sorted(causes)
 

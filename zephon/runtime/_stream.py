@@ -199,6 +199,10 @@ class LaneMux:
     ``readahead`` (a :class:`zephon.io._readahead.Readahead`, optional) is fed the pointers of
     each lane's chunk in flight (from where the lane resumes) and of its next chunk, which is
     pulled one chunk early from a clone of the lane's source (the stream is unchanged).
+
+    The entries' states are a ledger's: made by sources of ``template``'s settings, or checked
+    against them when a loader loaded them (``LaneBook.check``). They are restored with
+    ``restore_checked``, which does not check their settings and seals again.
     """
 
     def __init__(self, template: WorkSource, lanes: Sequence[int], canonical_replicas: int,
@@ -222,7 +226,7 @@ class LaneMux:
         for lane in lanes:
             state, consumed, flags = entries[lane]
             source = template.clone_for_lane(lane, canonical_replicas)
-            source.load_state_dict(state)
+            source.restore_checked(state)
             slot = _Lane(lane, source)
             if self._load_chunk(slot) is None:
                 if consumed:
@@ -267,7 +271,7 @@ class LaneMux:
             self.readahead.feed(slot.pointers[start:], slot.chunks - 1, self._taken(slot, slot.chunks - 1, start))
         source = self._template.clone_for_lane(slot.lane, self._replicas)
         state = slot.source.state_dict()
-        source.load_state_dict(state)
+        source.restore_checked(state)
         chunk = source.next_chunk()
         slot.ahead = (state, chunk, source)
         if chunk is not None and len(chunk):
@@ -535,8 +539,8 @@ def _chunk_reader(template: WorkSource) -> Callable[[Any], int] | None:
 class Sealer:
     """Lane states recorded as ``state_token()`` turned into ``state_dict()`` form, for the ledger
     entries a caller asks for (a checkpoint, a count, the stats). Each lane gets a clone of
-    ``template`` (lane of ``canonical_replicas``), restored to its starting ``entries`` state,
-    the first time one of its tokens is sealed; states already in ``state_dict()`` form pass
+    ``template`` (lane of ``canonical_replicas``), restored to its starting ``entries`` state (a
+    ledger's, restored as :class:`LaneMux` restores them) the first time one of its tokens is sealed; states already in ``state_dict()`` form pass
     through, and a lane's last sealed token is remembered (a packed lane asks for the same one
     turn after turn)."""
 
@@ -556,7 +560,7 @@ class Sealer:
         clone = self._clones.get(lane)
         if clone is None:
             clone = self._clones[lane] = self._template.clone_for_lane(lane, self._replicas)
-            clone.load_state_dict(self._starts[lane])
+            clone.restore_checked(self._starts[lane])
         sealed = clone.state_from_token(state)
         self._last[lane] = (state, sealed)
         return sealed

@@ -154,8 +154,11 @@ def assert_elastic_resume_equivalent(factory: SourceFactory, first: Any, cut: in
     missing = [lane for lane in range(replicas) if lane not in resumed.entries]
     if missing:
         raise AssertionError(f"the merged checkpoint of topology {first} lacks lanes {missing}")
+    resuming = as_source(factory())
+    for lane in range(replicas):  # what a loader checks of each lane's state when it loads it
+        resuming.clone_for_lane(lane, replicas).load_state_dict(resumed.entries[lane][0])
     for _, lanes in _readers(replicas, second):
-        for lane, pointer in _Reader(as_source(factory()), lanes, replicas, resumed.entries).take(2**62):
+        for lane, pointer in _Reader(resuming, lanes, replicas, resumed.entries).take(2**62):
             read[lane].append(pointer)
     _compare_lanes(_lane_streams(as_source(factory()), replicas), read, first, cut, second, replicas)
 

@@ -238,15 +238,28 @@ class PhasedMixtureWorkSource(MixtureShell):
             raise ValueError(f"checkpoint was taken with other phases: {show(state[KEY_PHASES])}, this source has "
                              f"{show(self._config.fingerprint()[KEY_PHASES])}; restore it into a source with the "
                              "same phases, or change course with zephon.work.migrate")
+        checkpoint.check_header(state[KEY_INNER], self._config.phases[state[KEY_PHASE]])
+        self._restore(state, checked=False)
+
+    def restore_checked(self, state: Mapping[str, Any]) -> None:
+        """``load_state_dict`` of a checkpoint already checked for this source's settings: its
+        form, size, seal, settings and phases are not checked again (its lane and positions are).
+        A subclass that restores its own way (overrides ``load_state_dict``) is restored by it."""
+        if type(self).load_state_dict is not PhasedMixtureWorkSource.load_state_dict:
+            self.load_state_dict(state)
+            return
+        self._check_lane_header(state)
+        self._restore(state, checked=True)
+
+    def _restore(self, state: Mapping[str, Any], checked: bool) -> None:
         p, inner = state[KEY_PHASE], state[KEY_INNER]
-        checkpoint.check_header(inner, self._config.phases[p])
         self._check_lane_header(inner)
         history = check_history(state.get(checkpoint.KEY_MIGRATIONS, []))
         config = with_orders(self._config, inner.get(checkpoint.KEY_ORDERS))
         ratios = checkpoint.ratios_from_json(inner, config.phases[p])
         config = self._core_with_ratios(ratios, config) if ratios else config
         origin = state.get(KEY_ORIGIN)
-        restored = PhasedState(p, checkpoint.state_from_json(inner, config.phases[p]),
+        restored = PhasedState(p, checkpoint.state_from_json(inner, config.phases[p], checked),
                                None if origin is None else checkpoint.parse_state(origin, config.base))
         _check_in_phase(config, restored, migrated=bool(history))
         self._state = restored

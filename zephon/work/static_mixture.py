@@ -179,12 +179,24 @@ class StaticMixtureWorkSource(MixtureShell):
         shuffles then), which the restored source keeps.
         """
         checkpoint.check_header(state, self._config)
+        self._restore(state, checked=False)
+
+    def restore_checked(self, state: Mapping[str, Any]) -> None:
+        """``load_state_dict`` of a checkpoint already checked for this source's settings: its
+        form, size, seal and settings are not checked again (its lane and positions are). A
+        subclass that restores its own way (overrides ``load_state_dict``) is restored by it."""
+        if type(self).load_state_dict is not StaticMixtureWorkSource.load_state_dict:
+            self.load_state_dict(state)
+        else:
+            self._restore(state, checked=True)
+
+    def _restore(self, state: Mapping[str, Any], checked: bool) -> None:
         self._check_lane_header(state)
         history = check_history(state.get(checkpoint.KEY_MIGRATIONS, []))
         config = checkpoint.with_orders(self._config, state.get(checkpoint.KEY_ORDERS))
         ratios = checkpoint.ratios_from_json(state, config)
         config = self._core_with_ratios(ratios, config) if ratios else config
-        self._state = _restored(state, config, migrated=bool(history))
+        self._state = _restored(state, config, migrated=bool(history), checked=checked)
         self._config, self._index, self._history = config, None, history
 
     def remaining_by_lane(self, states: Mapping[int, Mapping[str, Any]], replicas: int) -> dict[int, int]:
@@ -216,10 +228,11 @@ class StaticMixtureWorkSource(MixtureShell):
         return config
 
 
-def _restored(state: Mapping[str, Any], config: SourceConfig, migrated: bool) -> SourceState:
-    """The checked state of a checkpoint; one of a stream never migrated must agree with what
-    its cursors read (a migrated one drew them under another mixture)."""
-    restored = checkpoint.state_from_json(state, config)
+def _restored(state: Mapping[str, Any], config: SourceConfig, migrated: bool, checked: bool = False) -> SourceState:
+    """The checked state of a checkpoint (``checked``: its settings were, so only its positions
+    are); one of a stream never migrated must agree with what its cursors read (a migrated one
+    drew them under another mixture)."""
+    restored = checkpoint.state_from_json(state, config, checked)
     if not (migrated or restored.requeue or checkpoint.KEY_ORDERS in state):
         check_drawn(restored, config, initial_state(config))
     return restored
