@@ -13,6 +13,7 @@ import pytest
 import torch
 from helpers import lane_streams
 
+import zephon.runtime._book
 import zephon.torch as zt
 import zephon.torch._iterator as zt_iterator
 from zephon import Dataset, Pipeline, StaticMixtureWorkSource
@@ -440,6 +441,25 @@ def test_idle_workers_are_logged_once(caplog):
         loader = zt.DataLoader(Pipeline(make_source()), batch_size=50, num_workers=3, canonical_replicas=2)
         assert flatten(loader) and flatten(loader) == []
     assert sum("stay idle" in r.message for r in caplog.records) == 1
+
+
+@pytest.mark.parametrize("front, most", [("DataLoader", 17), ("StreamDataset", 19)])  # (each is said once a process)
+def test_a_reader_of_many_lanes_says_what_its_chunks_in_flight_hold(caplog, monkeypatch, front, most):
+    """Each lane holds a chunk in flight: past the bound (lowered here), a reader says how much."""
+    monkeypatch.setattr(zephon.runtime._book, "IN_FLIGHT_WARNING", most * 7 * 32 - 1)
+    source = make_source(chunk_size=7, policy="repeat")
+    for lanes, warned in [(most - 1, False), (most, True)]:
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="zephon"):
+            pipeline = Pipeline(source)
+            if front == "DataLoader":
+                iter(zt.DataLoader(pipeline, batch_size=4, canonical_replicas=lanes))
+            else:
+                iter(pipeline.to_torch_dataset(canonical_replicas=lanes))
+        said = [r.message for r in caplog.records if "in flight" in r.message]
+        assert said == ([f"zephon: a reader of rank 0 reads {lanes} lanes, each with a chunk of 7 pointers in flight: "
+                         "about 0.0 GiB; more readers (DataLoader workers or ranks) or a smaller chunk_size hold less"]
+                        if warned else [])
 
 
 def test_loader_refuses_torch_side_ordering_and_bad_arguments():

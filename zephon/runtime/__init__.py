@@ -20,7 +20,7 @@
 
 The torch front ends (``zephon.torch``) are thin layers over this package.
 """
-from zephon.runtime._book import LaneBook, log_once
+from zephon.runtime._book import LaneBook, log_once, say_in_flight
 from zephon.runtime._checkpoint import HF_STATE_FILE, LIGHTNING_KEY, load_checkpoint, save_checkpoint
 from zephon.runtime._checkpoint import check_size as check_checkpoint_size
 from zephon.runtime._checkpoint_dir import MARKER as CHECKPOINT_MARKER
@@ -50,7 +50,7 @@ __all__ = [
     "maybe_finite", "DatasetRecord", "Entry", "Event", "INTERLEAVED", "ItemStream", "Items", "KEY_COMPONENT", "KEY_SAMPLE_ID", "LOADER_STATE_KIND",
     "LaneBook", "LaneMux", "LanesDict", "PackedReader", "Snapshot", "Snapshots", "count_packed", "count_sequences", "documents", "initial_operator",
     "sequence_items", "LoaderState", "LoaderStateDict", "MAPPINGS", "Piece", "Pipeline", "SERVED", "Sealer", "Segment", "Tracker", "initial_entries",
-    "load_checkpoint", "log_once", "make_state", "merge_states", "migrate_checkpoint", "parse_state", "paused_gc", "rank_lanes", "run_fingerprint",
+    "load_checkpoint", "log_once", "make_state", "merge_states", "migrate_checkpoint", "parse_state", "paused_gc", "rank_lanes", "run_fingerprint", "say_in_flight",
     "write", "save_checkpoint", "worker_lanes", "complete_steps", "finalize_checkpoint_dir", "load_checkpoint_dir",
     "save_checkpoint_dir", "split_state",
 ]

@@ -28,6 +28,8 @@ from zephon.work import PhasedMixtureWorkSource, StaticMixtureWorkSource, check_
 log = logging.getLogger("zephon")
 SEALING_SOURCES = (StaticMixtureWorkSource, PhasedMixtureWorkSource)  # exactly these (a subclass may change its states)
 GROWTH = 8  # default lanes per reader of the first topology: room to grow 8x without an idle reader
+IN_FLIGHT_BYTES = 32  # a pointer in flight: dataset, shard and offset, and its component id (int64 each)
+IN_FLIGHT_WARNING = 1 << 30  # a reader's chunks in flight past this many bytes are said (see say_in_flight)
 _logged: set[str] = set()
 
 
@@ -46,6 +48,17 @@ def log_once(message: str) -> None:
     if message not in _logged:
         _logged.add(message)
         log.warning(message)
+
+
+def say_in_flight(source: Any, lanes: int, rank: int) -> None:
+    """Warn (once) where a reader of ``lanes`` lanes holds more than ``IN_FLIGHT_WARNING`` bytes
+    of chunks in flight: each lane holds a chunk of ``chunk_size`` pointers, so one process that
+    reads thousands of lanes (a large run resumed on a few GPUs) holds gigabytes."""
+    chunk = source.chunk_size_hint()
+    if chunk is not None and lanes * chunk * IN_FLIGHT_BYTES > IN_FLIGHT_WARNING:
+        log_once(f"zephon: a reader of rank {rank} reads {lanes} lanes, each with a chunk of {chunk} pointers in "
+                 f"flight: about {lanes * chunk * IN_FLIGHT_BYTES / (1 << 30):.1f} GiB; more readers (DataLoader "
+                 "workers or ranks) or a smaller chunk_size hold less")
 
 
 def default_replicas(readers: int) -> int:

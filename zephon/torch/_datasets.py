@@ -6,7 +6,7 @@ from typing import Any, Sequence
 import numpy as np
 from torch.utils.data import Dataset, IterableDataset
 
-from zephon.runtime import ItemStream, LaneBook, LoaderStateDict, Pipeline, log_once, paused_gc
+from zephon.runtime import ItemStream, LaneBook, LoaderStateDict, Pipeline, log_once, paused_gc, say_in_flight
 from zephon.torch._topology import current_worker, detect_topology
 from zephon.work import PointerSequence
 
@@ -70,6 +70,7 @@ class StreamDataset(IterableDataset[Any]):
 
     def __iter__(self) -> ItemStream:
         lanes, _ = self._lanes()
+        say_in_flight(self.pipeline.source, len(lanes), self._book.rank)
         self._live = ItemStream(self.pipeline, lanes, self._book.canonical_replicas, self._book.entries(lanes))
         return self._live
 

@@ -29,7 +29,7 @@ import torch.utils.data as tud
 from zephon.limits import MAX_LAG
 from zephon.runtime import (
     Entry, Even, LaneBook, LoaderStateDict, LoaderStats, LoaderStatsDict, Pipeline, RankCount, count_packed, count_rank,
-    count_ranks, countable, even_target, log_once, maybe_finite, paused_gc, rank_lanes,
+    count_ranks, countable, even_target, log_once, maybe_finite, paused_gc, rank_lanes, say_in_flight,
 )
 from zephon.torch._bundles import Bundle, Plan, Readers, widen_pipe
 from zephon.torch._dcp import dcp_caller, dcp_state_dict, from_dcp, is_dcp_form
@@ -352,6 +352,7 @@ class DataLoader(tud.DataLoader[Bundle]):
         if idle and len(idle) < readers:
             log_once(f"zephon: rank {book.rank} reads {len(book.rank_lanes())} lanes with {readers} DataLoader "
                      f"workers; workers {idle} have no lane and stay idle")
+        say_in_flight(book.pipeline.source, max(map(len, lanes.values())), book.rank)
         batch_size, drop_last, collate_fn = self._zephon_batch
         plan = Plan(book.pipeline, book.canonical_replicas, lanes, book.entries(), batch_size, drop_last, collate_fn,
                     self._zephon_cache_bytes, book.operators())
