@@ -82,7 +82,7 @@ def test_ledger_at_any_turn_restores_the_rest_exactly(cfg, data):
     tracker, turns = Tracker(start, source, replicas), [0]
     stream = drain(mux_of(source, lanes, replicas, start, cfg), sizes, tracker, turns)
     cuts = sorted(data.draw(st.lists(st.sampled_from(turns), min_size=1, max_size=5)))
-    folded = Tracker(start, source, replicas)
+    folded = Tracker(start, source, replicas, fold_after=0)
     folded.extend(*mux_of(source, lanes, replicas, start, cfg).drain())
     replay = mux_of(source, lanes, replicas, start, cfg)
     replay.take(len(stream) + cfg["unit"])
@@ -103,7 +103,7 @@ def test_folding_anywhere_keeps_the_ledger_of_every_later_position(cfg, replicas
     source = make_source(cfg["chunk_size"], cfg["policy"])
     lanes = sorted(data.draw(st.sets(st.integers(0, replicas - 1), min_size=1)))
     start = initial_entries(source, lanes, replicas)
-    whole, folded = Tracker(start, source, replicas), Tracker(start, source, replicas)
+    whole, folded = Tracker(start, source, replicas), Tracker(start, source, replicas, fold_after=0)
     n = len(drain(mux_of(source, lanes, replicas, start, cfg), [n * cfg["unit"] for n in cfg["sizes"]], whole))
     replay = mux_of(source, lanes, replicas, start, cfg)
     replay.take(n + cfg["unit"])

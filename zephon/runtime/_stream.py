@@ -70,6 +70,7 @@ class Items(Protocol):
     def readahead(self) -> Any: ...  # a zephon.io readahead of the pipeline's records, or None
 
 
+FOLD_AFTER = 1024  # facts (chunk starts, rotation changes) a Tracker holds before a fold forgets them
 DELIVERED = 1  # turn flag: the lane already gave its turn of its reader's current round
 SERVED = 2  # turn flag: the lane's reader already gave its batch of the loader's current cycle
 DROPPED = object()  # the place of an item a pipeline's filter step rejected (it still counts as consumed)
@@ -583,11 +584,15 @@ class Tracker:
     ``extend`` adds the facts a :class:`LaneMux` drained (in order); ``entries_at(p)`` is the
     ledger once the first ``p`` samples are consumed, with the ``DELIVERED`` turn flag and its
     states sealed (``sealer``, over clones of ``template``'s lanes of ``canonical_replicas``);
-    ``fold(p)`` forgets what lies before ``p`` (positions below it can no longer be asked for).
+    ``fold(p)`` forgets what lies before ``p`` once the ledger holds ``fold_after`` facts
+    (positions below a fold can no longer be asked for): a fold walks every lane that moved
+    since the last one, which for a reader of a thousand lanes is every lane.
     """
 
-    def __init__(self, entries: Mapping[int, Entry], template: WorkSource, canonical_replicas: int):
+    def __init__(self, entries: Mapping[int, Entry], template: WorkSource, canonical_replicas: int, *,
+                 fold_after: int = FOLD_AFTER):
         self.sealer = Sealer(template, canonical_replicas, entries)
+        self._fold_after = fold_after
         self._base = {lane: (state, consumed) for lane, (state, consumed, _) in entries.items()}
         self._flags = {lane: flags & DELIVERED for lane, (_, _, flags) in entries.items()}  # until a segment says
         self._base_position = 0
@@ -662,7 +667,7 @@ class Tracker:
         return out
 
     def fold(self, position: int) -> None:
-        if position == self._base_position:
+        if position == self._base_position or len(self._events) + len(self._segments) < self._fold_after:
             return
         self._base.update(self._moved(position))
         self._base_position = position
