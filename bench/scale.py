@@ -225,6 +225,63 @@ def _seconds(figure: str, samples: list[float], limit: float | None, targeted: b
                samples)
 
 
+# -- one process reading every lane ----------------------------------------------------------
+
+
+def reading_run(lanes: int, chunk_size: int = 4096) -> dict[str, float]:
+    """A loader reading all ``lanes`` in one process (batch 256, no workers): seconds to its
+    first batch; samples/s over every lane's second chunk (the lanes take turns, so they reach
+    the ends of their chunks together: the window holds a chunk's making and reading per lane);
+    then the seconds of ``state_dict()`` there and of a new loader's ``load_state_dict`` and
+    first batch."""
+    def loader() -> Any:
+        source = mixture(10**10, chunk_size, exhausted_policy="repeat", stop_after_passes=None)
+        return zt.DataLoader(Pipeline(source), batch_size=256, canonical_replicas=lanes)
+
+    first_loader, out = loader(), {}
+    start = time.perf_counter()
+    batches = iter(first_loader)
+    next(batches)
+    out["first"] = time.perf_counter() - start
+    count = max(lanes * chunk_size // 256, 20_000)
+    for _ in range(lanes * chunk_size // 256 - 1):  # the rest of the first chunks
+        next(batches)
+    start = time.perf_counter()
+    for _ in range(count):
+        next(batches)
+    out["rate"] = count * 256 / (time.perf_counter() - start)
+    start = time.perf_counter()
+    state = first_loader.state_dict()
+    out["save"] = time.perf_counter() - start
+    resumed = loader()
+    start = time.perf_counter()
+    resumed.load_state_dict(state)
+    out["load"] = time.perf_counter() - start
+    next(iter(resumed))
+    out["resumed first"] = time.perf_counter() - start - out["load"]
+    return out
+
+
+def reading_rows(cfg: Settings) -> list[Row]:
+    runs: dict[int, list[dict[str, float]]] = {lanes: [] for lanes in (8, *cfg.lanes)}
+    for _ in range(cfg.repeats):  # interleaved: the machine's noise falls on each alike
+        for lanes, samples in runs.items():
+            samples.append(reading_run(lanes))
+    base = [run["rate"] for run in runs[8]]
+    rows = [Row("one process, 8 lanes: samples/s", statistics.median(base), "samples/s", "(ratio base)", None, None,
+                base)]
+    for lanes in cfg.lanes:
+        target = lanes == 16384
+        figure: Callable[[str], list[float]] = lambda key: [run[key] for run in runs[lanes]]  # noqa: E731
+        rows += [Row(f"one process, {lanes} lanes: samples/s", statistics.median(figure("rate")), "samples/s", "",
+                     statistics.median(figure("rate")) / statistics.median(base), None, figure("rate")),
+                 _seconds("  first batch", figure("first"), None, target),
+                 _seconds("  state_dict() once every lane moved on", figure("save"), 0.3, target),
+                 _seconds("  load_state_dict of it", figure("load"), 0.3, target),
+                 _seconds("  then the first batch", figure("resumed first"), None, target)]
+    return rows
+
+
 # -- construction -----------------------------------------------------------------------------
 
 
@@ -254,7 +311,7 @@ def construction_rows(cfg: Settings) -> list[Row]:
 
 SECTIONS: dict[str, Callable[[Settings], list[Row]]] = {
     "counting": counting_rows, "skipping": skipping_rows, "checkpoints": checkpoint_rows,
-    "construction": construction_rows}
+    "reading": reading_rows, "construction": construction_rows}
 
 
 def main() -> None:
