@@ -95,23 +95,28 @@ def test_ledger_at_any_turn_restores_the_rest_exactly(cfg, data):
         assert drain(restored, sizes[::-1]) == stream[cut:]
 
 
-@settings(max_examples=40)
+@settings(max_examples=60)
 @given(setup, st.integers(1, 12), st.data())
 def test_folding_anywhere_keeps_the_ledger_of_every_later_position(cfg, replicas, data):
     """A fold updates only the lanes that moved since the last one (a reader of thousands of
-    lanes folds once a bundle): the ledger after any sequence of folds is the unfolded one."""
+    lanes folds once a bundle), folding as a loader does: after each take, at a position that
+    lags behind it. The ledger after the folds is the unfolded one at every later position."""
     source = make_source(cfg["chunk_size"], cfg["policy"])
     lanes = sorted(data.draw(st.sets(st.integers(0, replicas - 1), min_size=1)))
     start = initial_entries(source, lanes, replicas)
     whole, folded = Tracker(start, source, replicas), Tracker(start, source, replicas, fold_after=0)
-    n = len(drain(mux_of(source, lanes, replicas, start, cfg), [n * cfg["unit"] for n in cfg["sizes"]], whole))
-    replay = mux_of(source, lanes, replicas, start, cfg)
-    replay.take(n + cfg["unit"])
-    folded.extend(*replay.drain())
-    for cut in sorted(data.draw(st.lists(st.integers(0, n), max_size=8))):
+    mux, taken, cut = mux_of(source, lanes, replicas, start, cfg), 0, 0
+    while not mux.exhausted:
+        taken += len(mux.take(cfg["unit"] * data.draw(st.integers(1, 3)))[0])
+        facts = mux.drain()
+        whole.extend(*facts)
+        folded.extend(*facts)
+        cut = data.draw(st.integers(cut, taken))
         folded.fold(cut)
-        for position in {cut, (cut + n) // 2, n}:
+        for position in {cut, (cut + taken) // 2, taken}:
             assert folded.entries_at(position) == whole.entries_at(position)
+    with pytest.raises(ValueError, match="folded"):
+        folded.fold(cut - 1)
 
 
 @settings(max_examples=40)

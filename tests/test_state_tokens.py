@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from zephon import Dataset, StaticMixtureWorkSource
 from zephon.runtime import LaneMux, Sealer, initial_entries
 from zephon.testing import phased_sources, sources
-from zephon.work import migrate
+from zephon.work import Phase, PhasedMixtureWorkSource, migrate
 from zephon.work.tokens import TokenEstimation
 
 
@@ -60,6 +60,26 @@ def test_a_checked_state_restores_as_load_state_dict_restores_it(template, repli
             assert [x.tolist() for x in a.read_order()] == [x.tolist() for x in b.read_order()]
     with pytest.raises(ValueError, match="lane"):
         template.clone_for_lane((lane + 1) % replicas, replicas).restore_checked(state)
+
+
+@pytest.mark.parametrize("phased", [False, True])
+def test_a_subclass_that_restores_its_own_way_is_restored_through_it(phased):
+    base = PhasedMixtureWorkSource if phased else StaticMixtureWorkSource
+
+    class Counting(base):
+        loads = 0
+
+        def load_state_dict(self, state):
+            Counting.loads += 1
+            super().load_state_dict(state)
+
+    data = three_datasets()
+    weights = {"web": 2, "code": 1, "math": 1}
+    template = Counting(data, [Phase(weights, until_chunk=2), Phase(weights)] if phased else weights, chunk_size=8,
+                        seed=1)
+    state = template.clone_for_lane(0, 2).state_dict()
+    template.clone_for_lane(0, 2).restore_checked(state)
+    assert Counting.loads == 1
 
 
 def test_a_migrated_lane_seals_its_history_and_kept_orders():

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 import zephon.torch as zt
 from zephon import Dataset, Pipeline, StaticMixtureWorkSource
 from zephon.work import Phase, PhasedMixtureWorkSource
-from zephon.runtime import DatasetStatsDict, EvenBatchesDict, LoaderStatsDict, rank_lanes, worker_lanes
+from zephon.runtime import DatasetStatsDict, EvenBatchesDict, LoaderStatsDict, make_state, rank_lanes, worker_lanes
 from zephon.runtime._book import GROWTH, default_replicas
 
 pytestmark = pytest.mark.filterwarnings("ignore:This DataLoader will create:UserWarning",
@@ -243,3 +243,33 @@ def test_a_new_pass_is_said_while_the_loader_runs(caplog):
         for _ in range(2048):  # 512 Ki samples: several looks
             next(it)
     assert any("'small' starts pass 2" in r.message for r in caplog.records)
+
+
+@pytest.mark.parametrize("kind", ["static", "phased"])
+def test_another_ranks_lanes_are_checked_before_they_are_counted(kind):
+    """Loading checks the lanes the rank reads; counting equal steps restores every rank's lanes
+    (without a re-check), so a global state whose other lanes were written by another source is
+    refused when it counts them, naming the lane, and nothing has changed."""
+    def source(seed):
+        if kind == "static":
+            return StaticMixtureWorkSource([Dataset.from_counts("web", [60] * 6), Dataset.from_counts("code", [45] * 4)],
+                                           {"web": 0.6, "code": 0.4}, chunk_size=16, seed=seed)
+        datasets = [Dataset.from_counts("big", [200] * 4), Dataset.from_counts("small", [20, 20])]
+        return PhasedMixtureWorkSource(datasets, [Phase({"big": 0.9, "small": 0.1}, until_chunk=2),
+                                                  Phase({"big": 0.7, "small": 0.3})], chunk_size=16, seed=seed,
+                                       exhausted_policy={"big": "repeat", "small": "redistribute"}, max_repeats=1)
+    ours, theirs, replicas = source(2), source(5), 4
+    entries = {}
+    for lane in range(replicas):  # rank 0 reads lanes 0 and 1, rank 1 lanes 2 and 3
+        clone = (ours if lane < 2 else theirs).clone_for_lane(lane, replicas)
+        clone.next_chunk()
+        entries[lane] = (clone.state_dict(), 3, 0)
+    datasets = zt.DataLoader(Pipeline(ours), batch_size=8, canonical_replicas=replicas).state_dict()["datasets"]
+    state = make_state(replicas, entries, datasets, {"world_size": 2, "ranks": [0, 1], "mapping": "contiguous",
+                                                    "num_workers": 0})
+    loader = zt.DataLoader(Pipeline(ours), batch_size=8, canonical_replicas=replicas, rank=0, world_size=2)
+    loader.load_state_dict(state)  # rank 0's lanes (0 and 1) restore here
+    before = loader.state_dict()
+    with pytest.raises(ValueError, match="lane 2 of the checkpoint does not restore into this pipeline's source"):
+        iter(loader)
+    assert loader.state_dict() == before

@@ -446,7 +446,7 @@ def test_idle_workers_are_logged_once(caplog):
 @pytest.mark.parametrize("front, most", [("DataLoader", 17), ("StreamDataset", 19)])  # (each is said once a process)
 def test_a_reader_of_many_lanes_says_what_its_chunks_in_flight_hold(caplog, monkeypatch, front, most):
     """Each lane holds a chunk in flight: past the bound (lowered here), a reader says how much."""
-    monkeypatch.setattr(zephon.runtime._book, "IN_FLIGHT_WARNING", most * 7 * 32 - 1)
+    monkeypatch.setattr(zephon.runtime._book, "IN_FLIGHT_WARNING", most * 7 * 32)
     source = make_source(chunk_size=7, policy="repeat")
     for lanes, warned in [(most - 1, False), (most, True)]:
         caplog.clear()

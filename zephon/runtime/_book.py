@@ -29,18 +29,17 @@ log = logging.getLogger("zephon")
 SEALING_SOURCES = (StaticMixtureWorkSource, PhasedMixtureWorkSource)  # exactly these (a subclass may change its states)
 GROWTH = 8  # default lanes per reader of the first topology: room to grow 8x without an idle reader
 IN_FLIGHT_BYTES = 32  # a pointer in flight: dataset, shard and offset, and its component id (int64 each)
-IN_FLIGHT_WARNING = 1 << 30  # a reader's chunks in flight past this many bytes are said (see say_in_flight)
+IN_FLIGHT_WARNING = 1 << 30  # a reader's chunks in flight of this many bytes or more are said (say_in_flight)
 _logged: set[str] = set()
 
 
-def _all_restore(template: Any, parsed: LoaderState, lanes: list[int]) -> bool:
+def _all_restore(template: Any, ledger: Ledger, replicas: int, lanes: list[int]) -> bool:
     """Whether ``lanes`` of a state of sealed lane columns are shown, column by column, to restore
     into a ``StaticMixtureWorkSource`` (``zephon.core.lane_checks``); False: check each lane."""
-    ledger = parsed.entries
     if type(template) is not StaticMixtureWorkSource:
         return False
     fields = ledger.fields(lanes)
-    return fields is not None and all_restore(template.config, ledger.common, fields, lanes, parsed.canonical_replicas)
+    return fields is not None and all_restore(template.config, ledger.common, fields, lanes, replicas)
 
 
 def log_once(message: str) -> None:
@@ -51,11 +50,11 @@ def log_once(message: str) -> None:
 
 
 def say_in_flight(source: Any, lanes: int, rank: int) -> None:
-    """Warn (once) where a reader of ``lanes`` lanes holds more than ``IN_FLIGHT_WARNING`` bytes
-    of chunks in flight: each lane holds a chunk of ``chunk_size`` pointers, so one process that
+    """Warn (once) where a reader of ``lanes`` lanes holds ``IN_FLIGHT_WARNING`` bytes or more
+    of chunks in flight (at least, ``IN_FLIGHT_BYTES`` a pointer): each lane holds a chunk of ``chunk_size`` pointers, so one process that
     reads thousands of lanes (a large run resumed on a few GPUs) holds gigabytes."""
     chunk = source.chunk_size_hint()
-    if chunk is not None and lanes * chunk * IN_FLIGHT_BYTES > IN_FLIGHT_WARNING:
+    if chunk is not None and lanes * chunk * IN_FLIGHT_BYTES >= IN_FLIGHT_WARNING:
         log_once(f"zephon: a reader of rank {rank} reads {lanes} lanes, each with a chunk of {chunk} pointers in "
                  f"flight: about {lanes * chunk * IN_FLIGHT_BYTES / (1 << 30):.1f} GiB; more readers (DataLoader "
                  "workers or ranks) or a smaller chunk_size hold less")
@@ -106,6 +105,7 @@ class LaneBook:
         self._operators: dict[int, Any] = {}  # a packed pipeline's lane -> operator state (absent: at its start)
         self._datasets = dataset_fingerprints(pipeline.datasets_by_id)
         self._attempt: str | None = None  # None: started fresh; else attempt_of the state loaded
+        self._checked: set[int] = set()  # lanes of the loaded state checked to restore here (see entries)
 
     @property
     def canonical_replicas(self) -> int:
@@ -133,13 +133,20 @@ class LaneBook:
         return worker_lanes(self.rank_lanes(), worker, num_workers, self.mapping)
 
     def entries(self, lanes: Sequence[int] | None = None) -> dict[int, Entry]:
-        """Ledger entries of ``lanes`` (default: the rank's)."""
+        """Ledger entries of ``lanes`` (default: the rank's). Each lane's state is one its source
+        made or one checked to restore here: a loaded state's lanes that :meth:`load` did not
+        check (other ranks', counted for equal steps) are checked now (``ValueError``)."""
         lanes = self.rank_lanes() if lanes is None else lanes
         if self._entries is None:
             return initial_entries(self.pipeline.source, lanes, self.canonical_replicas)
         missing = [lane for lane in lanes if lane not in self._entries]
         if missing:
             raise RuntimeError(f"zephon: no position for lanes {missing}; load a state that covers them")
+        moved, loaded = self._layers()
+        unchecked = [lane for lane in lanes if lane not in moved and lane not in self._checked]
+        if loaded is not None and unchecked:
+            self._check_lanes(loaded, self.canonical_replicas, unchecked, self._operators)
+            self._checked.update(unchecked)
         return {lane: self._entries[lane] for lane in lanes}
 
     def saved_entries(self, lanes: Sequence[int] | None = None) -> dict[int, Entry]:
@@ -225,29 +232,15 @@ class LaneBook:
         if differences:
             raise ValueError("the checkpoint was taken over other data: " + "; ".join(differences)
                              + ". Restore it into a pipeline over the same datasets")
-        lanes = worker_lanes(rank_lanes(replicas, self.rank, self.world_size, self.mapping), *worker, self.mapping)
+        lanes = self._read_lanes(replicas, worker)
         missing = missing_lanes(parsed, lanes)
         if missing:
             have = sorted(parsed.entries)
             raise ValueError(f"the checkpoint lacks lanes {missing} that rank {self.rank} of {self.world_size} "
                              f"reads (it holds lanes {have if len(have) <= 16 else f'{have[:16]}...'}); load "
                              "the global checkpoint (all_gather_state / merge_states of every rank's state)")
+        self._check_lanes(parsed.entries, replicas, lanes, parsed.operators[packing.name] if packing is not None else {})
         template = self.pipeline.source
-        if not _all_restore(template, parsed, lanes):
-            for lane in lanes:
-                try:
-                    template.clone_for_lane(lane, replicas).load_state_dict(parsed.entries[lane][0])
-                except (ValueError, TypeError, KeyError) as error:
-                    raise ValueError(f"lane {lane} of the checkpoint does not restore into this pipeline's source: "
-                                     f"{error}") from error
-        hint = template.chunk_size_hint()
-        for lane in lanes:
-            consumed = parsed.entries.consumed(lane)
-            if hint is not None and consumed > hint:
-                raise ValueError(f"lane {lane} of the checkpoint has consumed={consumed} samples of a chunk of "
-                                 f"at most {hint}; the checkpoint is corrupted")
-            if packing is not None:
-                check_operator(packing, parsed.operators[packing.name][lane], lane)
         run = run_fingerprint(template, replicas, self._datasets)
         if parsed.run is not None and parsed.run != run:
             raise ValueError(f"the checkpoint is of another run (run {parsed.run}, this pipeline's run under its "
@@ -255,10 +248,35 @@ class LaneBook:
                              "into the pipeline that wrote it")
         return parsed
 
+    def _read_lanes(self, replicas: int, worker: tuple[int, int]) -> list[int]:
+        """The lanes read here under ``replicas`` lanes: the rank's, or ``worker = (id, count)``'s of them."""
+        return worker_lanes(rank_lanes(replicas, self.rank, self.world_size, self.mapping), *worker, self.mapping)
+
+    def _check_lanes(self, ledger: Ledger, replicas: int, lanes: list[int], operators: Mapping[int, Any]) -> None:
+        """Each of ``lanes``' source state in ``ledger`` restores into this pipeline's source, its
+        consumed count fits a chunk and, packed, its operator state (in ``operators``) is sound."""
+        template, packing = self.pipeline.source, self.pipeline.packing
+        if not _all_restore(template, ledger, replicas, lanes):
+            for lane in lanes:
+                try:
+                    template.clone_for_lane(lane, replicas).load_state_dict(ledger[lane][0])
+                except (ValueError, TypeError, KeyError) as error:
+                    raise ValueError(f"lane {lane} of the checkpoint does not restore into this pipeline's source: "
+                                     f"{error}") from error
+        hint = template.chunk_size_hint()
+        for lane in lanes:
+            consumed = ledger.consumed(lane)
+            if hint is not None and consumed > hint:
+                raise ValueError(f"lane {lane} of the checkpoint has consumed={consumed} samples of a chunk of "
+                                 f"at most {hint}; the checkpoint is corrupted")
+            if packing is not None:
+                check_operator(packing, operators[lane], lane)
+
     def load(self, state: Any, worker: tuple[int, int] = (0, 1)) -> LoaderState:
         parsed = self.check(state, worker)
         self._replicas = self._fixed = parsed.canonical_replicas
         self._entries = parsed.entries
+        self._checked = set(self._read_lanes(parsed.canonical_replicas, worker))
         self._attempt = attempt_of(state, parsed)
         packing = self.pipeline.packing
         self._operators = dict(parsed.operators[packing.name]) if packing is not None else {}

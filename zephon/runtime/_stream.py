@@ -202,7 +202,7 @@ class LaneMux:
     pulled one chunk early from a clone of the lane's source (the stream is unchanged).
 
     The entries' states are a ledger's: made by sources of ``template``'s settings, or checked
-    against them when a loader loaded them (``LaneBook.check``). They are restored with
+    to restore into them (``LaneBook.entries`` gives only such). They are restored with
     ``restore_checked``, which does not check their settings and seals again.
     """
 
@@ -540,10 +540,10 @@ def _chunk_reader(template: WorkSource) -> Callable[[Any], int] | None:
 class Sealer:
     """Lane states recorded as ``state_token()`` turned into ``state_dict()`` form, for the ledger
     entries a caller asks for (a checkpoint, a count, the stats). Each lane gets a clone of
-    ``template`` (lane of ``canonical_replicas``), restored to its starting ``entries`` state (a
-    ledger's, restored as :class:`LaneMux` restores them) the first time one of its tokens is sealed; states already in ``state_dict()`` form pass
-    through, and a lane's last sealed token is remembered (a packed lane asks for the same one
-    turn after turn)."""
+    ``template`` (lane of ``canonical_replicas``), restored to its starting ``entries`` state
+    (a ledger's, restored as :class:`LaneMux` restores them) the first time one of its tokens
+    is sealed; states already in ``state_dict()`` form pass through, and a lane's last sealed
+    token is remembered (a packed lane asks for the same one turn after turn)."""
 
     def __init__(self, template: WorkSource, canonical_replicas: int, entries: Mapping[int, Entry]):
         self._template, self._replicas = template, canonical_replicas
@@ -584,9 +584,9 @@ class Tracker:
     ``extend`` adds the facts a :class:`LaneMux` drained (in order); ``entries_at(p)`` is the
     ledger once the first ``p`` samples are consumed, with the ``DELIVERED`` turn flag and its
     states sealed (``sealer``, over clones of ``template``'s lanes of ``canonical_replicas``);
-    ``fold(p)`` forgets what lies before ``p`` once the ledger holds ``fold_after`` facts
-    (positions below a fold can no longer be asked for): a fold walks every lane that moved
-    since the last one, which for a reader of a thousand lanes is every lane.
+    ``fold(p)`` forgets what lies before ``p`` once the ledger holds ``fold_after`` facts (then
+    positions below ``p`` can no longer be asked for; ``p`` never goes back): a fold walks every
+    lane that moved since the last one, which for a reader of a thousand lanes is every lane.
     """
 
     def __init__(self, entries: Mapping[int, Entry], template: WorkSource, canonical_replicas: int, *,
@@ -667,6 +667,8 @@ class Tracker:
         return out
 
     def fold(self, position: int) -> None:
+        if position < self._base_position:
+            raise ValueError(f"fold({position}): the ledger was folded at {self._base_position} already")
         if position == self._base_position or len(self._events) + len(self._segments) < self._fold_after:
             return
         self._base.update(self._moved(position))
