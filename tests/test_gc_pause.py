@@ -6,10 +6,15 @@ import gc
 import os
 import threading
 
+from helpers import three_datasets
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from zephon.runtime import paused_gc
+import zephon.runtime._state as state_module
+from zephon import StaticMixtureWorkSource
+from zephon.runtime import LaneMux, initial_entries, make_state, merge_states, paused_gc
+from zephon.runtime._even import lanes_remaining
+from zephon.runtime._state import dataset_fingerprints
 
 
 @settings(max_examples=30, deadline=None)
@@ -80,3 +85,29 @@ def test_a_child_forked_during_another_threads_pause_collects():
     thread.join()
     assert answer == b"11"  # on after fork, off inside a pause of its own, on again after it
     assert gc.isenabled()
+
+
+def test_the_states_of_many_lanes_are_built_with_the_collector_paused(monkeypatch):
+    """Restoring a reader's lanes, making their first states, counting them and merging ranks'
+    states build thousands of long-lived objects: the collector is off while they are made."""
+    seen: dict[str, list[bool]] = {}
+
+    def watched(owner, name):
+        original = getattr(owner, name)
+
+        def call(*args, **kwargs):
+            seen.setdefault(name, []).append(gc.isenabled())
+            return original(*args, **kwargs)
+        monkeypatch.setattr(owner, name, call)
+
+    for name in ("state_dict", "restore_checked", "remaining_by_lane"):
+        watched(StaticMixtureWorkSource, name)
+    watched(state_module, "parse_state")
+    source = StaticMixtureWorkSource(three_datasets(), {"web": 3, "code": 2, "math": 1}, chunk_size=8, seed=3)
+    entries = initial_entries(source, range(4), 4)
+    LaneMux(source, range(4), 4, entries, source.component_ids())
+    lanes_remaining(source, 4, entries)
+    made = make_state(4, entries, dataset_fingerprints(source.datasets_by_id), {})
+    merge_states([made, made])
+    assert sorted(seen) == ["parse_state", "remaining_by_lane", "restore_checked", "state_dict"]
+    assert not any(flag for flags in seen.values() for flag in flags) and gc.isenabled()

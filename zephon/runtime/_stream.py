@@ -42,6 +42,7 @@ from typing import Any, Callable, Iterator, Mapping, Protocol, Sequence, cast
 import numpy as np
 
 from zephon.core.chunk_checks import writable_order
+from zephon.runtime._gc import paused_gc
 from zephon.work import WorkChunk, WorkSource
 
 # (lane state at the start of the chunk in flight, samples consumed from it, turn flags)
@@ -224,26 +225,33 @@ class LaneMux:
         self._events: list[Event] = []
         first: list[_Lane] = []
         rest: list[_Lane] = []
-        for lane in lanes:
-            state, consumed, flags = entries[lane]
-            source = template.clone_for_lane(lane, canonical_replicas)
-            source.restore_checked(state)
-            slot = _Lane(lane, source)
-            if self._load_chunk(slot) is None:
-                if consumed:
-                    raise ValueError(f"lane {lane}: the checkpoint says {consumed} samples of its chunk were "
-                                     "consumed, but the lane has ended there; the checkpoint is corrupted")
-                continue
-            if consumed > len(slot.pointers):
-                raise ValueError(f"lane {lane}: the checkpoint says {consumed} samples of its chunk were consumed, "
-                                 f"but the chunk holds {len(slot.pointers)}; the checkpoint is corrupted")
-            self._offsets[lane] = consumed
-            self._read_ahead(slot, consumed)
-            (first if flags & DELIVERED else rest).append(slot)
+        with paused_gc():  # each lane's restored source and chunk: thousands set off full collections
+            for lane in lanes:
+                self._resume(lane, entries[lane], first, rest)
         # lanes that gave their turn of the current round go first, and the rotation starts after them
         self._active = first + rest
         self._turn = len(first) % max(1, len(self._active))  # the index of the lane whose turn is next
         self._segments.append(Segment(0, tuple(slot.lane for slot in self._active), unit, self._turn))
+
+    def _resume(self, lane: int, entry: Entry, first: list[_Lane], rest: list[_Lane]) -> None:
+        """Restore ``lane`` to its ledger ``entry``: its chunk in flight made and its consumed
+        samples skipped; it joins ``first`` (it gave its turn of the round) or ``rest``, unless
+        it has ended."""
+        state, consumed, flags = entry
+        source = self._template.clone_for_lane(lane, self._replicas)
+        source.restore_checked(state)
+        slot = _Lane(lane, source)
+        if self._load_chunk(slot) is None:
+            if consumed:
+                raise ValueError(f"lane {lane}: the checkpoint says {consumed} samples of its chunk were "
+                                 "consumed, but the lane has ended there; the checkpoint is corrupted")
+            return
+        if consumed > len(slot.pointers):
+            raise ValueError(f"lane {lane}: the checkpoint says {consumed} samples of its chunk were consumed, "
+                             f"but the chunk holds {len(slot.pointers)}; the checkpoint is corrupted")
+        self._offsets[lane] = consumed
+        self._read_ahead(slot, consumed)
+        (first if flags & DELIVERED else rest).append(slot)
 
     @property
     def unit(self) -> int:
@@ -722,5 +730,7 @@ class ItemStream(Iterator[Any]):
 
 
 def initial_entries(template: WorkSource, lanes: Sequence[int], canonical_replicas: int) -> dict[int, Entry]:
-    """The ledger at the start of the stream: every lane at its initial state, nothing consumed."""
-    return {lane: (template.clone_for_lane(lane, canonical_replicas).state_dict(), 0, 0) for lane in lanes}
+    """The ledger at the start of the stream: every lane at its initial state, nothing consumed
+    (made with the collector paused, as :class:`LaneMux` restores its lanes)."""
+    with paused_gc():
+        return {lane: (template.clone_for_lane(lane, canonical_replicas).state_dict(), 0, 0) for lane in lanes}
