@@ -351,6 +351,17 @@ def test_parse_state_refuses_any_edit_by_its_digest(mutate):
         parse_state(state)
 
 
+def test_a_parsed_state_keeps_its_lanes_whatever_its_input_becomes():
+    state = state_of([0, 1])
+    parsed, before = parse_state(state), parse_state(json.loads(json.dumps(state))).entries
+    for value in state["source"].values():  # every shared dict and list of the input, edited in place
+        if isinstance(value, dict):
+            value.clear()
+        elif isinstance(value, list):
+            value.append(0)
+    assert [parsed.entries[lane] for lane in (0, 1)] == [before[lane] for lane in (0, 1)]
+
+
 def test_a_version_1_state_still_loads():
     state = state_of([0, 1, 2, 3], consumed=3)
     entries = dict(parse_state(state).entries)

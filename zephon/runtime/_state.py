@@ -27,7 +27,6 @@ state]`` row per lane, no digest of its own) is still read.
 """
 from __future__ import annotations
 
-import copy
 import math
 import re
 from dataclasses import dataclass, field
@@ -230,7 +229,7 @@ def parse_state(state: Any) -> LoaderState:
     common, topology = state[KEY_SOURCE], state[KEY_TOPOLOGY]
     if not isinstance(common, dict):
         raise _bad(f"'source' must be a dict, got {show(common)}")
-    common = copy.deepcopy(common)  # lanes are made from it later: a later edit of the input changes none
+    common = _copied(common)  # lanes are made from it later: a later edit of the input changes none
     _check_topology(topology)
     if version == 1:
         return LoaderState(replicas, _entries(_lane_columns_v1(state[KEY_LANES]), common, replicas, False), datasets, topology)
@@ -240,6 +239,16 @@ def parse_state(state: Any) -> LoaderState:
     columns, is_sealed = _lane_columns(state[KEY_LANES], replicas)
     return LoaderState(replicas, _entries(columns, common, replicas, is_sealed), datasets, topology, run,
                        _operators(state[KEY_OPERATORS], columns.lanes))
+
+
+def _copied(value: Any) -> Any:
+    """A copy of checked JSON (its dicts and lists new): ``copy.deepcopy`` took 4 times as long,
+    a fifth of parsing a rank's state."""
+    if type(value) is dict:
+        return {key: _copied(item) for key, item in value.items()}
+    if type(value) is list:
+        return [_copied(item) for item in value]
+    return value
 
 
 def _check_datasets(datasets: list[dict[str, Any]]) -> None:
