@@ -4,9 +4,13 @@ import json
 
 import pytest
 from helpers import three_datasets
+from hypothesis import given
+from hypothesis import strategies as st
 
 from zephon import Dataset, StaticMixtureWorkSource
-from zephon.core.checkpoint import sealed
+from zephon.core import cache
+from zephon.core.checkpoint import canonical, sealed
+from zephon.testing import sources
 
 MIX = {"web": 5, "code": 3, "math": 2}
 
@@ -127,3 +131,12 @@ def test_a_checkpoint_taken_before_the_data_changed_is_refused(tmp_path):
     pq.write_table(pa.table({"id": list(range(1000, 1100))}), tmp_path / "part-1.parquet")
     with pytest.raises(ValueError, match="different configuration: datasets"):
         make().load_state_dict(state)
+
+
+@given(st.lists(st.tuples(sources(), st.integers(1, 6), st.integers(0, 5)), min_size=1, max_size=4))
+def test_the_fingerprint_text_kept_for_a_source_is_each_lanes_own(drawn):
+    """The canonical JSON of a config's fingerprint is kept once for all lanes of a source; for
+    any lanes of any sources asked in turn, it is the text of that lane's own fingerprint."""
+    for template, replicas, lane in drawn:
+        config = template.clone_for_lane(lane % replicas, replicas).config
+        assert cache.fingerprint_json(config, canonical) == canonical(config.fingerprint())
