@@ -10,9 +10,10 @@ from helpers import three_datasets
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import zephon.runtime._book as book_module
 import zephon.runtime._state as state_module
-from zephon import StaticMixtureWorkSource
-from zephon.runtime import LaneMux, initial_entries, make_state, merge_states, paused_gc
+from zephon import Pipeline, StaticMixtureWorkSource
+from zephon.runtime import LaneBook, LaneMux, initial_entries, make_state, merge_states, paused_gc
 from zephon.runtime._even import lanes_remaining
 from zephon.runtime._state import dataset_fingerprints
 
@@ -88,8 +89,9 @@ def test_a_child_forked_during_another_threads_pause_collects():
 
 
 def test_the_states_of_many_lanes_are_built_with_the_collector_paused(monkeypatch):
-    """Restoring a reader's lanes, making their first states, counting them and merging ranks'
-    states build thousands of long-lived objects: the collector is off while they are made."""
+    """Restoring a reader's lanes, making their first states, counting them, loading a state,
+    checking another rank's lanes and merging ranks' states build thousands of long-lived
+    objects: the collector is off while they are made."""
     seen: dict[str, list[bool]] = {}
 
     def watched(owner, name):
@@ -103,11 +105,16 @@ def test_the_states_of_many_lanes_are_built_with_the_collector_paused(monkeypatc
     for name in ("state_dict", "restore_checked", "remaining_by_lane"):
         watched(StaticMixtureWorkSource, name)
     watched(state_module, "parse_state")
+    watched(book_module, "parse_state")
     source = StaticMixtureWorkSource(three_datasets(), {"web": 3, "code": 2, "math": 1}, chunk_size=8, seed=3)
     entries = initial_entries(source, range(4), 4)
     LaneMux(source, range(4), 4, entries, source.component_ids())
     lanes_remaining(source, 4, entries)
     made = make_state(4, entries, dataset_fingerprints(source.datasets_by_id), {})
     merge_states([made, made])
+    book = LaneBook(Pipeline(source), canonical_replicas=4, mapping="contiguous", rank=0, world_size=2)
+    book.load(made)
+    book.entries(range(4))  # the other rank's lanes are checked now
     assert sorted(seen) == ["parse_state", "remaining_by_lane", "restore_checked", "state_dict"]
+    assert len(seen["parse_state"]) == 3
     assert not any(flag for flags in seen.values() for flag in flags) and gc.isenabled()

@@ -7,6 +7,7 @@ from typing import Any, Mapping, Sequence
 
 from zephon.core.checkpoint import canonical, digest
 from zephon.core.lane_checks import all_restore
+from zephon.runtime._gc import paused_gc
 from zephon.runtime._lanes import check_mapping, rank_lanes, worker_lanes
 from zephon.runtime._state import (
     ATTEMPT,
@@ -144,10 +145,11 @@ class LaneBook:
             raise RuntimeError(f"zephon: no position for lanes {missing}; load a state that covers them")
         moved, loaded = self._layers()
         unchecked = [lane for lane in lanes if lane not in moved and lane not in self._checked]
-        if loaded is not None and unchecked:
-            self._check_lanes(loaded, self.canonical_replicas, unchecked, self._operators)
-            self._checked.update(unchecked)
-        return {lane: self._entries[lane] for lane in lanes}
+        with paused_gc():  # thousands of lanes' states, made from a loaded state's columns and sealed
+            if loaded is not None and unchecked:
+                self._check_lanes(loaded, self.canonical_replicas, unchecked, self._operators)
+                self._checked.update(unchecked)
+            return {lane: self._entries[lane] for lane in lanes}
 
     def saved_entries(self, lanes: Sequence[int] | None = None) -> dict[int, Entry]:
         """:meth:`entries` as a saved state takes them: where the source seals its states (and a
@@ -215,8 +217,14 @@ class LaneBook:
         that the state covers the lanes read here (the rank's lanes under the state's
         ``canonical_replicas``; only those of ``worker = (id, count)`` inside a DataLoader
         worker), and that each of those lanes' source state restores (which checks the
-        source's config fingerprint).
+        source's config fingerprint). The collector is paused meanwhile (see ``paused_gc``):
+        a state of thousands of lanes is parsed into objects that set off full collections.
         """
+        with paused_gc():
+            return self._checked_state(state, worker)
+
+    def _checked_state(self, state: Any, worker: tuple[int, int]) -> LoaderState:
+        """The checks of :meth:`check`."""
         parsed = parse_state(state)
         replicas = parsed.canonical_replicas
         if self._requested is not None and replicas != self._requested:
