@@ -9,6 +9,7 @@ always exits 0. Needs the ``zephon-mixtures[torch]`` extra.
 """
 from __future__ import annotations
 
+import gc
 import json
 import statistics
 import sys
@@ -238,6 +239,7 @@ def reading_run(lanes: int, chunk_size: int = 4096) -> dict[str, float]:
         source = mixture(10**10, chunk_size, exhausted_policy="repeat", stop_after_passes=None)
         return zt.DataLoader(Pipeline(source), batch_size=256, canonical_replicas=lanes)
 
+    gc.collect()  # the loaders of the run before, whose cycles would otherwise hold gigabytes and slow this one
     first_loader, out = loader(), {}
     start = time.perf_counter()
     batches = iter(first_loader)

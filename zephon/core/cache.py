@@ -9,7 +9,7 @@ the same lane, a copy unpickled in a worker):
 | :func:`plan_memo` | a :class:`DatasetPlan` | the cursor's shard tables and pass layouts, token cost lookups |
 | :func:`costs` | a :class:`DatasetPlan` | int64 cost units of one draw per shard (token mode) |
 | :func:`scheduler` | a :class:`SourceConfig` | the scheduling kernel (``None`` when Python plans) |
-| :func:`fingerprint_json` | a :class:`SourceConfig` | its fingerprint as canonical JSON (a lane seals a state per chunk) |
+| :func:`fingerprint_json` | (kept in the config, for all its lanes) | its fingerprint as canonical JSON (a lane seals a state per chunk) |
 | :func:`memoised` | any hashable key | a named table of another core module (e.g. a stream index's lookup kernel) |
 
 Each cache keeps its most recently used entries up to a bound; dropping one only costs
@@ -78,7 +78,7 @@ _MEMOS = Bounded(PLANS)
 _COSTS = Bounded(PLANS)
 _SCHEDULERS = Bounded(CONFIGS)
 _TABLES = Bounded(TABLES)
-_FINGERPRINTS = Bounded(CONFIGS)
+_FINGERPRINT = "fingerprint json"  # its key in a config's derived table
 
 
 def plan_memo(plan: DatasetPlan) -> dict[Any, Any]:
@@ -101,11 +101,13 @@ def scheduler(config: SourceConfig) -> Scheduler | None:
 
 def fingerprint_json(config: SourceConfig, encode: Callable[[Any], str]) -> str:
     """``encode(config.fingerprint())`` (``encode``: the checkpoint's canonical JSON), made once
-    for every lane of a source: the fingerprint leaves the lane out, so it is kept under lane 0
-    of 1's config (a process that seals the states of more lanes than the cache keeps made it
-    again for each one, a third of a save of 16,384 lanes)."""
-    key = config if config.lane in (None, 0) else config.for_lane(0, config.canonical_replicas or 1)
-    return _FINGERPRINTS.get(key, lambda: encode(config.fingerprint()))
+    for every lane of a source: it is kept in the config's ``derived`` table, which the lanes'
+    configs share (the fingerprint leaves the lane out). Kept by config, a process that seals
+    the states of more lanes than a cache holds made it again for each, a sixth of a save."""
+    text: str | None = config.derived.get(_FINGERPRINT)
+    if text is None:
+        text = config.derived[_FINGERPRINT] = encode(config.fingerprint())
+    return text
 
 
 def memoised(key: Hashable, build: Callable[[], T]) -> T:
@@ -115,7 +117,7 @@ def memoised(key: Hashable, build: Callable[[], T]) -> T:
 
 def clear() -> None:
     """Forget every derived table (they are rebuilt on next use)."""
-    for cache in (_MEMOS, _COSTS, _SCHEDULERS, _TABLES, _FINGERPRINTS):
+    for cache in (_MEMOS, _COSTS, _SCHEDULERS, _TABLES):
         cache.clear()
 
 

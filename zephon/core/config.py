@@ -249,6 +249,8 @@ class SourceConfig:
     normalised: tuple[float, ...] = field(init=False, repr=False, compare=False)  # w / Σ w (mixture order)
     chunk_key: int = field(init=False, repr=False, compare=False)  # root key of per-chunk read seeds
     lane_key: int = field(init=False, repr=False, compare=False)  # root key of lane routing
+    # values derived once for every lane (for_lane shares the table; zephon.core.cache.fingerprint_json)
+    derived: dict[str, Any] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         self._check()
@@ -258,6 +260,7 @@ class SourceConfig:
         object.__setattr__(self, "normalised", tuple(d.weight / total for d in self.datasets))
         object.__setattr__(self, "chunk_key", purpose_key(self.seed, DOMAIN_CHUNK_SEED))
         object.__setattr__(self, "lane_key", purpose_key(self.seed, DOMAIN_LANE))
+        object.__setattr__(self, "derived", {})
 
     def __hash__(self) -> int:
         # Integers only: cheap for any number of datasets; equal configs agree on all of them.
