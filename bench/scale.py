@@ -239,7 +239,7 @@ def reading_run(lanes: int, chunk_size: int = 4096) -> dict[str, float]:
         source = mixture(10**10, chunk_size, exhausted_policy="repeat", stop_after_passes=None)
         return zt.DataLoader(Pipeline(source), batch_size=256, canonical_replicas=lanes)
 
-    gc.collect()  # the loaders of the run before, whose cycles would otherwise hold gigabytes and slow this one
+    gc.collect()  # each run starts from a collected heap, whatever the runs before it left to the collector
     first_loader, out = loader(), {}
     start = time.perf_counter()
     batches = iter(first_loader)

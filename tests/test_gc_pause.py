@@ -106,6 +106,7 @@ def test_the_states_of_many_lanes_are_built_with_the_collector_paused(monkeypatc
         watched(StaticMixtureWorkSource, name)
     watched(state_module, "parse_state")
     watched(book_module, "parse_state")
+    watched(book_module, "_all_restore")  # the column check of the lanes a book hands out
     source = StaticMixtureWorkSource(three_datasets(), {"web": 3, "code": 2, "math": 1}, chunk_size=8, seed=3)
     entries = initial_entries(source, range(4), 4)
     LaneMux(source, range(4), 4, entries, source.component_ids())
@@ -115,6 +116,6 @@ def test_the_states_of_many_lanes_are_built_with_the_collector_paused(monkeypatc
     book = LaneBook(Pipeline(source), canonical_replicas=4, mapping="contiguous", rank=0, world_size=2)
     book.load(made)
     book.entries(range(4))  # the other rank's lanes are checked now
-    assert sorted(seen) == ["parse_state", "remaining_by_lane", "restore_checked", "state_dict"]
-    assert len(seen["parse_state"]) == 3
+    assert sorted(seen) == ["_all_restore", "parse_state", "remaining_by_lane", "restore_checked", "state_dict"]
+    assert len(seen["parse_state"]) == 3 and len(seen["_all_restore"]) == 2  # on load, then the other rank's lanes
     assert not any(flag for flags in seen.values() for flag in flags) and gc.isenabled()

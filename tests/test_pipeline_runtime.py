@@ -6,6 +6,7 @@ uninterrupted run; elastic restores compare lane by lane.
 """
 import json
 import os
+from collections import OrderedDict
 
 import numpy as np
 import pytest
@@ -351,8 +352,10 @@ def test_parse_state_refuses_any_edit_by_its_digest(mutate):
         parse_state(state)
 
 
-def test_a_parsed_state_keeps_its_lanes_whatever_its_input_becomes():
+@pytest.mark.parametrize("kind", [dict, OrderedDict])  # its shared part read as OrderedDicts, say
+def test_a_parsed_state_keeps_its_lanes_whatever_its_input_becomes(kind):
     state = state_of([0, 1])
+    state["source"] = json.loads(json.dumps(state["source"]), object_pairs_hook=kind)
     parsed, before = parse_state(state), parse_state(json.loads(json.dumps(state))).entries
     for value in state["source"].values():  # every shared dict and list of the input, edited in place
         if isinstance(value, dict):

@@ -101,9 +101,9 @@ def scheduler(config: SourceConfig) -> Scheduler | None:
 
 def fingerprint_json(config: SourceConfig, encode: Callable[[Any], str]) -> str:
     """``encode(config.fingerprint())`` (``encode``: the checkpoint's canonical JSON), made once
-    for every lane of a source: it is kept in the config's ``derived`` table, which the lanes'
-    configs share (the fingerprint leaves the lane out). Kept by config, a process that seals
-    the states of more lanes than a cache holds made it again for each, a sixth of a save."""
+    per config and kept in its ``derived`` table, which the lanes' configs made by ``for_lane``
+    share (the fingerprint leaves the lane out). Kept in a bounded cache by config, a process
+    that seals the states of more lanes than the cache holds made it again for each."""
     text: str | None = config.derived.get(_FINGERPRINT)
     if text is None:
         text = config.derived[_FINGERPRINT] = encode(config.fingerprint())
@@ -116,7 +116,8 @@ def memoised(key: Hashable, build: Callable[[], T]) -> T:
 
 
 def clear() -> None:
-    """Forget every derived table (they are rebuilt on next use)."""
+    """Forget every table of the caches above (they are rebuilt on next use); a config keeps
+    its own ``derived`` values."""
     for cache in (_MEMOS, _COSTS, _SCHEDULERS, _TABLES):
         cache.clear()
 

@@ -249,7 +249,7 @@ class SourceConfig:
     normalised: tuple[float, ...] = field(init=False, repr=False, compare=False)  # w / Σ w (mixture order)
     chunk_key: int = field(init=False, repr=False, compare=False)  # root key of per-chunk read seeds
     lane_key: int = field(init=False, repr=False, compare=False)  # root key of lane routing
-    # values derived once for every lane (for_lane shares the table; zephon.core.cache.fingerprint_json)
+    # values derived once per config (the lanes for_lane makes share the table; see cache.fingerprint_json)
     derived: dict[str, Any] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
