@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from zephon import Dataset, StaticMixtureWorkSource
 from zephon.core.checkpoint import canonical, sealed
 from zephon.runtime import make_state, parse_state
-from zephon.runtime._columns import assembled, decode, encode, getters, select, values
+from zephon.runtime._columns import assembled, decode, encode, encode_fields, getters, select, values
 from zephon.runtime._state import dataset_fingerprints
 
 scalars = st.one_of(st.none(), st.booleans(), st.integers(-2**70, 2**70), st.text(max_size=4),
@@ -50,6 +50,25 @@ def test_some_lanes_field_by_field_are_those_lanes_one_by_one(lanes, data):
     one_by_one = [assembled(tree)(k) for k in ks]
     assert canonical(values(tree, ks)) == canonical(one_by_one)
     assert canonical(by_lane(select(tree, ks), len(ks))) == canonical(one_by_one)
+
+
+@given(alike().filter(bool), st.booleans(), st.data())
+def test_a_column_made_field_by_field_is_the_column_of_the_dicts(lanes, nested, data):
+    """``encode_fields`` of the lanes' values field by field (dicts nested in them too) is
+    ``encode`` of the lanes' dicts."""
+    if nested:
+        inner = st.fixed_dictionaries({"a": st.integers(0, 3), "b": st.floats(allow_nan=False)})
+        lanes = [{**lane, "nested": x} for lane, x in zip(lanes, data.draw(st.lists(inner, min_size=len(lanes),
+                                                                                        max_size=len(lanes))))]
+    assert canonical(encode_fields(fields_of(lanes))) == canonical(encode(lanes))
+
+
+def fields_of(lanes):
+    """The lanes' dicts field by field, as deep as every lane has a dict of the same keys."""
+    if lanes and all(type(lane) is dict for lane in lanes) and lanes[0] and \
+            all(lane.keys() == lanes[0].keys() for lane in lanes):
+        return {key: fields_of([lane[key] for lane in lanes]) for key in lanes[0]}
+    return list(lanes)
 
 
 def by_lane(fields, count):

@@ -13,8 +13,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from zephon import Dataset, StaticMixtureWorkSource
-from zephon.runtime import LaneMux, Sealer, initial_entries
+from zephon.core.checkpoint import canonical, state_fields, state_to_json
+from zephon.core.schedule import state_of_token
+from zephon.runtime import LaneMux, Sealer, SealingLedger, initial_entries, make_state, parse_state
+from zephon.runtime._state import dataset_fingerprints
 from zephon.testing import phased_sources, sources
+from zephon.torch import migrate_checkpoint
 from zephon.work import Phase, PhasedMixtureWorkSource, migrate
 from zephon.work.tokens import TokenEstimation
 
@@ -95,12 +99,17 @@ def test_a_migrated_lane_seals_its_history_and_kept_orders():
     _assert_tokens_seal_to_state_dicts(new, 0, 1, start, 12)
 
 
-def test_a_token_mode_lane_seals_its_ratios():
+def _primed_token_source():
     data = [Dataset.from_counts("a", [50] * 4, raw_bytes=[3000] * 4),
             Dataset.from_counts("b", [40, 60], raw_bytes=[9000, 30000])]
     template = StaticMixtureWorkSource(data, {"a": 0.6, "b": 0.4}, chunk_size=16, seed=5,
                                        token_estimation=TokenEstimation(primer={"a": 0.2, "b": 0.25}))
     template.prime()
+    return template
+
+
+def test_a_token_mode_lane_seals_its_ratios():
+    template = _primed_token_source()
     start = template.clone_for_lane(1, 2).state_dict()
     assert "token_ratios" in start
     _assert_tokens_seal_to_state_dicts(template, 1, 2, start, 20)
@@ -181,3 +190,110 @@ def test_a_subclass_with_its_own_tokens_has_every_lane_state_sealed():
     tokens, entries = _lane_tokens(template, 3, [2, 5, 1])
     sealer = Sealer(template, 3, entries)
     assert sealer.furthest(tokens) == [sealer(lane, token) for lane, token in tokens.items()]
+
+
+@given(sources(), st.integers(1, 5), st.data())
+def test_state_fields_are_the_states_of_the_tokens_field_by_field(template, replicas, data):
+    """``state_fields`` is ``state_to_json``'s ``state`` of each token, one list per field."""
+    chunks = data.draw(st.lists(st.integers(0, 8), min_size=replicas, max_size=replicas))
+    tokens, _ = _lane_tokens(template, replicas, chunks)
+    states = [state_to_json(state_of_token(token), template.config)["state"] for token in tokens.values()]
+    fields = state_fields(list(tokens.values()), template.config)
+    alike = all(state.keys() == states[0].keys() for state in states)
+    assert (fields is not None) == alike
+    if alike:
+        assert canonical(fields) == canonical(_fields_of(states))
+
+
+def _fields_of(states):
+    """Dicts of the same keys field by field, to the leaves."""
+    if type(states[0]) is dict:
+        return {key: _fields_of([state[key] for state in states]) for key in states[0]}
+    return states
+
+
+def _moved_lanes(template, replicas, starts, chunks):
+    """Each lane's start entry (after ``starts[lane]`` chunks, through JSON as a loaded state
+    is) and its token ``chunks[lane]`` chunks later (fewer where it ends)."""
+    tokens, entries = {}, {}
+    for lane in range(replicas):
+        source = template.clone_for_lane(lane, replicas)
+        for _ in range(starts[lane]):
+            source.next_chunk()
+        entries[lane] = (json.loads(json.dumps(source.state_dict())), 0, 0)
+        for _ in range(chunks[lane]):
+            if source.next_chunk() is None:
+                break
+        tokens[lane] = source.state_token()
+    return tokens, entries
+
+
+def _ledger(template, replicas, readers, tokens, entries, consumed):
+    """The lanes' tokens in a :class:`SealingLedger`, read by ``readers`` readers (a Sealer each)."""
+    ledger = SealingLedger()
+    for reader in range(readers):
+        lanes = range(reader, replicas, readers)
+        ledger.add({lane: (tokens[lane], consumed[lane], lane % 4) for lane in lanes},
+                   Sealer(template, replicas, {lane: entries[lane] for lane in lanes}))
+    return ledger
+
+
+def _state(replicas, entries):
+    return make_state(replicas, entries, [], {"world_size": 1}, run="r", sealed_by_source=True)
+
+
+@given(st.one_of(sources(), phased_sources()), st.integers(1, 6), st.integers(1, 3), st.data())
+def test_a_state_made_field_by_field_is_the_one_of_its_lanes_sealed_one_by_one(template, replicas, readers, data):
+    """A loader state of a ledger's tokens, made from them field by field where the source is a
+    static mixture, is exactly the state of the lanes' states sealed one by one."""
+    lane_ints = st.lists(st.integers(0, 6), min_size=replicas, max_size=replicas)
+    starts, chunks, consumed = data.draw(lane_ints), data.draw(lane_ints), data.draw(lane_ints)
+    tokens, entries = _moved_lanes(template, replicas, starts, chunks)
+    ledger = _ledger(template, replicas, readers, tokens, entries, consumed)
+    assert canonical(_state(replicas, ledger)) == canonical(_state(replicas, dict(ledger)))
+    made_by_fields = type(template) is StaticMixtureWorkSource and len(set(tokens.values())) > 1
+    assert (ledger.fields() is not None) == made_by_fields
+
+
+@pytest.mark.parametrize("requeue, step, by_fields", [(False, 1, True), (True, 1, True), (True, 2, False)])
+def test_migrated_lanes_are_made_field_by_field_where_they_agree_on_their_settings(requeue, step, by_fields):
+    """Lanes restored from a migrated checkpoint keep its history and sample orders: made field
+    by field when all of them do and all or none still have requeued samples to serve (lane k
+    is ``step * k`` chunks on), and sealed one by one beside a lane restored without them."""
+    data = three_datasets()
+    old = StaticMixtureWorkSource(data, {"web": 2, "code": 1, "math": 1}, chunk_size=12, seed=9,
+                                  exhausted_policy="repeat")
+    lanes = [old.clone_for_lane(lane, 3) for lane in range(3)]
+    for lane in lanes:
+        for _ in range(lane.lane_id + 1):
+            lane.next_chunk()
+    checkpoint = make_state(3, {lane.lane_id: (lane.state_dict(), 2, 0) for lane in lanes},
+                            dataset_fingerprints(old.datasets_by_id), {})
+    new = StaticMixtureWorkSource([data[2], data[0]], {"math": 1, "web": 1}, chunk_size=5, seed=10,
+                                  exhausted_policy="repeat")
+    loaded = parse_state(json.loads(json.dumps(migrate_checkpoint(checkpoint, new, requeue=requeue).state)))
+    starts = {lane: (loaded.entries[lane][0], 0, 0) for lane in range(3)}
+    tokens = {}
+    for lane, (start, _, _) in starts.items():
+        source = new.clone_for_lane(lane, 3)
+        source.load_state_dict(start)
+        for _ in range(step * lane):
+            source.next_chunk()
+        tokens[lane] = source.state_token()
+    migrated = _ledger(new, 3, 2, tokens, starts, [1, 2, 3])
+    assert (migrated.fields() is not None) == by_fields
+    assert canonical(_state(3, migrated)) == canonical(_state(3, dict(migrated)))
+    fresh = new.clone_for_lane(2, 3)
+    fresh.next_chunk()
+    mixed = _ledger(new, 3, 1, {**tokens, 2: fresh.state_token()}, {**starts, 2: (fresh.state_dict(), 0, 0)},
+                    [1, 2, 3])
+    assert mixed.fields() is None
+    assert canonical(_state(3, mixed)) == canonical(_state(3, dict(mixed)))
+
+
+def test_a_token_mode_ledger_is_made_field_by_field_with_its_ratios():
+    template = _primed_token_source()
+    tokens, entries = _moved_lanes(template, 3, [0, 1, 2], [3, 1, 2])
+    ledger = _ledger(template, 3, 2, tokens, entries, [0, 5, 9])
+    assert "token_ratios" in ledger.fields().common
+    assert canonical(_state(3, ledger)) == canonical(_state(3, dict(ledger)))

@@ -18,12 +18,12 @@ import hashlib
 import json
 from json.encoder import encode_basestring_ascii  # the key quoting of canonical()
 import math
-from typing import Any, Final, Mapping, TypedDict, TypeVar, cast
+from typing import Any, Final, Mapping, Sequence, TypedDict, TypeVar, cast
 
 from zephon.core import alloc as allocators
 from zephon.core import cache
 from zephon.core.config import CARRY, FIXED, ORIGINS, REPEAT, DatasetPlan, SourceConfig
-from zephon.core.schedule import CursorState, SourceState
+from zephon.core.schedule import CursorState, SourceState, Token
 from zephon.core.tokens import deficit_bound
 from zephon.limits import MAX_CHUNK_INDEX, MAX_STATE_NODES, STATE_NODES_PER_DATASET, check_json, show
 
@@ -144,6 +144,27 @@ def state_to_json(state: SourceState, config: SourceConfig) -> StaticMixtureStat
     if config.token_mode and config.primed:
         checkpoint[KEY_RATIOS] = {d.name: _ratio_to_json(d) for d in config.datasets}
     return sealed(checkpoint, {KEY_FINGERPRINT: cache.fingerprint_json(config, canonical)})
+
+
+def state_fields(tokens: Sequence[Token], config: SourceConfig) -> dict[str, Any] | None:
+    """The ``state`` part of :func:`state_to_json` for the state of each of ``tokens``
+    (``schedule.state_token``) under ``config``, field by field: one list of values per field,
+    nested as the state's dicts nest. A loader state's columns are made of these without a
+    dict per lane. None where the states differ in their keys (some have samples to serve
+    first, others not)."""
+    requeued = [bool(token[3]) for token in tokens]
+    if not tokens or any(requeued) != all(requeued):
+        return None
+    chunks, allocs, cursors, requeues = zip(*tokens)
+    out: dict[str, Any] = {
+        KEY_CHUNK: list(chunks),
+        KEY_ALLOC: [list(alloc) if isinstance(alloc, tuple) else alloc for alloc in allocs],
+        KEY_CURSORS: {d.name: {KEY_EPOCH: [c[i][0] for c in cursors], KEY_POSITION: [c[i][1] for c in cursors],
+                               KEY_TAILS: [c[i][2] for c in cursors]} for i, d in enumerate(config.datasets)},
+    }
+    if requeued[0]:
+        out[KEY_REQUEUE] = [[list(r) for r in requeue] for requeue in requeues]
+    return out
 
 
 def _ratio_to_json(plan: DatasetPlan) -> TokenRatioDict:

@@ -5,7 +5,8 @@
 | :class:`Pipeline` | items of a work source: records + ``_sample_id`` + ``_component``, with ``map`` steps |
 | ``KEY_SAMPLE_ID``, ``KEY_COMPONENT`` | the item keys of a sample's pointer and component name |
 | :func:`rank_lanes`, :func:`worker_lanes` | which lanes a rank / a DataLoader worker reads |
-| :class:`LaneMux`, :class:`Tracker`, :class:`Sealer`, :class:`ItemStream` | a reader's round-robin stream and its ledger |
+| :class:`LaneMux`, :class:`Tracker`, :class:`ItemStream` | a reader's round-robin stream and its ledger |
+| :class:`Sealer`, :class:`SealingLedger` | a ledger's states sealed when asked for |
 | :func:`merge_states`, :func:`parse_state`, :func:`split_state` | loader states: merge per-rank states into a global one; cut one per lane |
 | :func:`migrate_checkpoint` | a loader checkpoint continued under a new source (one cut for all lanes) |
 | :class:`LoaderStateDict`, :class:`DatasetRecord` | the JSON types of a loader state |
@@ -40,16 +41,16 @@ from zephon.runtime._state import (
 )
 from zephon.runtime._stats import DatasetStatsDict, LoaderStats, LoaderStatsDict, SharedDecodingDict, TokensDict
 from zephon.runtime._stream import (
-    DROPPED, SERVED, Entry, Event, Items, ItemStream, LaneMux, Piece, Sealer, Segment, Tracker, initial_entries,
-    write,
+    DROPPED, SERVED, Event, Items, ItemStream, LaneMux, Piece, Segment, Tracker, initial_entries, write,
 )
+from zephon.runtime._sealing import Entry, Sealer, SealingLedger
 from zephon.runtime.pipeline import KEY_COMPONENT, KEY_SAMPLE_ID, Pipeline
 
 __all__ = [
     "CHECKPOINT_MARKER", "CONTIGUOUS", "DROPPED", "HF_STATE_FILE", "LIGHTNING_KEY", "STEP_FOLDER", "check_checkpoint_size", "DatasetStatsDict", "Even", "EvenBatchesDict", "LoaderStats", "LoaderStatsDict", "RankCount", "SharedDecodingDict", "TokensDict", "count_rank", "count_ranks", "countable", "even_target",
     "maybe_finite", "DatasetRecord", "Entry", "Event", "INTERLEAVED", "ItemStream", "Items", "KEY_COMPONENT", "KEY_SAMPLE_ID", "LOADER_STATE_KIND",
     "LaneBook", "LaneMux", "LanesDict", "PackedReader", "Snapshot", "Snapshots", "count_packed", "count_sequences", "documents", "initial_operator",
-    "sequence_items", "LoaderState", "LoaderStateDict", "MAPPINGS", "Piece", "Pipeline", "SERVED", "Sealer", "Segment", "Tracker", "initial_entries",
+    "sequence_items", "LoaderState", "LoaderStateDict", "MAPPINGS", "Piece", "Pipeline", "SERVED", "Sealer", "SealingLedger", "Segment", "Tracker", "initial_entries",
     "load_checkpoint", "log_once", "make_state", "merge_states", "migrate_checkpoint", "parse_state", "paused_gc", "rank_lanes", "run_fingerprint", "say_in_flight",
     "write", "save_checkpoint", "worker_lanes", "complete_steps", "finalize_checkpoint_dir", "load_checkpoint_dir",
     "save_checkpoint_dir", "split_state",

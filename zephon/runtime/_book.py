@@ -22,7 +22,8 @@ from zephon.runtime._state import (
     run_fingerprint,
 )
 from zephon.runtime._packed import check_operator, initial_operator
-from zephon.runtime._stream import Entry, initial_entries
+from zephon.runtime._sealing import Entry
+from zephon.runtime._stream import initial_entries
 from zephon.runtime.pipeline import Pipeline
 from zephon.work import PhasedMixtureWorkSource, StaticMixtureWorkSource, check_replicas
 

@@ -51,6 +51,15 @@ def encode(values: Sequence[Any]) -> Any:
     return list(values)
 
 
+def encode_fields(fields: Any) -> Any:
+    """The column of the dicts that ``fields`` holds field by field (a dict of such, non-empty,
+    where the dicts nest; a list of one field's values, one per lane, at a leaf): what
+    :func:`encode` gives for the list of those dicts, without making them."""
+    if type(fields) is dict and fields:
+        return {"fields": {key: encode_fields(value) for key, value in fields.items()}}
+    return encode(fields)
+
+
 def _float64(values: Sequence[float]) -> str | None:
     """The base64 of ``values`` as little-endian float64; None where one is not finite."""
     array = np.asarray(values, dtype="<f8")

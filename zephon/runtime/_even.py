@@ -18,7 +18,7 @@ from typing import Any, Mapping, Sequence, TypedDict
 
 from zephon.runtime._gc import paused_gc
 from zephon.runtime._lanes import rank_lanes
-from zephon.runtime._stream import Entry
+from zephon.runtime._sealing import Entry
 
 
 class EvenBatchesDict(TypedDict):

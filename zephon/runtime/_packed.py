@@ -25,7 +25,8 @@ from zephon.limits import show
 from zephon.ops import Doc, Packing, Row, pack
 from zephon.ops.tokenize import KEY_IDS
 from zephon.runtime._even import RankCount, units
-from zephon.runtime._stream import DELIVERED, DROPPED, Entry, Items, LaneMux, Tracker
+from zephon.runtime._sealing import Entry
+from zephon.runtime._stream import DELIVERED, DROPPED, Items, LaneMux, Tracker
 
 BLOCK = 64  # samples materialized (read, tokenized) at a time per lane
 KEY_WINDOW, KEY_STATE, KEY_PACKER = "window", "state", "packer"

@@ -30,14 +30,14 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Iterator, Mapping, Sequence, TypedDict
+from typing import Any, Iterable, Iterator, Mapping, NamedTuple, Sequence, TypedDict
 
 from zephon.core.checkpoint import KEY_DIGEST, canonical, digest, sealed
 from zephon.limits import MAX_LOADER_STATE_NODES, MAX_REPLICAS, MAX_SAMPLES, check_json, show
-from zephon.runtime._columns import assembled, decode, encode, getters, leaves, select, values
+from zephon.runtime._columns import assembled, decode, encode, encode_fields, getters, leaves, select, values
 from zephon.runtime._gc import paused_gc
 from zephon.runtime._lanes import MAPPINGS
-from zephon.runtime._stream import Entry
+from zephon.runtime._sealing import Entry, SealingLedger
 
 KIND = "zephon.LoaderState"
 VERSION = 2
@@ -149,6 +149,16 @@ def _all_sealed(states: list[Mapping[str, Any]], shared: Mapping[str, str]) -> b
     return bool(states) and all(type(s.get(KEY_DIGEST)) is str and s[KEY_DIGEST] == digest(s, shared) for s in states)
 
 
+class LaneColumns(NamedTuple):
+    """A state's lanes, ascending, and their consumed counts, turn flags and the column of the
+    rests of their source states."""
+
+    lanes: list[int]
+    consumed: list[int]
+    turn: list[int]
+    state: Any
+
+
 def make_state(canonical_replicas: int, entries: Mapping[int, Entry], datasets: list[DatasetRecord],
                topology: Mapping[str, Any], *, run: str | None = None,
                operators: Mapping[str, Mapping[int, Any]] | None = None, sealed_by_source: bool = False) -> LoaderStateDict:
@@ -156,9 +166,15 @@ def make_state(canonical_replicas: int, entries: Mapping[int, Entry], datasets: 
     (:func:`run_fingerprint`), with ``operators`` (name -> lane -> JSON state) for its lanes.
     ``sealed_by_source``: every state is known to carry its source's seal (a loader's own
     entries: made by its source, or restored from a state whose digest was checked), so the
-    seals need not be checked before they are left out."""
+    seals need not be checked before they are left out; then a :class:`SealingLedger`'s states
+    are made field by field where it can (``SealingLedger.fields``)."""
+    fields = entries.fields() if sealed_by_source and isinstance(entries, SealingLedger) else None
+    if fields is not None:
+        columns = LaneColumns(fields.lanes, fields.consumed, fields.turn, encode_fields(fields.rests))
+        return _assembled(canonical_replicas, datasets, run, fields.common, columns, True, operators or {}, topology)
     lanes = sorted(entries)
-    states = [entries[lane][0] for lane in lanes]
+    rows = [entries[lane] for lane in lanes]
+    states = [row[0] for row in rows]
     for lane, state in zip(lanes, states):
         if not isinstance(state, dict):
             raise TypeError(f"lane {lane}: the source's state_dict() must be a dict, got {type(state).__name__}")
@@ -166,16 +182,21 @@ def make_state(canonical_replicas: int, entries: Mapping[int, Entry], datasets: 
     is_sealed = bool(states) and (sealed_by_source or _all_sealed(states, {k: canonical(v) for k, v in common.items()}))
     rests = [{k: v for k, v in state.items() if k not in common and not (is_sealed and k == KEY_DIGEST)}
              for state in states]
-    rows = {lane: (rest, entries[lane][1], entries[lane][2]) for lane, rest in zip(lanes, rests)}
-    return _assembled(canonical_replicas, datasets, run, common, rows, is_sealed, operators or {}, topology)
+    return _assembled(canonical_replicas, datasets, run, common, _columns(lanes, rows, rests), is_sealed,
+                      operators or {}, topology)
+
+
+def _columns(lanes: list[int], rows: Sequence[tuple[Any, int, int]], rests: list[Any]) -> LaneColumns:
+    """The columns of ``lanes``' ``rows`` (their entries), with ``rests`` for their states."""
+    return LaneColumns(lanes, [row[1] for row in rows], [row[2] for row in rows], encode(rests))
 
 
 def _assembled(canonical_replicas: int, datasets: list[DatasetRecord], run: str | None, common: dict[str, Any],
-               rows: Mapping[int, tuple[dict[str, Any], int, int]], is_sealed: bool,
-               operators: Mapping[str, Mapping[int, Any]], topology: Mapping[str, Any]) -> LoaderStateDict:
-    """The sealed state of lanes' ``rows`` (the rest of each one's source state past ``common``,
-    consumed, turn flags) and their ``operators``' states."""
-    lanes = sorted(rows)
+               columns: LaneColumns, is_sealed: bool, operators: Mapping[str, Mapping[int, Any]],
+               topology: Mapping[str, Any]) -> LoaderStateDict:
+    """The sealed state of lanes' ``columns`` (the rests of their source states past ``common``)
+    and their ``operators``' states."""
+    lanes = columns.lanes
     for name, by_lane in operators.items():
         if sorted(by_lane) != lanes:
             raise ValueError(f"operator {name!r} has states for lanes {sorted(by_lane)}, the state covers {lanes}")
@@ -186,9 +207,8 @@ def _assembled(canonical_replicas: int, datasets: list[DatasetRecord], run: str 
         KEY_DATASETS: [DatasetRecord(id=d["id"], name=d["name"], fingerprint=d["fingerprint"]) for d in datasets],
         KEY_RUN: run,
         KEY_SOURCE: dict(common),
-        KEY_LANES: LanesDict(count=len(lanes), lane=encode(lanes), consumed=encode([rows[k][1] for k in lanes]),
-                             turn=encode([rows[k][2] for k in lanes]), state=encode([rows[k][0] for k in lanes]),
-                             sealed=is_sealed),
+        KEY_LANES: LanesDict(count=len(lanes), lane=encode(lanes), consumed=encode(columns.consumed),
+                             turn=encode(columns.turn), state=columns.state, sealed=is_sealed),
         KEY_OPERATORS: {name: encode([by_lane[k] for k in lanes]) for name, by_lane in sorted(operators.items())},
         KEY_TOPOLOGY: dict(topology),
     }
@@ -489,8 +509,10 @@ def _merge(parsed: list[LoaderState]) -> LoaderStateDict:
     sealed_alike = [p.entries for p in parsed if p.entries.shared is not None]
     if len(sealed_alike) == len(parsed) and all(ledger.shared == sealed_alike[0].shared for ledger in sealed_alike):
         rows = _merged({lane: ledger.stored(lane) for lane in ledger} for ledger in sealed_alike)  # no lane unsealed
-        return _assembled(first.canonical_replicas, first.datasets, run, sealed_alike[0].common, rows, True,
-                          operators, topology)
+        lanes = sorted(rows)
+        ordered = [rows[lane] for lane in lanes]
+        return _assembled(first.canonical_replicas, first.datasets, run, sealed_alike[0].common,
+                          _columns(lanes, ordered, [row[0] for row in ordered]), True, operators, topology)
     entries = _merged(dict(p.entries.items()) for p in parsed)
     return make_state(first.canonical_replicas, entries, first.datasets, topology, run=run, operators=operators)
 

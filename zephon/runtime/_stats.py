@@ -14,7 +14,7 @@ from typing import Any, Iterable, Mapping, TypedDict
 import numpy as np
 
 from zephon.runtime._even import EvenBatchesDict
-from zephon.runtime._stream import Entry
+from zephon.runtime._sealing import Entry
 from zephon.work import DatasetCoverage, PhasedMixtureWorkSource, StaticMixtureWorkSource, received
 
 log = logging.getLogger("zephon")

@@ -43,10 +43,9 @@ import numpy as np
 
 from zephon.core.chunk_checks import writable_order
 from zephon.runtime._gc import paused_gc
+from zephon.runtime._sealing import Entry, Sealer, SealingLedger
 from zephon.work import WorkChunk, WorkSource
 
-# (lane state at the start of the chunk in flight, samples consumed from it, turn flags)
-Entry = tuple[Mapping[str, Any], int, int]
 
 
 class Items(Protocol):
@@ -532,60 +531,6 @@ def _token(source: WorkSource) -> Any:
     return token
 
 
-def _chunk_reader(template: WorkSource) -> Callable[[Any], int] | None:
-    """``template.token_chunk_index`` when it reads the tokens its ``state_token`` makes; None
-    for a source without one, or a subclass that makes its own tokens without saying how to
-    read their chunk index."""
-    index = getattr(template, "token_chunk_index", None)
-    mro = type(template).__mro__
-    makes = next((c for c in mro if "state_token" in vars(c)), object)
-    reads = next((c for c in mro if "token_chunk_index" in vars(c)), None)
-    if index is None or reads is None or not issubclass(reads, makes):
-        return None
-    return cast(Callable[[Any], int], index)
-
-
-class Sealer:
-    """Lane states recorded as ``state_token()`` turned into ``state_dict()`` form, for the ledger
-    entries a caller asks for (a checkpoint, a count, the stats). Each lane gets a clone of
-    ``template`` (lane of ``canonical_replicas``), restored to its starting ``entries`` state
-    (a ledger's, restored as :class:`LaneMux` restores them) the first time one of its tokens
-    is sealed; states already in ``state_dict()`` form pass through, and a lane's last sealed
-    token is remembered (a packed lane asks for the same one turn after turn)."""
-
-    def __init__(self, template: WorkSource, canonical_replicas: int, entries: Mapping[int, Entry]):
-        self._template, self._replicas = template, canonical_replicas
-        self._starts = {lane: state for lane, (state, _, _) in entries.items()}
-        self._clones: dict[int, WorkSource] = {}
-        self._last: dict[int, tuple[Any, Mapping[str, Any]]] = {}
-        self._chunk_of = _chunk_reader(template)
-
-    def __call__(self, lane: int, state: Any) -> Mapping[str, Any]:
-        if type(state) is dict or isinstance(state, Mapping):  # dict first: the Mapping check is slow
-            return state
-        last = self._last.get(lane)
-        if last is not None and last[0] is state:
-            return last[1]
-        clone = self._clones.get(lane)
-        if clone is None:
-            clone = self._clones[lane] = self._template.clone_for_lane(lane, self._replicas)
-            clone.restore_checked(self._starts[lane])
-        sealed = clone.state_from_token(state)
-        self._last[lane] = (state, sealed)
-        return sealed
-
-    def furthest(self, states: Mapping[int, Any]) -> list[Mapping[str, Any]]:
-        """Of ``states`` (lane -> token), the one of the furthest chunk, sealed, when the source
-        reads its tokens' chunk index (``token_chunk_index``); else each one sealed. The stats
-        keep only the furthest, and sealing a state costs tens of microseconds (a reader of eight
-        lanes sealed eight at each look: a fifth of the trainer's time on pointers)."""
-        index = self._chunk_of
-        if index is None or not all(type(state) is tuple for state in states.values()):
-            return [self(lane, state) for lane, state in states.items()]
-        lane = max(states, key=lambda lane: index(states[lane]), default=None)
-        return [] if lane is None else [self(lane, states[lane])]
-
-
 class Tracker:
     """The ledger of a reader's lanes at any position, from its starting entries and the facts.
 
@@ -634,10 +579,10 @@ class Tracker:
 
     def entries_at(self, position: int) -> dict[int, Entry]:
         return {lane: (self.sealer(lane, state), consumed, flags)
-                for lane, (state, consumed, flags) in self._tokens_at(position).items()}
+                for lane, (state, consumed, flags) in self.tokens_at(position).items()}
 
-    def _tokens_at(self, position: int) -> dict[int, Entry]:
-        """:meth:`entries_at` with the states as recorded (tokens, unsealed)."""
+    def tokens_at(self, position: int) -> dict[int, tuple[Any, int, int]]:
+        """:meth:`entries_at` with the states as recorded (tokens, unsealed: ``sealer`` seals them)."""
         if position < self._base_position:
             raise ValueError(f"position {position} was folded away (ledger starts at {self._base_position})")
         moved = self._moved(position)
@@ -725,8 +670,10 @@ class ItemStream(Iterator[Any]):
                 return item
             self.filtered += 1
 
-    def entries(self) -> dict[int, Entry]:
-        return self._tracker.entries_at(self._position)
+    def entries(self) -> SealingLedger:
+        ledger = SealingLedger()
+        ledger.add(self._tracker.tokens_at(self._position), self._tracker.sealer)
+        return ledger
 
 
 def initial_entries(template: WorkSource, lanes: Sequence[int], canonical_replicas: int) -> dict[int, Entry]:

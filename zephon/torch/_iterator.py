@@ -18,8 +18,8 @@ from typing import Any, Callable, Mapping, cast
 from zephon._ext.handout import Cursor, RoundRobin
 from zephon.limits import MAX_LAG
 from zephon.runtime import (
-    KEY_COMPONENT, KEY_SAMPLE_ID, SERVED, Entry, Even, Event, LoaderStats, Pipeline, RankCount, Snapshot, Snapshots,
-    Tracker, log_once,
+    KEY_COMPONENT, KEY_SAMPLE_ID, SERVED, Entry, Even, Event, LoaderStats, Pipeline, RankCount, SealingLedger,
+    Snapshot, Snapshots, Tracker, log_once,
 )
 from zephon.torch._bundles import Bundle, Plan, land, pointer_tensor
 from zephon.torch._relay import Relay
@@ -266,13 +266,17 @@ class LoaderIterator(RoundRobin):
                 out.update(tracker.operators_at(positions[worker]))
         return out
 
-    def entries(self, lag: int = 0) -> dict[int, Entry]:
+    def entries(self, lag: int = 0) -> SealingLedger:
         """The ledger of the rank's lanes ``lag`` units before the last one yielded (default:
-        after it), with both turn flags."""
+        after it), with both turn flags; its states are sealed as they are read."""
         positions, upcoming = self._view(lag)
-        out: dict[int, Entry] = {}
+        out = SealingLedger()
         for worker, tracker in self._trackers.items():
             served = SERVED if upcoming is not None and worker < upcoming else 0
-            for lane, (state, consumed, flags) in tracker.entries_at(positions[worker]).items():
-                out[lane] = (state, consumed, flags | served)
+            if isinstance(tracker, Snapshots):
+                recorded, sealer = tracker.entries_at(positions[worker]), None
+            else:
+                recorded, sealer = tracker.tokens_at(positions[worker]), tracker.sealer
+            out.add({lane: (state, consumed, flags | served) for lane, (state, consumed, flags) in recorded.items()},
+                    sealer)
         return out

@@ -248,7 +248,7 @@ class DataLoader(tud.DataLoader[Bundle]):
             self._zephon_book.update(self._zephon_live.entries(), self._zephon_live.operators())
             self._zephon_live = None
 
-    def _entries(self) -> dict[int, Entry]:
+    def _entries(self) -> Mapping[int, Entry]:
         return self._zephon_live.entries() if self._zephon_live is not None else self._zephon_book.entries()
 
     def _operators(self) -> dict[int, Any]:

@@ -23,6 +23,11 @@ from zephon.work._resolve import check_liveness, resolve
 from zephon.work.source import check_lane_header
 
 
+# The keys of a checkpoint, beside its lane and state, that a restore takes settings from: lanes
+# restored from checkpoints that agree on them make checkpoints that differ only in lane and state.
+RESTORED_SETTINGS = (checkpoint.KEY_ORDERS, checkpoint.KEY_RATIOS, checkpoint.KEY_MIGRATIONS)
+
+
 class StaticMixtureWorkSource(MixtureShell):
     """Mix ``datasets`` by ``mixture`` weights into deterministic chunks of ``chunk_size`` pointers.
 
@@ -191,6 +196,7 @@ class StaticMixtureWorkSource(MixtureShell):
             self._restore(state, checked=True)
 
     def _restore(self, state: Mapping[str, Any], checked: bool) -> None:
+        """Restore ``state``: the settings are this source's with ``state``'s ``RESTORED_SETTINGS``."""
         self._check_lane_header(state)
         history = check_history(state.get(checkpoint.KEY_MIGRATIONS, []))
         config = checkpoint.with_orders(self._config, state.get(checkpoint.KEY_ORDERS))
