@@ -3,14 +3,15 @@ turned into the ``state_dict()`` form a checkpoint holds only when one is asked 
 
 :class:`Sealer` seals one lane's token on a clone of that lane; :class:`SealingLedger` is a
 ledger whose states are sealed as they are read, and gives a checkpoint of many lanes of a
-``StaticMixtureWorkSource`` their states field by field instead, without a clone, a dict or a
-digest per lane: sealed one by one, the lanes of a process reading 16,384 took a second to save.
+``StaticMixtureWorkSource`` their states field by field instead, without a clone, a state
+dict or a seal per lane: sealed one by one, the lanes of a process reading 16,384 took a second
+to save.
 """
 from __future__ import annotations
 
 from typing import Any, Callable, Iterator, Mapping, NamedTuple, cast
 
-from zephon.core.checkpoint import KEY_DIGEST, KEY_LANE, KEY_STATE, canonical, state_fields
+from zephon.core.checkpoint import KEY_CHUNK, KEY_DIGEST, KEY_LANE, KEY_STATE, canonical, state_fields
 from zephon.work import StaticMixtureWorkSource, WorkSource
 from zephon.work.static_mixture import RESTORED_SETTINGS
 
@@ -50,6 +51,10 @@ class Sealer:
     def template(self) -> WorkSource:
         return self._template
 
+    @property
+    def canonical_replicas(self) -> int:
+        return self._replicas
+
     def start(self, lane: int) -> Mapping[str, Any]:
         """Lane ``lane``'s starting state, which its clone is restored to."""
         return self._starts[lane]
@@ -80,17 +85,16 @@ class Sealer:
         return [] if lane is None else [self(lane, states[lane])]
 
 
-class LaneFields(NamedTuple):
-    """Lanes' sealed states as a loader state stores them with their digests left out: the part
-    they all share (``common``) and the rest of each, field by field (``rests``: one list of
-    values per field, nested as the states' dicts nest), with each lane's ``consumed`` count and
-    ``turn`` flags; ``lanes`` ascending."""
+class LaneColumns(NamedTuple):
+    """A loader state's lanes, ascending, with their consumed counts and turn flags, and the rests
+    of their source states past the part they all share: ``state`` is their column, or (from
+    :meth:`SealingLedger.fields`) their values field by field, one list per field, nested as the
+    states' dicts nest."""
 
-    common: dict[str, Any]
     lanes: list[int]
     consumed: list[int]
     turn: list[int]
-    rests: dict[str, Any]
+    state: Any
 
 
 class SealingLedger(Mapping[int, Entry]):
@@ -120,35 +124,42 @@ class SealingLedger(Mapping[int, Entry]):
     def __len__(self) -> int:
         return len(self._entries)
 
-    def fields(self) -> LaneFields | None:
-        """The sealed states as :class:`LaneFields`, made from the tokens: one lane is sealed, for
-        the shared part. Only for two lanes or more of one ``StaticMixtureWorkSource`` (exactly that
-        class), every state a token, not all the same, and every lane restored to the same
-        settings (its starting state's ``RESTORED_SETTINGS``); None otherwise."""
+    def fields(self) -> tuple[dict[str, Any], LaneColumns] | None:
+        """The sealed states as a loader state stores them with their seals left out, made from
+        the tokens: the part they all share and :class:`LaneColumns` of the rest, field by field.
+        Only where the lanes are two or more of one ``StaticMixtureWorkSource`` (exactly that
+        class, the same object and lane count for every sealer), every state is a token, their
+        chunk indices are not all the same, all or none of them have requeued samples to serve
+        first, and every lane was restored to the same settings (its starting state's
+        ``RESTORED_SETTINGS``); None otherwise. Only the first lane is sealed (restored from its
+        starting state, for the shared part): the others' starting states are taken as checked,
+        as a loader checks them when it loads them."""
         lanes = sorted(self._entries)
         tokens = [self._entries[lane][0] for lane in lanes]
         sealer = self._sealer_of_alike(lanes, tokens)
         state = None if sealer is None else state_fields(tokens, cast(StaticMixtureWorkSource, sealer.template).config)
-        if sealer is None or state is None:
-            return None
+        if sealer is None or state is None or state[KEY_CHUNK].count(state[KEY_CHUNK][0]) == len(lanes):
+            return None  # all at one chunk: their states may all be the same, so shared
         first = sealer(lanes[0], tokens[0])
         common = {k: v for k, v in first.items() if k not in (KEY_LANE, KEY_STATE, KEY_DIGEST)}
-        columns = {KEY_LANE: lanes, KEY_STATE: state}
-        rests = {k: columns[k] for k in first if k in columns}  # in the sealed state's order
-        return LaneFields(common, lanes, [self._entries[lane][1] for lane in lanes],
-                          [self._entries[lane][2] for lane in lanes], rests)
+        fields = {KEY_LANE: lanes, KEY_STATE: state}
+        rests = {k: fields[k] for k in first if k in fields}  # in the sealed state's order
+        return common, LaneColumns(lanes, [self._entries[lane][1] for lane in lanes],
+                                   [self._entries[lane][2] for lane in lanes], rests)
 
     def _sealer_of_alike(self, lanes: list[int], tokens: list[Any]) -> Sealer | None:
-        """The first lane's sealer where :meth:`fields` applies to ``lanes`` (ascending) and
-        their ``tokens``; None otherwise."""
+        """The first lane's sealer where :meth:`fields` may apply to ``lanes`` (ascending) and
+        their ``tokens``; None where it does not."""
         sealer = self._sealers[lanes[0]] if lanes else None
         if (len(lanes) < 2 or sealer is None or type(sealer.template) is not StaticMixtureWorkSource
-                or any(type(token) is not tuple for token in tokens) or tokens.count(tokens[0]) == len(tokens)):
+                or any(type(token) is not tuple for token in tokens)):
             return None
         start = sealer.start(lanes[0])
         for lane in lanes:
             other = self._sealers[lane]
-            if other is None or other.template is not sealer.template or not _same_settings(other.start(lane), start):
+            if (other is None or other.template is not sealer.template
+                    or other.canonical_replicas != sealer.canonical_replicas
+                    or not _same_settings(other.start(lane), start)):
                 return None
         return sealer
 

@@ -30,14 +30,14 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Iterator, Mapping, NamedTuple, Sequence, TypedDict
+from typing import Any, Iterable, Iterator, Mapping, Sequence, TypedDict
 
 from zephon.core.checkpoint import KEY_DIGEST, canonical, digest, sealed
 from zephon.limits import MAX_LOADER_STATE_NODES, MAX_REPLICAS, MAX_SAMPLES, check_json, show
 from zephon.runtime._columns import assembled, decode, encode, encode_fields, getters, leaves, select, values
 from zephon.runtime._gc import paused_gc
 from zephon.runtime._lanes import MAPPINGS
-from zephon.runtime._sealing import Entry, SealingLedger
+from zephon.runtime._sealing import Entry, LaneColumns, SealingLedger
 
 KIND = "zephon.LoaderState"
 VERSION = 2
@@ -149,16 +149,6 @@ def _all_sealed(states: list[Mapping[str, Any]], shared: Mapping[str, str]) -> b
     return bool(states) and all(type(s.get(KEY_DIGEST)) is str and s[KEY_DIGEST] == digest(s, shared) for s in states)
 
 
-class LaneColumns(NamedTuple):
-    """A state's lanes, ascending, and their consumed counts, turn flags and the column of the
-    rests of their source states."""
-
-    lanes: list[int]
-    consumed: list[int]
-    turn: list[int]
-    state: Any
-
-
 def make_state(canonical_replicas: int, entries: Mapping[int, Entry], datasets: list[DatasetRecord],
                topology: Mapping[str, Any], *, run: str | None = None,
                operators: Mapping[str, Mapping[int, Any]] | None = None, sealed_by_source: bool = False) -> LoaderStateDict:
@@ -170,8 +160,9 @@ def make_state(canonical_replicas: int, entries: Mapping[int, Entry], datasets: 
     are made field by field where it can (``SealingLedger.fields``)."""
     fields = entries.fields() if sealed_by_source and isinstance(entries, SealingLedger) else None
     if fields is not None:
-        columns = LaneColumns(fields.lanes, fields.consumed, fields.turn, encode_fields(fields.rests))
-        return _assembled(canonical_replicas, datasets, run, fields.common, columns, True, operators or {}, topology)
+        common, columns = fields
+        return _assembled(canonical_replicas, datasets, run, common, columns._replace(state=encode_fields(columns.state)),
+                          True, operators or {}, topology)
     lanes = sorted(entries)
     rows = [entries[lane] for lane in lanes]
     states = [row[0] for row in rows]

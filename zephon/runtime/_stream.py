@@ -37,7 +37,7 @@ from __future__ import annotations
 import weakref
 from collections import deque
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator, Mapping, Protocol, Sequence, cast
+from typing import Any, Callable, Iterator, Mapping, Protocol, Sequence
 
 import numpy as np
 
@@ -45,7 +45,6 @@ from zephon.core.chunk_checks import writable_order
 from zephon.runtime._gc import paused_gc
 from zephon.runtime._sealing import Entry, Sealer, SealingLedger
 from zephon.work import WorkChunk, WorkSource
-
 
 
 class Items(Protocol):
@@ -670,7 +669,11 @@ class ItemStream(Iterator[Any]):
                 return item
             self.filtered += 1
 
-    def entries(self) -> SealingLedger:
+    def entries(self) -> dict[int, Entry]:
+        return dict(self.ledger())
+
+    def ledger(self) -> SealingLedger:
+        """:meth:`entries`, each lane's state sealed when read (a save makes them field by field)."""
         ledger = SealingLedger()
         ledger.add(self._tracker.tokens_at(self._position), self._tracker.sealer)
         return ledger

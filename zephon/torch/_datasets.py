@@ -78,7 +78,7 @@ class StreamDataset(IterableDataset[Any]):
         """Where the lanes read in this process stand (JSON: a :class:`zephon.runtime.LoaderStateDict`)."""
         lanes, workers = self._lanes()
         with paused_gc():
-            entries = self._live.entries() if self._live is not None else self._book.saved_entries(lanes)
+            entries = self._live.ledger() if self._live is not None else self._book.saved_entries(lanes)
             return self._book.state(entries, num_workers=None if workers == 1 else workers)
 
     def check_state_dict(self, state: Any) -> None:

@@ -24,7 +24,8 @@ from zephon.work.source import check_lane_header
 
 
 # The keys of a checkpoint, beside its lane and state, that a restore takes settings from: lanes
-# restored from checkpoints that agree on them make checkpoints that differ only in lane and state.
+# of one template and lane count restored from checkpoints that agree on them make checkpoints
+# that differ only in lane and state.
 RESTORED_SETTINGS = (checkpoint.KEY_ORDERS, checkpoint.KEY_RATIOS, checkpoint.KEY_MIGRATIONS)
 
 
