@@ -234,13 +234,27 @@ cdef inline void _advance(Schedule* s, int64_t* epochs, int64_t* positions, cons
     """advance in place: positions move by the quotas; a "carry" draw past its pass's end moves into
     the pass it ends in (a draw that ends a pass leaves the cursor at that pass's end)."""
     cdef Py_ssize_t c
-    cdef int64_t passes
     for c in range(s.n):
         positions[c] += quotas[c]
+    _into_passes(s, epochs, positions)
+
+
+cdef inline void _into_passes(Schedule* s, int64_t* epochs, int64_t* positions) noexcept nogil:
+    """Each position past its pass's end moved into the pass it ends in: where draws that ran on
+    through several passes, chunk by chunk as ``_advance`` moves them, leave it."""
+    cdef Py_ssize_t c
+    cdef int64_t passes
+    for c in range(s.n):
         if positions[c] > s.totals[c]:
             passes = (positions[c] - 1) // s.totals[c]
             epochs[c] += passes
             positions[c] -= passes * s.totals[c]
+
+
+cdef inline bint _endless(Schedule* s, Py_ssize_t c) noexcept nogil:
+    """Dataset c repeats with "carry" tails, no repeat limit and no pass count to stop after: the
+    end of one of its passes changes no quota and ends nothing, so quiet chunks run through it."""
+    return s.carry[c] and s.policies[c] == REPEAT and s.max_repeats[c] < 0 and s.stop_after == 0 and s.totals[c] > 0
 
 
 cdef int64_t _slot_in_block(int64_t block, int64_t lane, int64_t replicas, uint64_t lane_key) noexcept nogil:
@@ -266,7 +280,8 @@ cdef int64_t _next_own(int64_t g, int64_t lane, int64_t replicas, int routing, u
 
 cdef int64_t _skip_quiet(Schedule* s, double* acc, int64_t* epochs, int64_t* positions, int64_t* quotas,
                         int64_t count, int64_t steps, int64_t* work) noexcept nogil:
-    """Skip up to ``count`` chunks in which no dataset reaches the end of its pass.
+    """Skip up to ``count`` chunks in which no dataset reaches the end of its pass (but an
+    endless one, ``_endless``).
 
     Such chunks need only the allocator: the end-of-pass checks cannot fire. Long stretches go
     as blocks (``_skip_block``, O(datasets) each); at most ``steps`` chunks are stepped one by
@@ -281,7 +296,7 @@ cdef int64_t _skip_quiet(Schedule* s, double* acc, int64_t* epochs, int64_t* pos
         return 0
     while skipped < count:
         if count - skipped >= BLOCK_MIN:
-            block = _skip_block(s, acc, positions, count - skipped)
+            block = _skip_block(s, acc, epochs, positions, count - skipped)
             if block >= 0:
                 work[0] += 1
                 return skipped + block
@@ -291,12 +306,11 @@ cdef int64_t _skip_quiet(Schedule* s, double* acc, int64_t* epochs, int64_t* pos
             s.saved[c] = acc[c]
         _allocate(s, acc, quotas)
         for c in range(s.n):
-            if positions[c] + quotas[c] >= s.totals[c] and quotas[c] > 0:
+            if positions[c] + quotas[c] >= s.totals[c] and quotas[c] > 0 and not s.endless[c]:
                 for c in range(s.n):
                     acc[c] = s.saved[c]
                 return skipped
-        for c in range(s.n):
-            positions[c] += quotas[c]
+        _advance(s, epochs, positions, quotas)
         skipped += 1
         stepped += 1
         work[0] += 1
@@ -386,7 +400,7 @@ cdef int64_t _regular_for(Schedule* s, const double* acc, int64_t count) noexcep
 cdef int _accumulate_ahead(Schedule* s, const double* acc, const int64_t* positions, int64_t n) noexcept nogil:
     """AccumulatorAllocator.allocate_many: the cumulative quotas of ``n`` (>= 1) regular chunks into
     ``s.ahead`` and the accumulators after them into ``s.saved``. Returns 1 if no dataset reaches
-    the end of its pass in them, 0 if one does, -1 if a correction is not regular."""
+    the end of its pass in them (but an endless one), 0 if one does, -1 if a correction is not regular."""
     cdef Py_ssize_t c, i, count = _active_order(s)
     cdef int64_t m
     cdef int128 x, deficit = (<int128>n) * s.chunk_size
@@ -407,7 +421,7 @@ cdef int _accumulate_ahead(Schedule* s, const double* acc, const int64_t* positi
         s.ahead[c] += 1
         s.saved[c] -= 1.0
     for c in range(s.n):
-        if s.ahead[c] > 0 and positions[c] + s.ahead[c] >= s.totals[c]:
+        if s.ahead[c] > 0 and positions[c] + s.ahead[c] >= s.totals[c] and not s.endless[c]:
             return 0
     return 1
 
@@ -416,12 +430,12 @@ cdef void _quiet_bracket(Schedule* s, const double* acc, const int64_t* position
                          int64_t* above) noexcept nogil:
     """Where the quiet chunks end, about: after ``n`` regular chunks a dataset has drawn
     ``floor(acc + n·share)`` or one more, so they are quiet for ``below`` chunks and not for
-    ``above`` (each the least over the active datasets; a few chunks apart). Only estimates, in
+    ``above`` (each the least over the active datasets but the endless ones; a few chunks apart). Only estimates, in
     doubles: ``_skip_block`` checks them with ``_accumulate_ahead``."""
     cdef Py_ssize_t c
     cdef double share, left, low = -1.0, high = -1.0
     for c in range(s.n):
-        if s.weights[c] > 0.0:
+        if s.weights[c] > 0.0 and not s.endless[c]:
             share = ldexp(<double>s.units[c], -<int>s.grid[c])
             left = <double>(s.totals[c] - positions[c]) - acc[c]
             if low < 0.0 or floor((left - 2.0) / share) < low:
@@ -432,21 +446,22 @@ cdef void _quiet_bracket(Schedule* s, const double* acc, const int64_t* position
     above[0] = <int64_t>high if high > 0.0 else 0
 
 
-cdef int64_t _skip_fixed(Schedule* s, int64_t* positions, int64_t count) noexcept nogil:
+cdef int64_t _skip_fixed(Schedule* s, int64_t* epochs, int64_t* positions, int64_t count) noexcept nogil:
     """Skip up to ``count`` quiet chunks of the fixed allocator (the same quotas in each)."""
     cdef Py_ssize_t c
     for c in range(s.n):
-        if s.fixed[c] > 0:
+        if s.fixed[c] > 0 and not s.endless[c]:
             if s.totals[c] - positions[c] - 1 < 0:
                 return 0
             if (s.totals[c] - positions[c] - 1) // s.fixed[c] < count:
                 count = (s.totals[c] - positions[c] - 1) // s.fixed[c]
     for c in range(s.n):
         positions[c] += count * s.fixed[c]
+    _into_passes(s, epochs, positions)
     return count
 
 
-cdef int64_t _skip_block(Schedule* s, double* acc, int64_t* positions, int64_t count) noexcept nogil:
+cdef int64_t _skip_block(Schedule* s, double* acc, int64_t* epochs, int64_t* positions, int64_t count) noexcept nogil:
     """Skip up to ``count`` quiet chunks at once, in closed form: how many (fewer when the next is
     not quiet), or -1 where no closed form holds (the caller steps them one by one)."""
     cdef Py_ssize_t c
@@ -454,7 +469,7 @@ cdef int64_t _skip_block(Schedule* s, double* acc, int64_t* positions, int64_t c
     cdef int64_t guesses[2]
     cdef int quiet, i = 0
     if s.allocator == FIXED:
-        return _skip_fixed(s, positions, count)
+        return _skip_fixed(s, epochs, positions, count)
     if s.exact < 0:
         _prepare_exact(s)
     if not s.exact or not _on_grid(s, acc):
@@ -487,6 +502,7 @@ cdef int64_t _skip_block(Schedule* s, double* acc, int64_t* positions, int64_t c
         if s.weights[c] > 0.0:  # an inactive accumulator stays as it is (0.0 or -0.0)
             positions[c] += s.ahead[c]
             acc[c] = s.saved[c]
+    _into_passes(s, epochs, positions)
     return count
 
 
@@ -520,8 +536,8 @@ cdef Py_ssize_t _walk_some(Schedule* s, int64_t lane, int64_t replicas, int rout
     ``budget`` units of work on other lanes' chunks are behind (a chunk stepped or planned, a
     block skipped: each O(datasets)), so that a caller can answer Ctrl-C.
 
-    Quiet chunks (no dataset reaches the end of its pass) take the allocator-only path, the
-    lane's own chunk included; the others take the full end-of-pass checks. The starts written are
+    Quiet chunks (no dataset but an endless one reaches the end of its pass) take the
+    allocator-only path, the lane's own chunk included; the others take the full end-of-pass checks. The starts written are
     the schedule's cursors; ``_draw_starts`` turns them into where the draws begin (the index
     walk, which only counts samples, skips that).
     """
@@ -590,13 +606,15 @@ cdef class Scheduler:
         s.carry = &self.carry[0]
         s.saved = <double*>malloc(3 * n * sizeof(double))
         s.order = <Py_ssize_t*>malloc(n * sizeof(Py_ssize_t))
-        s.fixed = <int64_t*>malloc(4 * n * sizeof(int64_t))
+        s.fixed = <int64_t*>malloc(5 * n * sizeof(int64_t))
         s.ranked = <Ranked*>malloc(n * sizeof(Ranked))
         if s.saved == NULL or s.order == NULL or s.fixed == NULL or s.ranked == NULL:
             self._close(s)
             raise MemoryError()
         s.shares, s.keys, s.weights, s.retired = s.saved + n, s.saved + 2 * n, weights, -1
-        s.grid, s.units, s.ahead = s.fixed + n, s.fixed + 2 * n, s.fixed + 3 * n
+        s.grid, s.units, s.ahead, s.endless = s.fixed + n, s.fixed + 2 * n, s.fixed + 3 * n, s.fixed + 4 * n
+        for c in range(n):
+            s.endless[c] = _endless(s, c)
         return 0
 
     cdef void _close(self, Schedule* s) noexcept:

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from zephon import Dataset, StaticMixtureWorkSource
 from zephon.core.alloc import AccumulatorAllocator
 from zephon.core.cache import scheduler
-from zephon.core.schedule import Ended, initial_state, plan_next, plan_next_reference
+from zephon.core.schedule import Ended, advance, initial_state, plan_next, plan_next_reference
 
 ACCUMULATOR = AccumulatorAllocator()
 weight_vectors = st.lists(st.floats(0.001, 1.0) | st.just(0.0), min_size=1, max_size=5).filter(any)
@@ -61,6 +61,18 @@ def test_the_kernel_skips_a_block_exactly_where_allocate_many_holds(weights, chu
     assert (tuple(positions.tolist()), tuple(acc.tolist())) == (many or _chunks(state, weights, chunk_size, n))
 
 
+def _lane_of(totals, weights, chunk_size, before, policy):
+    """The config of the one lane of datasets of ``totals`` samples under ``policy``, its
+    normalised weights, and the accumulators after ``before`` chunks."""
+    datasets = [Dataset.from_counts(f"d{i}", [t]) for i, t in enumerate(totals)]
+    source = StaticMixtureWorkSource(datasets, {d.name: w for d, w in zip(datasets, weights)}, chunk_size=chunk_size,
+                                     exhausted_policy=policy)
+    config = source.clone_for_lane(0, 1).config
+    weights = list(config.normalised)
+    _, state = _chunks(ACCUMULATOR.init(len(weights)), weights, chunk_size, before)
+    return config, weights, state
+
+
 def _quiet_steps(state, weights, chunk_size, totals, n):
     """The twin of a skip up to ``n`` quiet chunks: chunk by chunk, until one would reach a total."""
     positions = [0] * len(weights)
@@ -79,16 +91,39 @@ def test_a_skip_ends_exactly_where_a_dataset_would_reach_its_total(weights, chun
     """The block skip finds where the quiet chunks end (from its estimate, then checked) as
     stepping chunk by chunk does."""
     totals = [data.draw(st.integers(1, 2 * n * chunk_size)) for _ in weights]
-    datasets = [Dataset.from_counts(f"d{i}", [t]) for i, t in enumerate(totals)]
-    source = StaticMixtureWorkSource(datasets, {d.name: w for d, w in zip(datasets, weights)}, chunk_size=chunk_size,
-                                     exhausted_policy="stop")
-    config = source.clone_for_lane(0, 1).config
-    weights = list(config.normalised)
-    _, state = _chunks(ACCUMULATOR.init(len(weights)), weights, chunk_size, before)
+    config, weights, state = _lane_of(totals, weights, chunk_size, before, "stop")
     acc, positions = np.array(state), np.zeros(len(weights), dtype=np.int64)
     skipped, _ = scheduler(config).skip_quiet(acc, np.zeros(len(weights), dtype=np.int64), positions, n)
     expected, moved, after = _quiet_steps(state, weights, chunk_size, totals, n)
     assert (skipped, positions.tolist(), tuple(acc.tolist())) == (expected, moved, tuple(after))
+
+
+def _endless_steps(config, state, weights, chunk_size, n):
+    """The twin of a skip over ``n`` chunks of datasets that repeat endlessly: chunk by chunk,
+    the cursors moved as a planned chunk moves them (on through the ends of passes)."""
+    cursors = initial_state(config).cursors
+    for _ in range(n):
+        quotas, state = ACCUMULATOR.allocate(state, weights, chunk_size)
+        cursors = advance(config, cursors, quotas)
+    return [c.epoch for c in cursors], [c.position for c in cursors], state
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.floats(0.001, 1.0), min_size=1, max_size=6), st.integers(1, 5000), st.integers(0, 6),
+       st.integers(16, 3000), st.data())
+def test_a_skip_runs_through_the_pass_ends_of_datasets_that_repeat_endlessly(weights, chunk_size, before, n, data):
+    """Datasets that repeat with "carry" tails and no limit end passes without changing a quota:
+    the skip runs through those ends, as one block where the closed form holds."""
+    totals = [data.draw(st.integers(chunk_size, 3 * chunk_size)) for _ in weights]  # a repeating one holds a chunk
+    config, weights, state = _lane_of(totals, weights, chunk_size, before, "repeat")
+    acc, epochs, positions = np.array(state), np.zeros(len(weights), dtype=np.int64), np.zeros(len(weights), dtype=np.int64)
+    skipped, work = scheduler(config).skip_quiet(acc, epochs, positions, n)
+    expected = _endless_steps(config, state, weights, chunk_size, skipped)
+    assert (epochs.tolist(), positions.tolist(), tuple(acc.tolist())) == (expected[0], expected[1], tuple(expected[2]))
+    if ACCUMULATOR.allocate_many(state, weights, chunk_size, n) is not None:
+        assert (skipped, work) == (n, 1)
+    else:
+        assert skipped == n or work == 1  # stepped to the end, or one block as far as the closed form holds
 
 
 def test_allocate_many_holds_for_ordinary_mixtures():
