@@ -286,9 +286,9 @@ cdef int64_t _skip_quiet(Schedule* s, double* acc, int64_t* epochs, int64_t* pos
     Such chunks need only the allocator: the end-of-pass checks cannot fire. Long stretches go
     as blocks (``_skip_block``, O(datasets) each); at most ``steps`` chunks are stepped one by
     one. Each chunk stepped and each block adds one to ``work[0]``. Returns how many were
-    skipped: fewer than ``count`` before a chunk that would drain or overrun a dataset, when
-    ``steps`` run out, or when a block stops early (the caller then plans the next chunk in
-    full, which is always right). ``quotas`` hold the last chunk's quotas if it was stepped.
+    skipped: fewer than ``count`` before a chunk that would drain or overrun a dataset that is
+    not endless, when ``steps`` run out, or when a block stops early (the caller then plans the
+    next chunk in full, which is always right). ``quotas`` hold the last chunk's quotas if it was stepped.
     """
     cdef int64_t skipped = 0, block, stepped = 0
     cdef Py_ssize_t c
@@ -667,7 +667,8 @@ cdef class Scheduler:
         """Skip up to ``count`` quiet chunks from the state in the arrays (moved in place), as a
         lane skips other lanes' chunks. Returns ``(skipped, work)``: the chunks skipped, and the
         chunks stepped one by one plus the blocks skipped. For tests: a block is exactly
-        ``AccumulatorAllocator.allocate_many`` (or the fixed quotas) over its chunks."""
+        ``AccumulatorAllocator.allocate_many`` (or the fixed quotas) over its chunks. ``count`` is
+        at most 2^32 (a lane skips fewer than twice its lane count): endless datasets bound no skip."""
         cdef Schedule s
         cdef Py_ssize_t n = self.totals.shape[0]
         cdef int64_t skipped = 0, work = 0
@@ -675,6 +676,8 @@ cdef class Scheduler:
         cdef double[::1] weights = np.empty(n, dtype=np.float64)
         if acc.shape[0] != n or epochs.shape[0] != n or positions.shape[0] != n:
             raise ValueError(f"skip_quiet: the state arrays need {n} entries, one per dataset")
+        if not 0 <= count <= 2**32:
+            raise ValueError(f"skip_quiet: count={count} must be in 0 .. 2**32")
         self._open(&s, &weights[0])
         with nogil:
             if _update_weights(&s, &positions[0]):

@@ -131,7 +131,7 @@ def lane_rate(lanes: int, chunks: int = 200, make: Callable[[], StaticMixtureWor
     start, n = time.perf_counter(), 0
     for _ in range(chunks):
         chunk = lane.next_chunk()
-        assert chunk is not None  # repeats forever
+        assert chunk is not None  # repeats forever, or (counted) for more passes than a run here makes
         n += len(chunk.read_order()[0])
     return n / (time.perf_counter() - start)
 

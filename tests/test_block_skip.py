@@ -3,6 +3,7 @@ plans: ``AccumulatorAllocator.allocate_many`` against ``allocate``, the kernel a
 import dataclasses
 
 import numpy as np
+import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
@@ -173,3 +174,12 @@ def test_the_kernel_skips_lanes_as_the_reference_plans_them(config, acc):
         if isinstance(planned, Ended):
             break
         state = planned.state
+
+
+def test_a_skip_longer_than_a_lane_ever_takes_is_refused():
+    """Datasets that repeat forever bound no skip: the test hook takes at most 2^32 chunks, where
+    a lane skips fewer than twice its lane count."""
+    config, weights, state = _lane_of([1000, 3000], [1.0, 1.0], 1024, 0, "repeat")
+    zeros = np.zeros(len(weights), dtype=np.int64)
+    with pytest.raises(ValueError, match="count"):
+        scheduler(config).skip_quiet(np.array(state), zeros.copy(), zeros.copy(), 2**32 + 1)
