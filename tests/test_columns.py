@@ -11,6 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from zephon import Dataset, StaticMixtureWorkSource
+from zephon.work import Phase, PhasedMixtureWorkSource
 from zephon.core.checkpoint import canonical, sealed
 from zephon.runtime import make_state, parse_state
 from zephon.runtime._columns import assembled, decode, encode, encode_fields, getters, select, values
@@ -88,7 +89,9 @@ def test_alike_lanes_are_stored_by_field_and_step():
 
 @pytest.mark.parametrize("column,match", [
     ([1, 2], "2 values for 3 lanes"),
-    ({"same": [1]}, "not a column"),
+    ({"same": []}, "not a column"),
+    ({"same": {"a": 1}}, "not a column"),
+    ({"same": [1.0, float("inf")]}, "not a column"),
     ({"start": 1.5, "step": 1}, "not a column"),
     ({"fields": {}}, "not a column"),
     ({"float64": "AAAA"}, "base64 of 3 float64"),
@@ -115,6 +118,42 @@ def test_a_lane_of_a_three_dataset_mixture_costs_under_120_bytes():
     state = make_state(replicas, entries, dataset_fingerprints(template.datasets_by_id), {})
     assert len(json.dumps(state)) / replicas <= 120
     assert dict(parse_state(json.loads(json.dumps(state))).entries) == entries
+
+
+def _finite_json(value):
+    return "Infinity" not in json.dumps(value) and "NaN" not in json.dumps(value)
+
+
+@given(st.lists(json_values, min_size=1, max_size=4).filter(_finite_json), st.integers(1, 6))
+def test_a_list_every_lane_has_is_kept_once(value, count):
+    column = encode([json.loads(json.dumps(value)) for _ in range(count)])
+    assert column == {"same": value}
+    assert canonical(decode(json.loads(json.dumps(column)), count, "c")) == canonical([value] * count)
+
+
+def test_a_lane_of_a_phased_mixture_costs_under_200_bytes():
+    """A phased lane's state holds its phase's settings (a list per dataset): kept once."""
+    datasets = [Dataset.from_counts(name, np.full(shards, rows, dtype=np.int64))
+                for name, shards, rows in (("web", 100, 10**5), ("code", 50, 2 * 10**5), ("books", 20, 5 * 10**4))]
+    weights = {"web": 0.6, "code": 0.3, "books": 0.1}
+    template = PhasedMixtureWorkSource(datasets, [Phase(weights, until_chunk=2000), Phase({"web": 1, "code": 1})],
+                                       chunk_size=4096, seed=7, exhausted_policy="repeat")
+    replicas, entries = 512, {}
+    for lane in range(replicas):
+        source = template.clone_for_lane(lane, replicas)
+        for _ in range(lane % 3 + 1):
+            source.next_chunk()
+        entries[lane] = (source.state_dict(), (lane * 7919) % 4096, lane % 2)
+    state = make_state(replicas, entries, dataset_fingerprints(template.datasets_by_id), {})
+    assert len(json.dumps(state)) / replicas <= 200
+    assert dict(parse_state(json.loads(json.dumps(state))).entries) == entries
+
+
+def test_a_list_that_decodes_to_more_values_than_a_state_holds_is_refused():
+    state = make_state(2, {lane: ({"lane": lane, "x": 0}, 0, 0) for lane in range(2)}, [], {})
+    state["lanes"].update(count=2**15, lane={"start": 0, "step": 1}, state={"fields": {"k": {"same": [0] * 1000}}})
+    with pytest.raises(ValueError, match="more than a loader state holds"):
+        parse_state(sealed(dict(state, canonical_replicas=2**15)))
 
 
 def test_a_state_that_decodes_to_more_values_than_a_state_holds_is_refused():

@@ -377,6 +377,14 @@ def test_a_version_1_state_still_loads():
     assert dict(parse_state(old).entries) == entries
 
 
+def test_a_version_2_state_still_loads():
+    """Version 3 only adds a column form (a list every lane has, kept once): a state of version
+    2 reads as it did."""
+    state = state_of([0, 1, 2, 3], consumed=3)
+    old = sealed({**{k: v for k, v in state.items() if k != "digest"}, "version": 2})
+    assert dict(parse_state(old).entries) == dict(parse_state(state).entries)
+
+
 # -- checkpoint files -----------------------------------------------------------------------
 
 

@@ -4,7 +4,7 @@ A state covers some lanes (a worker's, a rank's, or all of them: the global chec
 :func:`merge_states` builds). Its size depends only on how many lanes it covers: the chunk in
 flight is regenerated on restore, never stored. Plain JSON, tagged, versioned and sealed::
 
-    {"kind": "zephon.LoaderState", "version": 2,
+    {"kind": "zephon.LoaderState", "version": 3,
      "canonical_replicas": 4,
      "datasets": [{"id": 0, "name": "web", "fingerprint": null}, ...],
      "run": "9f2c…",                          # the run: its source's settings, lanes and datasets
@@ -27,20 +27,21 @@ state]`` row per lane, no digest of its own) is still read.
 """
 from __future__ import annotations
 
-import math
 import re
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Iterator, Mapping, Sequence, TypedDict
 
 from zephon.core.checkpoint import KEY_DIGEST, canonical, digest, sealed
 from zephon.limits import MAX_LOADER_STATE_NODES, MAX_REPLICAS, MAX_SAMPLES, check_json, show
-from zephon.runtime._columns import assembled, decode, encode, encode_fields, getters, leaves, select, values
+from zephon.runtime._columns import (
+    assembled, copied, decode, encode, encode_fields, getters, identical, leaves, select, values,
+)
 from zephon.runtime._gc import paused_gc
 from zephon.runtime._lanes import MAPPINGS
 from zephon.runtime._sealing import Entry, LaneColumns, SealingLedger
 
 KIND = "zephon.LoaderState"
-VERSION = 2
+VERSION = 3  # 3: a column may hold a list that every lane has ({"same": [...]}); else as 2
 KEY_KIND, KEY_VERSION, KEY_REPLICAS, KEY_DATASETS = "kind", "version", "canonical_replicas", "datasets"
 KEY_RUN, KEY_SOURCE, KEY_LANES, KEY_OPERATORS, KEY_TOPOLOGY = "run", "source", "lanes", "operators", "topology"
 KEYS = (KEY_KIND, KEY_VERSION, KEY_REPLICAS, KEY_DATASETS, KEY_RUN, KEY_SOURCE, KEY_LANES, KEY_OPERATORS,
@@ -119,28 +120,13 @@ def dataset_fingerprints(datasets_by_id: Mapping[int, Any]) -> list[DatasetRecor
     return out
 
 
-def _identical(a: Any, b: Any) -> bool:
-    """Equal as JSON, types included (``1``, ``1.0`` and ``True`` differ; so do ``0.0`` and ``-0.0``)."""
-    if a is b:
-        return True
-    if type(a) is not type(b):
-        return False
-    if type(a) is dict:
-        return a.keys() == b.keys() and all(_identical(a[k], b[k]) for k in a)
-    if type(a) is list:
-        return len(a) == len(b) and all(map(_identical, a, b))
-    if type(a) is float:
-        return a == b and math.copysign(1.0, a) == math.copysign(1.0, b)
-    return bool(a == b)
-
-
 def _common(states: list[Mapping[str, Any]]) -> dict[str, Any]:
     """The keys (but a digest) whose values every state shares."""
     if not states:
         return {}
     first = states[0]
     return {k: v for k, v in first.items()
-            if k != KEY_DIGEST and all(k in s and _identical(s[k], v) for s in states[1:])}
+            if k != KEY_DIGEST and all(k in s and identical(s[k], v) for s in states[1:])}
 
 
 def _all_sealed(states: list[Mapping[str, Any]], shared: Mapping[str, str]) -> bool:
@@ -220,14 +206,14 @@ def parse_state(state: Any) -> LoaderState:
         raise ValueError(f"loader state kind is {show(state.get(KEY_KIND))}, expected {KIND!r}; pass the state_dict() "
                          "of a zephon DataLoader / torch dataset, or a checkpoint of one")
     version = state.get(KEY_VERSION)
-    if type(version) is not int or version not in (1, VERSION):
-        raise ValueError(f"loader state version {show(version)} is not supported (this zephon reads versions 1 and "
+    if type(version) is not int or not 1 <= version <= VERSION:
+        raise ValueError(f"loader state version {show(version)} is not supported (this zephon reads versions 1 to "
                          f"{VERSION}); restore it with the zephon version that wrote it")
-    keys = KEYS if version == VERSION else KEYS_V1
+    keys = KEYS if version >= 2 else KEYS_V1
     missing, unknown = [k for k in keys if k not in state], sorted(set(state) - set(keys))
     if missing or unknown:
         raise _bad(f"a version {version} state has keys {list(keys)}: missing {missing}, unknown keys {show(unknown)}")
-    if version == VERSION and state[KEY_DIGEST] != digest(state):
+    if version >= 2 and state[KEY_DIGEST] != digest(state):
         raise _bad("its digest does not match its content (edited or damaged)")
     replicas = state[KEY_REPLICAS]
     if type(replicas) is not int or not 1 <= replicas <= MAX_REPLICAS:
@@ -240,7 +226,7 @@ def parse_state(state: Any) -> LoaderState:
     common, topology = state[KEY_SOURCE], state[KEY_TOPOLOGY]
     if not isinstance(common, dict):
         raise _bad(f"'source' must be a dict, got {show(common)}")
-    common = _copied(common)  # lanes are made from it later: a later edit of the input changes none
+    common = copied(common)  # lanes are made from it later: a later edit of the input changes none
     _check_topology(topology)
     if version == 1:
         return LoaderState(replicas, _entries(_lane_columns_v1(state[KEY_LANES]), common, replicas, False), datasets, topology)
@@ -250,16 +236,6 @@ def parse_state(state: Any) -> LoaderState:
     columns, is_sealed = _lane_columns(state[KEY_LANES], replicas)
     return LoaderState(replicas, _entries(columns, common, replicas, is_sealed), datasets, topology, run,
                        _operators(state[KEY_OPERATORS], columns.lanes))
-
-
-def _copied(value: Any) -> Any:
-    """A copy of checked JSON, its dicts and lists (and their subclasses) made plain ones anew:
-    ``copy.deepcopy`` took 4 times as long, a fifth of parsing a rank's state."""
-    if isinstance(value, dict):
-        return {key: _copied(item) for key, item in value.items()}
-    if isinstance(value, list):
-        return [_copied(item) for item in value]
-    return value
 
 
 def _check_datasets(datasets: list[dict[str, Any]]) -> None:
@@ -294,7 +270,7 @@ def _check_topology(topology: Any) -> None:
 
 @dataclass(frozen=True)
 class _Columns:
-    """A state's lanes as columns: ``lanes`` (ascending in version 2), what the loop received of
+    """A state's lanes as columns: ``lanes`` (ascending from version 2), what the loop received of
     each lane's chunk (``consumed``), its ``turn`` flags and the getters of the rest of each
     lane's source state (``states``, as ``zephon.runtime._columns.getters`` makes them: a dict of
     the fields' getters, or one getter), which make a lane's values when asked for."""
@@ -513,7 +489,7 @@ def _merged(parts: Iterable[Mapping[int, Any]]) -> dict[int, Any]:
     out: dict[int, Any] = {}
     for part in parts:
         for lane, entry in part.items():
-            if lane in out and not _identical(list(out[lane]), list(entry)):
+            if lane in out and not identical(list(out[lane]), list(entry)):
                 raise ValueError(f"merge_states: lane {lane} appears in two states with different positions; "
                                  "each lane must come from the one rank that owns it")
             out[lane] = entry
