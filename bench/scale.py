@@ -27,6 +27,7 @@ from _common import Row, arguments, table  # noqa: E402
 
 import zephon.torch as zt  # noqa: E402
 from zephon import Dataset, Pipeline, StaticMixtureWorkSource  # noqa: E402
+from zephon.work import Phase, PhasedMixtureWorkSource  # noqa: E402
 from zephon.runtime import make_state, merge_states, parse_state, split_state  # noqa: E402
 from zephon.runtime._state import dataset_fingerprints  # noqa: E402
 from zephon.core.cache import scheduler  # noqa: E402
@@ -50,12 +51,16 @@ FULL = Settings(3, ((1024, 10**5), (4096, 10**5), (16384, 10**5), (16384, 10**6)
 QUICK = Settings(2, ((256, 10**4), (1024, 10**4), (1024, 10**5)), (256, 1024), (100, 1000))
 
 
+def three(total: int) -> list[Dataset]:
+    """Three datasets sized as WEIGHTS, ``total`` samples in all."""
+    return [Dataset.from_counts(name, np.full(shards, max(1, int(total * w) // shards), dtype=np.int64))
+            for (name, w), shards in zip(WEIGHTS.items(), (600, 300, 100))]
+
+
 def mixture(total: int, chunk_size: int, **kwargs: Any) -> StaticMixtureWorkSource:
-    """Three datasets in WEIGHTS, ``total`` samples in all, one pass unless ``kwargs`` say otherwise."""
-    datasets = [Dataset.from_counts(name, np.full(shards, max(1, int(total * w) // shards), dtype=np.int64))
-                for (name, w), shards in zip(WEIGHTS.items(), (600, 300, 100))]
+    """:func:`three` datasets in WEIGHTS, one pass unless ``kwargs`` say otherwise."""
     kwargs.setdefault("stop_after_passes", 1)
-    return StaticMixtureWorkSource(datasets, WEIGHTS, chunk_size=chunk_size, seed=7, **kwargs)
+    return StaticMixtureWorkSource(three(total), WEIGHTS, chunk_size=chunk_size, seed=7, **kwargs)
 
 
 def timed(fn: Callable[[], Any], repeats: int) -> list[float]:
@@ -163,9 +168,17 @@ def skipping_rows(cfg: Settings) -> list[Row]:
 # -- checkpoints ------------------------------------------------------------------------------
 
 
-def global_state(lanes: int) -> dict[str, Any]:
-    """Every lane a chunk or two in, mid-chunk: what ``merge_states`` of all ranks gives."""
-    source = mixture(10**10, 4096, exhausted_policy="repeat", stop_after_passes=None)
+def phased(total: int, chunk_size: int) -> PhasedMixtureWorkSource:
+    """:func:`three` datasets in two phases (WEIGHTS for 10^7 chunks, then web and code
+    alike), repeating forever."""
+    return PhasedMixtureWorkSource(three(total), [Phase(WEIGHTS, until_chunk=10**7), Phase({"web": 1, "code": 1})],
+                                   chunk_size=chunk_size, seed=7, exhausted_policy="repeat", stop_after_passes=None)
+
+
+def global_state(lanes: int, make: Callable[[], Any] | None = None) -> dict[str, Any]:
+    """Every lane a chunk or two in, mid-chunk: what ``merge_states`` of all ranks gives (of
+    :func:`mixture`'s source repeating forever, or of ``make()``)."""
+    source = make() if make else mixture(10**10, 4096, exhausted_policy="repeat", stop_after_passes=None)
     entries = {}
     for lane in range(lanes):
         clone = source.clone_for_lane(lane, lanes)
@@ -201,8 +214,10 @@ def checkpoint_rows(cfg: Settings) -> list[Row]:
         per_rank = json.loads(json.dumps([merge_states(split[lane] for lane in range(r * 8, min(lanes, r * 8 + 8)))
                                           for r in range(ranks)]))
         target = lanes == 16384
+        phased_bytes = len(json.dumps(global_state(lanes, lambda: phased(10**10, 4096)))) / lanes
         rows += [Row(f"checkpoint, {lanes} lanes, per lane", len(text) / lanes, "B", "<= 120 B" if target else "",
                      None, len(text) / lanes <= 120 if target else None, [len(text) / lanes]),
+                 Row("  the same of a phased source (two phases)", phased_bytes, "B", "", None, None, [phased_bytes]),
                  Row("  parse and verify (json.loads + parse_state)", statistics.median(parse), "s",
                      "<= 0.5 s" if target else "", None, statistics.median(parse) <= 0.5 if target else None, parse),
                  _seconds(f"  load_state_dict on rank 0 of {ranks}", timed(load(ranks), cfg.repeats), 0.3, target),

@@ -14,7 +14,7 @@ from zephon import Dataset, StaticMixtureWorkSource
 from zephon.work import Phase, PhasedMixtureWorkSource
 from zephon.core.checkpoint import canonical, sealed
 from zephon.runtime import make_state, parse_state
-from zephon.runtime._columns import assembled, decode, encode, encode_fields, getters, select, values
+from zephon.runtime._columns import assembled, decode, encode, encode_fields, getters, leaves, select, values
 from zephon.runtime._state import dataset_fingerprints
 
 scalars = st.one_of(st.none(), st.booleans(), st.integers(-2**70, 2**70), st.text(max_size=4),
@@ -92,6 +92,7 @@ def test_alike_lanes_are_stored_by_field_and_step():
     ({"same": []}, "not a column"),
     ({"same": {"a": 1}}, "not a column"),
     ({"same": [1.0, float("inf")]}, "not a column"),
+    ({"same": [type("Sub", (list,), {})([float("inf")])]}, "not a column"),  # a list subclass inside, in memory
     ({"start": 1.5, "step": 1}, "not a column"),
     ({"fields": {}}, "not a column"),
     ({"float64": "AAAA"}, "base64 of 3 float64"),
@@ -154,6 +155,11 @@ def test_a_list_that_decodes_to_more_values_than_a_state_holds_is_refused():
     state["lanes"].update(count=2**15, lane={"start": 0, "step": 1}, state={"fields": {"k": {"same": [0] * 1000}}})
     with pytest.raises(ValueError, match="more than a loader state holds"):
         parse_state(sealed(dict(state, canonical_replicas=2**15)))
+
+
+def test_a_value_every_lane_has_counts_its_values_and_long_strings_per_lane():
+    assert leaves({"same": [1, [2, 3], {"a": "x"}]}) == 7  # the list, 1, [2, 3], 2, 3, the dict, "x"
+    assert leaves({"same": "x" * 6400}) == leaves({"same": ["x" * 6399]}) == 101
 
 
 def test_a_state_that_decodes_to_more_values_than_a_state_holds_is_refused():

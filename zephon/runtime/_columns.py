@@ -91,22 +91,23 @@ def copied(value: Any) -> Any:
 
 def _finite(value: Any) -> bool:
     """Whether no float in ``value`` (JSON) is infinite or NaN (JSON has no text for them)."""
-    if type(value) is float:
+    if isinstance(value, float):
         return math.isfinite(value)
-    if type(value) is dict:
+    if isinstance(value, dict):
         return all(map(_finite, value.values()))
-    if type(value) is list:
+    if isinstance(value, list):
         return all(map(_finite, value))
     return True
 
 
 def _nodes(value: Any) -> int:
-    """The JSON values in ``value``, itself included."""
-    if type(value) is dict:
+    """The JSON values in ``value``, itself included, a string counted once per 64 characters
+    (as ``zephon.limits.check_json`` counts them): what making a lane's copy of it costs."""
+    if isinstance(value, dict):
         return 1 + sum(map(_nodes, value.values()))
-    if type(value) is list:
+    if isinstance(value, list):
         return 1 + sum(map(_nodes, value))
-    return 1
+    return 1 + (len(value) // 64 if isinstance(value, str) else 0)
 
 
 def _float64(values: Sequence[float]) -> str | None:
@@ -116,14 +117,13 @@ def _float64(values: Sequence[float]) -> str | None:
 
 
 def leaves(column: Any) -> int:
-    """Values a column holds per lane at most (its ``fields`` leaves, or the values in a list
-    that every lane has): what decoding it for ``n`` lanes makes, ``n`` times over, whatever
-    the size of its text."""
+    """Values a column holds per lane at most (its ``fields`` leaves, or those of the value that
+    every lane has, a long string counted once per 64 characters): what decoding it for ``n``
+    lanes makes, ``n`` times over, whatever the size of its text."""
     fields = column.get("fields") if type(column) is dict else None
     if type(fields) is dict and fields:
         return sum(leaves(c) for c in fields.values())
-    same = column.get("same") if type(column) is dict else None
-    return _nodes(same) if type(same) is list else 1
+    return _nodes(column.get("same")) if type(column) is dict else 1
 
 
 def decode(column: Any, n: int, where: str) -> list[Any]:

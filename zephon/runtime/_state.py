@@ -282,7 +282,7 @@ class _Columns:
 
 
 def _lane_columns(lanes: Any, replicas: int) -> tuple[_Columns, bool]:
-    """Version 2's lane columns, checked in form, and ``sealed``."""
+    """The lane columns of versions 2 and 3, checked in form, and ``sealed``."""
     if not isinstance(lanes, dict) or sorted(lanes) != sorted(LANE_KEYS):
         raise _bad(f"'lanes' must be a dict of {list(LANE_KEYS)}, got {show(lanes)}")
     count, is_sealed = lanes["count"], lanes["sealed"]
