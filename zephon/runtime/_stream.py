@@ -670,7 +670,7 @@ class ItemStream(Iterator[Any]):
             self.filtered += 1
 
     def entries(self) -> dict[int, Entry]:
-        return dict(self.ledger())
+        return self._tracker.entries_at(self._position)
 
     def ledger(self) -> SealingLedger:
         """:meth:`entries`, each lane's state sealed when read (a save makes them field by field)."""
