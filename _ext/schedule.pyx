@@ -537,7 +537,8 @@ cdef Py_ssize_t _walk_some(Schedule* s, int64_t lane, int64_t replicas, int rout
     block skipped: each O(datasets)), so that a caller can answer Ctrl-C.
 
     Quiet chunks (no dataset but an endless one reaches the end of its pass) take the
-    allocator-only path, the lane's own chunk included; the others take the full end-of-pass checks. The starts written are
+    allocator-only path, the lane's own chunk included; the others take the full end-of-pass
+    checks. The starts written are
     the schedule's cursors; ``_draw_starts`` turns them into where the draws begin (the index
     walk, which only counts samples, skips that).
     """

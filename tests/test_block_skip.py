@@ -117,7 +117,7 @@ def test_a_skip_runs_through_the_pass_ends_of_datasets_that_repeat_endlessly(wei
     the skip runs through those ends, as one block where the closed form holds."""
     totals = [data.draw(st.integers(chunk_size, 3 * chunk_size)) for _ in weights]  # a repeating one holds a chunk
     config, weights, state = _lane_of(totals, weights, chunk_size, before, "repeat")
-    acc, epochs, positions = np.array(state), np.zeros(len(weights), dtype=np.int64), np.zeros(len(weights), dtype=np.int64)
+    acc, epochs, positions = np.array(state), np.zeros(len(weights), dtype=np.int64), np.zeros(len(weights), np.int64)
     skipped, work = scheduler(config).skip_quiet(acc, epochs, positions, n)
     expected = _endless_steps(config, state, weights, chunk_size, skipped)
     assert (epochs.tolist(), positions.tolist(), tuple(acc.tolist())) == (expected[0], expected[1], tuple(expected[2]))

@@ -147,8 +147,8 @@ def make_state(canonical_replicas: int, entries: Mapping[int, Entry], datasets: 
     fields = entries.fields() if sealed_by_source and isinstance(entries, SealingLedger) else None
     if fields is not None:
         common, columns = fields
-        return _assembled(canonical_replicas, datasets, run, common, columns._replace(state=encode_fields(columns.state)),
-                          True, operators or {}, topology)
+        encoded = columns._replace(state=encode_fields(columns.state))
+        return _assembled(canonical_replicas, datasets, run, common, encoded, True, operators or {}, topology)
     lanes = sorted(entries)
     rows = [entries[lane] for lane in lanes]
     states = [row[0] for row in rows]
