@@ -53,8 +53,9 @@ def log_once(message: str) -> None:
 
 def say_in_flight(source: Any, lanes: int, rank: int) -> None:
     """Warn (once) where a reader of ``lanes`` lanes holds ``IN_FLIGHT_WARNING`` bytes or more
-    of chunks in flight (at least, ``IN_FLIGHT_BYTES`` a pointer): each lane holds a chunk of ``chunk_size`` pointers, so one process that
-    reads thousands of lanes (a large run resumed on a few GPUs) holds gigabytes."""
+    of chunks in flight (at least, ``IN_FLIGHT_BYTES`` a pointer): each lane holds a chunk of
+    ``chunk_size`` pointers, so one process that reads thousands of lanes (a large run resumed
+    on a few GPUs) holds gigabytes."""
     chunk = source.chunk_size_hint()
     if chunk is not None and lanes * chunk * IN_FLIGHT_BYTES >= IN_FLIGHT_WARNING:
         log_once(f"zephon: a reader of rank {rank} reads {lanes} lanes, each with a chunk of {chunk} pointers in "
