@@ -29,7 +29,9 @@ import zephon.torch as zt  # noqa: E402
 from zephon import Dataset, Pipeline, StaticMixtureWorkSource  # noqa: E402
 from zephon.work import Phase, PhasedMixtureWorkSource  # noqa: E402
 from zephon.runtime import make_state, merge_states, parse_state, split_state  # noqa: E402
+from zephon.runtime._book import SEALING_SOURCES  # noqa: E402
 from zephon.runtime._state import dataset_fingerprints  # noqa: E402
+from zephon.core.phases import phase_end  # noqa: E402
 from zephon.core.cache import scheduler  # noqa: E402
 from zephon.core.schedule import initial_state, state_arrays  # noqa: E402
 from zephon.limits import MAX_PASSES  # noqa: E402
@@ -186,7 +188,7 @@ def global_state(lanes: int, make: Callable[[], Any] | None = None) -> dict[str,
             clone.next_chunk()
         entries[lane] = (clone.state_dict(), (lane * 7919) % 4096, lane % 2)
     state: dict[str, Any] = json.loads(json.dumps(make_state(lanes, entries, dataset_fingerprints(
-        source.datasets_by_id), {}, run=None)))
+        source.datasets_by_id), {}, run=None, sealed_by_source=True, nested=SEALING_SOURCES[type(source)])))
     return state
 
 
@@ -253,14 +255,15 @@ def _seconds(figure: str, samples: list[float], limit: float | None, targeted: b
 # -- one process reading every lane ----------------------------------------------------------
 
 
-def reading_run(lanes: int, chunk_size: int = 4096) -> dict[str, float]:
-    """A loader reading all ``lanes`` in one process (batch 256, no workers): seconds to its
-    first batch; samples/s over every lane's second chunk (the lanes take turns, so they reach
-    the ends of their chunks together: the window holds a chunk's making and reading per lane);
-    then the seconds of ``state_dict()`` there and of a new loader's ``load_state_dict`` and
-    first batch."""
+def reading_run(lanes: int, chunk_size: int = 4096, make: Callable[[int], Any] | None = None) -> dict[str, float]:
+    """A loader reading all ``lanes`` in one process (batch 256, no workers) of :func:`mixture`'s
+    source repeating forever (or of ``make(chunk_size)``): seconds to its first batch; samples/s
+    over every lane's second chunk (the lanes take turns, so they reach the ends of their chunks
+    together: the window holds a chunk's making and reading per lane); then the seconds of
+    ``state_dict()`` there and of a new loader's ``load_state_dict`` and first batch."""
     def loader() -> Any:
-        source = mixture(10**10, chunk_size, exhausted_policy="repeat", stop_after_passes=None)
+        source = make(chunk_size) if make else mixture(10**10, chunk_size, exhausted_policy="repeat",
+                                                       stop_after_passes=None)
         return zt.DataLoader(Pipeline(source), batch_size=256, canonical_replicas=lanes)
 
     gc.collect()  # each run starts from a collected heap, whatever the runs before it left to the collector
@@ -290,22 +293,31 @@ def reading_run(lanes: int, chunk_size: int = 4096) -> dict[str, float]:
 
 def reading_rows(cfg: Settings) -> list[Row]:
     runs: dict[int, list[dict[str, float]]] = {lanes: [] for lanes in (8, *cfg.lanes)}
+    phased_runs: dict[int, list[dict[str, float]]] = {lanes: [] for lanes in cfg.lanes}
     for _ in range(cfg.repeats):  # interleaved: the machine's noise falls on each alike
         for lanes, samples in runs.items():
             samples.append(reading_run(lanes))
+        for lanes, samples in phased_runs.items():
+            samples.append(reading_run(lanes, make=lambda chunk_size: phased(10**10, chunk_size)))
     base = [run["rate"] for run in runs[8]]
     rows = [Row("one process, 8 lanes: samples/s", statistics.median(base), "samples/s", "(ratio base)", None, None,
                 base)]
     for lanes in cfg.lanes:
         target = lanes == 16384
         figure: Callable[[str], list[float]] = lambda key: [run[key] for run in runs[lanes]]  # noqa: E731
+        phased_figure: Callable[[str], list[float]] = lambda key: [run[key] for run in phased_runs[lanes]]  # noqa: E731
         rows += [Row(f"one process, {lanes} lanes: samples/s", statistics.median(figure("rate")), "samples/s", "",
                      statistics.median(figure("rate")) / statistics.median(base), None, figure("rate")),
                  _seconds("  first batch", figure("first"), None, target),
                  _seconds("  state_dict() once every lane moved on", figure("save"), 0.3, target),
                  _seconds("  load_state_dict of it", figure("load"), 0.3, target),
-                 _seconds("  then the first batch", figure("resumed first"), None, target)]
-    return rows
+                 _seconds("  then the first batch", figure("resumed first"), None, target),
+                 _seconds("  the same of a phased source (two phases): state_dict()", phased_figure("save"), 0.3,
+                          target),
+                 _seconds("    load_state_dict of it", phased_figure("load"), 0.3, target)]
+    fresh = iter([phased(10**10, 4096) for _ in range(cfg.repeats)])  # each resolves its phases once
+    walk = timed(lambda: phase_end(next(fresh).config, 0), cfg.repeats)
+    return rows + [_seconds("  of which, where phase 0 ends: a walk of 10^7 chunks, once a source", walk, None, False)]
 
 
 # -- construction -----------------------------------------------------------------------------

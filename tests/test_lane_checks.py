@@ -1,5 +1,6 @@
-"""The column-wise check of many lanes' checkpoints (``zephon.core.lane_checks``) against the
-check it stands for: each lane's clone's ``load_state_dict``."""
+"""The column-wise check of many lanes' checkpoints (``zephon.core.lane_checks``, and
+``zephon.work.phased_mixture.all_restore`` for phased sources) against the check it stands for:
+each lane's clone's ``load_state_dict``."""
 from __future__ import annotations
 
 import copy
@@ -13,8 +14,10 @@ from zephon import Dataset, Pipeline, StaticMixtureWorkSource
 from zephon.core.checkpoint import KEY_DIGEST, KEY_STATE, canonical
 from zephon.core.lane_checks import all_restore
 from zephon.limits import MAX_CHUNK_INDEX
+from zephon.runtime._book import SEALING_SOURCES, _all_restore
 from zephon.runtime._state import dataset_fingerprints, make_state, parse_state
-from zephon.testing import sources
+from zephon.testing import phased_sources, sources
+from zephon.work import Phase, PhasedMixtureWorkSource
 from helpers import json_leaves, three_datasets
 
 POLICIES = st.sampled_from(["repeat", "stop", "redistribute"])
@@ -36,14 +39,19 @@ def lane_states(template, replicas, draw):
 def loader_state(template, replicas, states):
     """The global loader state of the lanes' ``states``, as JSON text gives it back."""
     entries = {lane: (state, 0, 0) for lane, state in states.items()}
-    made = make_state(replicas, entries, dataset_fingerprints(template.datasets_by_id), {}, sealed_by_source=True)
+    made = make_state(replicas, entries, dataset_fingerprints(template.datasets_by_id), {}, sealed_by_source=True,
+                      nested=SEALING_SOURCES[type(template)])
     return json.loads(json.dumps(made))
+
+
+def any_sources(policies=POLICIES):
+    return st.one_of(sources(policies=policies), phased_sources(policies=policies))
 
 
 @st.composite
 def global_states(draw):
     """A template and the global loader state of its lanes, each a drawn number of chunks in."""
-    template, replicas = draw(sources()), draw(st.integers(2, 6))
+    template, replicas = draw(any_sources()), draw(st.integers(2, 6))
     return template, loader_state(template, replicas, lane_states(template, replicas, draw))
 
 
@@ -53,8 +61,9 @@ def edited_states(draw, policies=POLICIES):
     checkpoints (or of every lane's alike) were changed, or a key added or taken away; the loader
     state's own digest is made again, as an edit would make it. Positions and headers are edited
     more often than settings, and numbers are moved next to their bounds."""
-    template, replicas = draw(sources(policies=policies)), draw(st.integers(2, 6))
+    template, replicas = draw(any_sources(policies)), draw(st.integers(2, 6))
     states = lane_states(template, replicas, draw)
+    body = ("inner", KEY_STATE) if type(template) is PhasedMixtureWorkSource else (KEY_STATE,)
     original = copy.deepcopy(states)
     near = [v for d in template.config.datasets for v in (d.total - 1, d.total, d.total + 1)]  # bounds of cursors
     for _ in range(draw(st.integers(1, 2))):
@@ -66,7 +75,8 @@ def edited_states(draw, policies=POLICIES):
             node = at(original[first], path)
             key = draw(st.sampled_from(["x", *node] if isinstance(node, dict) else [None]))
         else:
-            chosen = [p for p in where if (p[0] == KEY_STATE if kind == KEY_STATE else len(p) == 1 or kind == "any")]
+            chosen = [p for p in where if (p[:len(body)] == body if kind == KEY_STATE else
+                                           len(p) <= len(body) or kind == "any")]
             path = draw(st.sampled_from(chosen or where))
         old = at(original[first], path)
         shifted = [old + draw(st.integers(-3, 3)), *near] if type(old) in (int, float) else []
@@ -98,8 +108,7 @@ def at(value, path):
 
 def shown(template, state, lanes):
     parsed = parse_state(state)
-    ledger = parsed.entries
-    return all_restore(template.config, ledger.common, ledger.fields(lanes), lanes, parsed.canonical_replicas)
+    return _all_restore(template, parsed.entries, parsed.canonical_replicas, lanes)
 
 
 def each_restores(template, state, lanes):
@@ -118,7 +127,8 @@ def test_a_written_state_is_shown_to_restore(made, data):
     template, state = made
     lanes = sorted(data.draw(st.sets(st.integers(0, state["canonical_replicas"] - 1), min_size=1)))
     assert each_restores(template, state, lanes)
-    assert shown(template, state, lanes)  # every state a loader writes, one where all lanes are alike included
+    one_phase = type(template) is StaticMixtureWorkSource or "phase" in state["source"]
+    assert shown(template, state, lanes) == one_phase  # one where all lanes are alike included
 
 
 @settings(max_examples=50, deadline=None)
@@ -130,6 +140,8 @@ def test_a_ledger_gives_some_lanes_unsealed_as_it_gives_them_one_by_one(made, da
     plain = ledger.plain(lanes)
     for lane in lanes:
         unsealed = {key: value for key, value in ledger[lane][0].items() if key != KEY_DIGEST}
+        for key in ledger.seals:  # the states nested in it lose their seals too
+            unsealed[key] = {k: v for k, v in unsealed[key].items() if k != KEY_DIGEST}
         assert canonical(plain[lane]) == canonical((unsealed, *ledger[lane][1:]))
 
 
@@ -225,3 +237,38 @@ def test_lanes_without_a_value_each_are_not_shown_to_restore():
     assert all_restore(template.config, ledger.common, fields, [0, 1], replicas)
     fields["state"]["chunk_index"] = fields["state"]["chunk_index"][:1]
     assert not all_restore(template.config, ledger.common, fields, [0, 1], replicas)
+
+
+@pytest.mark.parametrize("policy, edit", [("repeat", None), ("repeat", "a cursor one on"),
+                                          ("repeat", "a chunk before its phase"),
+                                          ("redistribute", None), ("redistribute", "a chunk past its phase")])
+def test_lanes_in_a_later_phase_are_checked_from_its_start(policy, edit):
+    """Lanes in phase 1 of a phased source: their cursors have read a chunk's samples a chunk since
+    the phase's start, and their chunks lie in it (with redistributing datasets, only that bound
+    refuses a chunk index moved past the phase's end)."""
+    phases = [Phase({"web": 1, "code": 1}, until_chunk=6), Phase({"web": 1, "math": 2}, until_chunk=40),
+              Phase({"code": 1})]
+    template = PhasedMixtureWorkSource(three_datasets(), phases, chunk_size=8, exhausted_policy=policy)
+    states = lane_states(template, 4, lambda _: 4)
+    assert {state["phase"] for state in states.values()} == {1}
+    inner = states[2]["inner"]["state"]
+    if edit == "a cursor one on":
+        inner["cursors"]["web"]["position"] += 1
+    elif edit is not None:
+        inner["chunk_index"] = 5 if edit == "a chunk before its phase" else 41
+    state = loader_state(template, 4, states)
+    assert each_restores(template, state, [0, 1, 2, 3]) == (edit is None)
+    assert shown(template, state, [0, 1, 2, 3]) == (edit is None)
+
+
+def test_phased_lanes_that_keep_their_inner_seals_are_checked_one_by_one():
+    """A state that left out only the lanes' own seals (as versions 2 and 3 did) keeps each inner
+    state's seal, which only a lane's own check verifies."""
+    template = PhasedMixtureWorkSource(three_datasets(), [Phase({"web": 1, "code": 1}, until_chunk=6),
+                                                          Phase({"math": 1})], chunk_size=8, exhausted_policy="repeat")
+    states = lane_states(template, 3, lambda _: 1)
+    entries = {lane: (state, 0, 0) for lane, state in states.items()}
+    state = make_state(3, entries, dataset_fingerprints(template.datasets_by_id), {}, sealed_by_source=True)
+    assert state["lanes"]["nested"] == [] and "digest" in state["lanes"]["state"]["fields"]["inner"]["fields"]
+    assert each_restores(template, state, [0, 1, 2]) and not shown(template, state, [0, 1, 2])
+    assert shown(template, loader_state(template, 3, states), [0, 1, 2])

@@ -377,12 +377,25 @@ def test_a_version_1_state_still_loads():
     assert dict(parse_state(old).entries) == entries
 
 
-def test_a_version_2_state_still_loads():
-    """Version 3 only adds a column form (a list every lane has, kept once): a state of version
-    2 reads as it did."""
+@pytest.mark.parametrize("version", [2, 3])
+def test_versions_2_and_3_still_load(version):
+    """Version 3 only added a column form (a list every lane has, kept once) and version 4 the
+    ``nested`` seals (none for a static source): a state of either reads as it did."""
     state = state_of([0, 1, 2, 3], consumed=3)
-    old = sealed({**{k: v for k, v in state.items() if k != "digest"}, "version": 2})
+    assert state["version"] == 4 and state["lanes"]["nested"] == []
+    lanes = {k: v for k, v in state["lanes"].items() if k != "nested"}
+    old = sealed({**{k: v for k, v in state.items() if k != "digest"}, "version": version, "lanes": lanes})
     assert dict(parse_state(old).entries) == dict(parse_state(state).entries)
+    with pytest.raises(ValueError, match="'lanes' must be a dict of"):
+        parse_state(sealed({**old, "version": 4}))
+
+
+def test_version_4_refuses_nested_seals_it_cannot_use():
+    state = state_of([0, 1])
+    for nested, sealed_flag in ((["inner", "inner"], True), ([1], True), ("inner", True), (["inner"], False)):
+        bad = sealed({**state, "lanes": {**state["lanes"], "nested": nested, "sealed": sealed_flag}})
+        with pytest.raises(ValueError, match="nested="):
+            parse_state(bad)
 
 
 # -- checkpoint files -----------------------------------------------------------------------

@@ -16,6 +16,7 @@ from zephon import Dataset, StaticMixtureWorkSource
 from zephon.core.checkpoint import canonical, state_fields, state_to_json
 from zephon.core.schedule import state_of_token
 from zephon.runtime import LaneMux, Sealer, SealingLedger, initial_entries, make_state, parse_state
+from zephon.runtime._book import SEALING_SOURCES
 from zephon.runtime._state import dataset_fingerprints
 from zephon.testing import phased_sources, sources
 from zephon.torch import migrate_checkpoint
@@ -238,21 +239,29 @@ def _ledger(template, replicas, readers, tokens, entries, consumed):
     return ledger
 
 
-def _state(replicas, entries):
-    return make_state(replicas, entries, [], {"world_size": 1}, run="r", sealed_by_source=True)
+def _state(replicas, entries, nested=()):
+    return make_state(replicas, entries, [], {"world_size": 1}, run="0" * 32, sealed_by_source=True, nested=nested)
 
 
 @given(st.one_of(sources(), phased_sources()), st.integers(1, 6), st.integers(1, 3), st.data())
 def test_a_state_made_field_by_field_is_the_one_of_its_lanes_sealed_one_by_one(template, replicas, readers, data):
-    """A loader state of a ledger's tokens, made from them field by field where the source is a
-    static mixture, is exactly the state of the lanes' states sealed one by one."""
+    """A loader state of a ledger's tokens, made from them field by field where it can, is exactly
+    the state of the lanes' states sealed one by one (a phased state's inner seal left out as
+    well), and loads them as they were sealed."""
     lane_ints = st.lists(st.integers(0, 6), min_size=replicas, max_size=replicas)
     starts, chunks, consumed = data.draw(lane_ints), data.draw(lane_ints), data.draw(lane_ints)
     tokens, entries = _moved_lanes(template, replicas, starts, chunks)
     ledger = _ledger(template, replicas, readers, tokens, entries, consumed)
-    assert canonical(_state(replicas, ledger)) == canonical(_state(replicas, dict(ledger)))
-    made_by_fields = type(template) is StaticMixtureWorkSource and len({t[0] for t in tokens.values()}) > 1
-    assert (ledger.fields() is not None) == made_by_fields
+    nested = SEALING_SOURCES[type(template)]
+    state = _state(replicas, ledger, nested)
+    assert canonical(state) == canonical(_state(replicas, dict(ledger), nested))
+    assert state["lanes"]["nested"] == list(nested)
+    loaded = parse_state(json.loads(json.dumps(state))).entries
+    assert all(canonical(loaded[lane]) == canonical(ledger[lane]) for lane in range(replicas))
+    phased = type(template) is PhasedMixtureWorkSource
+    chunks = {t[1][0] if phased else t[0] for t in tokens.values()}
+    one_phase = not phased or len({t[0] for t in tokens.values()}) == 1
+    assert (ledger.fields() is not None) == (len(chunks) > 1 and one_phase)
 
 
 @given(sources(), st.integers(2, 5))

@@ -18,7 +18,8 @@ import zephon.torch as zt
 import zephon.torch._iterator as zt_iterator
 from zephon import Dataset, Pipeline, StaticMixtureWorkSource
 from zephon.core.checkpoint import sealed
-from zephon.runtime import parse_state, rank_lanes, worker_lanes
+from zephon.runtime import make_state, parse_state, rank_lanes, worker_lanes
+from zephon.work import Phase, PhasedMixtureWorkSource
 
 pytestmark = pytest.mark.filterwarnings("ignore:This DataLoader will create:UserWarning",
                                         "ignore:'set_vital' is deprecated:UserWarning")
@@ -130,6 +131,40 @@ def test_resume_on_the_same_topology_is_exact_batch_for_batch(workers, batch):
         fresh = make()
         fresh.load_state_dict(state)
         assert head + [sample_ids(u) for u in fresh] == full, cut
+
+
+def _as_version_3(state):
+    """A loader state in the form version 3 wrote: each phased lane's inner state keeps its seal."""
+    parsed = parse_state(state)
+    entries = {lane: parsed.entries[lane] for lane in parsed.entries}
+    old = make_state(parsed.canonical_replicas, entries, parsed.datasets, parsed.topology, run=parsed.run,
+                     sealed_by_source=True)
+    lanes = {k: v for k, v in old["lanes"].items() if k != "nested"}
+    return sealed({**{k: v for k, v in old.items() if k != "digest"}, "version": 3, "lanes": lanes})
+
+
+@pytest.mark.parametrize("cut", [0, 5, 23, 60])
+def test_a_phased_loader_resumes_exactly_from_its_state_and_from_version_3s(cut):
+    """Every lane's state of a phased source is written field by field once the lanes have moved
+    on, its inner seal left out, and checked column by column on load; the form version 3 wrote
+    (the inner seals kept, checked lane by lane) resumes the same."""
+    def make():
+        source = PhasedMixtureWorkSource(
+            [Dataset.from_counts("web", [60] * 6), Dataset.from_counts("code", [45] * 4)],
+            [Phase({"web": 0.7, "code": 0.3}, until_chunk=9), Phase({"web": 0.2, "code": 0.8})],
+            chunk_size=8, seed=5, exhausted_policy="repeat", stop_after_passes=None, max_repeats=2)
+        return zt.DataLoader(Pipeline(source), batch_size=3, canonical_replicas=4)
+
+    full = [sample_ids(u) for u in make()]
+    loader = make()
+    it = iter(loader)
+    head = [sample_ids(next(it)) for _ in range(cut)]
+    state = json.loads(json.dumps(loader.state_dict()))
+    assert state["lanes"]["nested"] == ["inner"]
+    for saved in (state, _as_version_3(state)):
+        fresh = make()
+        fresh.load_state_dict(saved)
+        assert head + [sample_ids(u) for u in fresh] == full
 
 
 @pytest.mark.parametrize("workers", [0, 2])

@@ -25,13 +25,15 @@ CURSOR_KEYS = frozenset((KEY_EPOCH, KEY_POSITION, KEY_TAILS))
 
 
 def all_restore(config: SourceConfig, shared: dict[str, Any], fields: Any, lanes: Sequence[int],
-                replicas: int) -> bool:
+                replicas: int, since: tuple[int, int] = (0, 0)) -> bool:
     """Whether every ``lanes[k]``'s checkpoint, ``shared`` plus lane ``k`` of ``fields``
     (sealed), restores into lane ``lanes[k]`` of ``replicas`` of a ``StaticMixtureWorkSource``
     over ``config``: the checks of its ``load_state_dict``, column by column.
 
     ``fields`` holds the lanes' other keys: a dict where every lane has a dict with those keys
-    (each a ``fields`` value again), a list of one value per lane otherwise. Pure.
+    (each a ``fields`` value again), a list of one value per lane otherwise. ``since``: the
+    chunk index and the samples read of the state the lanes' stream starts from (a phase's
+    start), which no lane is before and from which each chunk reads ``chunk_size`` samples. Pure.
     """
     n = len(lanes)
     if config.token_mode or type(config.allocator) not in allocators.KERNEL_CODES or not n:
@@ -51,12 +53,15 @@ def all_restore(config: SourceConfig, shared: dict[str, Any], fields: Any, lanes
     chunks, read = body[KEY_CHUNK], _read(config, body[KEY_CURSORS], n)
     if read is None or not (_counts(chunks, MAX_CHUNK_INDEX, n) and _allocs(config, body[KEY_ALLOC], n)):
         return False
+    first_chunk, first_read = since
+    if any(c < first_chunk for c in chunks):
+        return False
     if not _bounded(config, shared, fields):
         return False
     if any(d.policy == REDISTRIBUTE for d in config.datasets):  # chunks may draw less: no drawn check
         return True
     size = config.chunk_size
-    return all(r == c * size for r, c in zip(read, chunks))
+    return all(r - first_read == (c - first_chunk) * size for r, c in zip(read, chunks))
 
 
 def _spread(value: Any, n: int) -> Any:
@@ -77,7 +82,7 @@ def _shared_fits(config: SourceConfig, shared: dict[str, Any], replicas: int) ->
 def _bounded(config: SourceConfig, shared: dict[str, Any], fields: dict[str, Any]) -> bool:
     """A lane's checkpoint is within the size ``check_header`` allows. Every lane's is as large
     as the first's: the fields hold numbers only, in one form, so the first one is checked."""
-    first = {**shared, **_first(fields), KEY_DIGEST: "0" * 32}
+    first = {**shared, **first_lane(fields), KEY_DIGEST: "0" * 32}
     try:
         check_json(first, "checkpoint", MAX_STATE_NODES + STATE_NODES_PER_DATASET * len(config.datasets))
     except ValueError:
@@ -85,9 +90,9 @@ def _bounded(config: SourceConfig, shared: dict[str, Any], fields: dict[str, Any
     return True
 
 
-def _first(fields: Any) -> Any:
+def first_lane(fields: Any) -> Any:
     """The first lane's value of ``fields``."""
-    return {key: _first(value) for key, value in fields.items()} if type(fields) is dict else fields[0]
+    return {key: first_lane(value) for key, value in fields.items()} if type(fields) is dict else fields[0]
 
 
 def _counts(values: Any, upper: int, n: int) -> bool:

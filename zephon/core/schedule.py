@@ -120,7 +120,7 @@ def check_drawn(state: SourceState, config: SourceConfig, start: SourceState) ->
     draws exactly ``chunk_size`` samples, so no stream reaches such a state."""
     if config.token_mode or any(d.policy == REDISTRIBUTE for d in config.datasets):
         return
-    drawn = _read(config, state.cursors) - _read(config, start.cursors)
+    drawn = samples_read(config, state.cursors) - samples_read(config, start.cursors)
     chunks = state.chunk_index - start.chunk_index
     if drawn != chunks * config.chunk_size:
         raise ValueError(f"checkpoint is at chunk {state.chunk_index}, but its cursors have read {drawn} samples "
@@ -128,7 +128,8 @@ def check_drawn(state: SourceState, config: SourceConfig, start: SourceState) ->
                          "this state, the checkpoint is corrupted")
 
 
-def _read(config: SourceConfig, cursors: tuple[CursorState, ...]) -> int:
+def samples_read(config: SourceConfig, cursors: tuple[CursorState, ...]) -> int:
+    """Samples the ``cursors`` have read since the start of the stream, every pass counted."""
     return sum(c.epoch * d.total + c.position - c.tails for c, d in zip(cursors, config.datasets))
 
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import logging
 from collections import ChainMap
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from zephon.core.checkpoint import canonical, digest
 from zephon.core.lane_checks import all_restore
@@ -25,23 +25,32 @@ from zephon.runtime._packed import check_operator, initial_operator
 from zephon.runtime._sealing import Entry
 from zephon.runtime._stream import initial_entries
 from zephon.runtime.pipeline import Pipeline
-from zephon.work import PhasedMixtureWorkSource, StaticMixtureWorkSource, check_replicas
+from zephon.work import PhasedMixtureWorkSource, StaticMixtureWorkSource, check_replicas, phased_mixture
 
 log = logging.getLogger("zephon")
-SEALING_SOURCES = (StaticMixtureWorkSource, PhasedMixtureWorkSource)  # exactly these (a subclass may change its states)
+# The sources whose states a loader state keeps without their seals (exactly these: a subclass may change its
+# states), each with the keys of the states nested in its own that are sealed in their own right.
+SEALING_SOURCES: dict[type, tuple[str, ...]] = {StaticMixtureWorkSource: (),
+                                                PhasedMixtureWorkSource: (phased_mixture.KEY_INNER,)}
 GROWTH = 8  # default lanes per reader of the first topology: room to grow 8x without an idle reader
 IN_FLIGHT_BYTES = 32  # a pointer in flight: dataset, shard and offset, and its component id (int64 each)
 IN_FLIGHT_WARNING = 1 << 30  # a reader's chunks in flight of this many bytes or more are said (say_in_flight)
 _logged: set[str] = set()
 
 
+_COLUMN_CHECKS: dict[type, Callable[[Any, dict[str, Any], Any, list[int], int], bool]] = {
+    StaticMixtureWorkSource: all_restore, PhasedMixtureWorkSource: phased_mixture.all_restore}
+
+
 def _all_restore(template: Any, ledger: Ledger, replicas: int, lanes: list[int]) -> bool:
     """Whether ``lanes`` of a state of sealed lane columns are shown, column by column, to restore
-    into a ``StaticMixtureWorkSource`` (``zephon.core.lane_checks``); False: check each lane."""
-    if type(template) is not StaticMixtureWorkSource:
+    into ``template`` (``zephon.core.lane_checks``); False: check each lane. Only for the
+    sources of ``_COLUMN_CHECKS``, and a state that left out the seals their states nest."""
+    check = _COLUMN_CHECKS.get(type(template))
+    if check is None or ledger.seals != SEALING_SOURCES[type(template)]:
         return False
     fields = ledger.fields(lanes)
-    return fields is not None and all_restore(template.config, ledger.common, fields, lanes, replicas)
+    return fields is not None and check(template.config, ledger.common, fields, lanes, replicas)
 
 
 def log_once(message: str) -> None:
@@ -204,8 +213,9 @@ class LaneBook:
         if packing is not None:
             states = {**self.operators(sorted(entries)), **(operators or {})}
             named = {packing.name: states}
+        nested = SEALING_SOURCES.get(type(self.pipeline.source))
         return make_state(self.canonical_replicas, entries, self._datasets, topology, run=self.run, operators=named,
-                          sealed_by_source=type(self.pipeline.source) in SEALING_SOURCES)
+                          sealed_by_source=nested is not None, nested=nested or ())
 
     @property
     def run(self) -> str:

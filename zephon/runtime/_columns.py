@@ -3,7 +3,7 @@
 A *column* holds one JSON value per lane, for ``n`` lanes, in one of these forms:
 
 * ``[v0, v1, …]`` — the values, one per lane;
-* ``{"same": v}`` — every lane has ``v``: an int, a string, a bool or null, or (version 3) a
+* ``{"same": v}`` — every lane has ``v``: an int, a string, a bool or null, or (from version 3) a
   non-empty list without a float that is not finite (each lane shares the one list);
 * ``{"start": a, "step": s}`` — lane ``k`` has the int ``a + k * s``;
 * ``{"fields": {key: column, …}}`` — every lane has a dict with these keys, each a column;

@@ -3,16 +3,17 @@ turned into the ``state_dict()`` form a checkpoint holds only when one is asked 
 
 :class:`Sealer` seals one lane's token on a clone of that lane; :class:`SealingLedger` is a
 ledger whose states are sealed as they are read, and gives a checkpoint of many lanes of a
-``StaticMixtureWorkSource`` their states field by field instead, without a clone, a state
-dict or a seal per lane: sealed one by one, the lanes of a process reading 16,384 took a second
-to save.
+``StaticMixtureWorkSource`` or a ``PhasedMixtureWorkSource`` their states field by field
+instead, without a clone, a state dict or a seal per lane: sealed one by one, the lanes of a
+process reading 16,384 took one second (three, phased) to save.
 """
 from __future__ import annotations
 
 from typing import Any, Callable, Iterator, Mapping, NamedTuple, cast
 
-from zephon.core.checkpoint import KEY_CHUNK, KEY_DIGEST, KEY_LANE, KEY_STATE, canonical, state_fields
-from zephon.work import StaticMixtureWorkSource, WorkSource
+from zephon.core.checkpoint import KEY_CHUNK, KEY_DIGEST, KEY_LANE, KEY_MIGRATIONS, KEY_STATE, canonical, state_fields
+from zephon.work import PhasedMixtureWorkSource, StaticMixtureWorkSource, WorkSource
+from zephon.work.phased_mixture import KEY_INNER, KEY_ORIGIN
 from zephon.work.static_mixture import RESTORED_SETTINGS
 
 # (lane state at the start of the chunk in flight, samples consumed from it, turn flags)
@@ -125,24 +126,33 @@ class SealingLedger(Mapping[int, Entry]):
         return len(self._entries)
 
     def fields(self) -> tuple[dict[str, Any], LaneColumns] | None:
-        """The sealed states as a loader state stores them with their seals left out, made from
-        the tokens: the part they all share and :class:`LaneColumns` of the rest, field by field.
-        Only where the lanes are two or more of one ``StaticMixtureWorkSource`` (exactly that
-        class, the same object and lane count for every sealer), every state is a token, their
-        chunk indices are not all the same, all or none of them have requeued samples to serve
-        first, and every lane was restored to the same settings (its starting state's
-        ``RESTORED_SETTINGS``); None otherwise. Only the first lane is sealed (restored from its
-        starting state, for the shared part): the others' starting states are taken as checked,
-        as a loader checks them when it loads them."""
+        """The sealed states as a loader state stores them with their seals left out (a phased
+        state's inner seal too), made from the tokens: the part they all share and
+        :class:`LaneColumns` of the rest, field by field. Only where the lanes are two or more of
+        one ``StaticMixtureWorkSource`` or ``PhasedMixtureWorkSource`` (exactly those classes,
+        the same object and lane count for every sealer), every state is a token (a phased one's
+        in one phase, never migrated), their chunk indices are not all the same, all or none of
+        them have requeued samples to serve first, and every lane was restored to the same
+        settings (``_settings`` of its starting state); None otherwise. Only the first lane is
+        sealed (restored from its starting state, for the shared part): the others' starting
+        states are taken as checked, as a loader checks them when it loads them."""
         lanes = sorted(self._entries)
         tokens = [self._entries[lane][0] for lane in lanes]
         sealer = self._sealer_of_alike(lanes, tokens)
-        state = None if sealer is None else state_fields(tokens, cast(StaticMixtureWorkSource, sealer.template).config)
-        if sealer is None or state is None or state[KEY_CHUNK].count(state[KEY_CHUNK][0]) == len(lanes):
+        if sealer is None:
+            return None
+        phased = type(sealer.template) is PhasedMixtureWorkSource
+        if phased and any(token[0] != tokens[0][0] or token[2] is not None for token in tokens):
+            return None
+        config = cast(StaticMixtureWorkSource | PhasedMixtureWorkSource, sealer.template).config
+        state = state_fields([token[1] for token in tokens], config.phases[tokens[0][0]]) if phased \
+            else state_fields(tokens, config)
+        if state is None or state[KEY_CHUNK].count(state[KEY_CHUNK][0]) == len(lanes):
             return None  # all at one chunk: their states may all be the same, so shared
         first = sealer(lanes[0], tokens[0])
-        common = {k: v for k, v in first.items() if k not in (KEY_LANE, KEY_STATE, KEY_DIGEST)}
-        fields = {KEY_LANE: lanes, KEY_STATE: state}
+        key = KEY_INNER if phased else KEY_STATE
+        fields = {KEY_LANE: lanes, key: _inner_fields(first[KEY_INNER], lanes, state) if phased else state}
+        common = {k: v for k, v in first.items() if k not in (KEY_LANE, key, KEY_DIGEST)}
         rests = {k: fields[k] for k in first if k in fields}  # in the sealed state's order
         return common, LaneColumns(lanes, [self._entries[lane][1] for lane in lanes],
                                    [self._entries[lane][2] for lane in lanes], rests)
@@ -151,19 +161,40 @@ class SealingLedger(Mapping[int, Entry]):
         """The first lane's sealer where :meth:`fields` may apply to ``lanes`` (ascending) and
         their ``tokens``; None where it does not."""
         sealer = self._sealers[lanes[0]] if lanes else None
-        if (len(lanes) < 2 or sealer is None or type(sealer.template) is not StaticMixtureWorkSource
+        if (len(lanes) < 2 or sealer is None or type(sealer.template) not in _FIELD_SOURCES
                 or any(type(token) is not tuple for token in tokens)):
             return None
-        start = sealer.start(lanes[0])
+        start = _settings(sealer.start(lanes[0]))
         for lane in lanes:
             other = self._sealers[lane]
             if (other is None or other.template is not sealer.template
                     or other.canonical_replicas != sealer.canonical_replicas
-                    or not _same_settings(other.start(lane), start)):
+                    or not _same(_settings(other.start(lane)), start)):
                 return None
         return sealer
 
 
-def _same_settings(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
-    """Whether two checkpoints agree on the keys that set a restored lane's settings."""
-    return all(a.get(key) is b.get(key) or canonical(a.get(key)) == canonical(b.get(key)) for key in RESTORED_SETTINGS)
+_FIELD_SOURCES = (StaticMixtureWorkSource, PhasedMixtureWorkSource)  # exactly these: SealingLedger.fields
+
+
+def _inner_fields(inner: Mapping[str, Any], lanes: list[int], state: dict[str, Any]) -> dict[str, Any]:
+    """The fields of ``lanes``' inner states (a phased state's), their seals left out: ``inner``'s
+    (the first lane's) lane binding and ``state`` replaced by the lanes' and their ``state``, the
+    rest every lane has (each lane of one template in one phase has the same header)."""
+    n = len(lanes)
+    return {key: lanes if key == KEY_LANE else state if key == KEY_STATE else [value] * n
+            for key, value in inner.items() if key != KEY_DIGEST}
+
+
+def _settings(state: Mapping[str, Any]) -> tuple[Any, ...]:
+    """The values of a lane's starting state that set its restored settings: a static state's
+    ``RESTORED_SETTINGS``; a phased one's migration history and origin, and its inner state's."""
+    inner = state.get(KEY_INNER)
+    if not isinstance(inner, Mapping):
+        return tuple(state.get(key) for key in RESTORED_SETTINGS)
+    return (state.get(KEY_MIGRATIONS), state.get(KEY_ORIGIN), *(inner.get(key) for key in RESTORED_SETTINGS))
+
+
+def _same(a: tuple[Any, ...], b: tuple[Any, ...]) -> bool:
+    """Whether two lanes' ``_settings`` agree."""
+    return all(x is y or canonical(x) == canonical(y) for x, y in zip(a, b))

@@ -4,14 +4,15 @@ A state covers some lanes (a worker's, a rank's, or all of them: the global chec
 :func:`merge_states` builds). Its size depends only on how many lanes it covers: the chunk in
 flight is regenerated on restore, never stored. Plain JSON, tagged, versioned and sealed::
 
-    {"kind": "zephon.LoaderState", "version": 3,
+    {"kind": "zephon.LoaderState", "version": 4,
      "canonical_replicas": 4,
      "datasets": [{"id": 0, "name": "web", "fingerprint": null}, ...],
      "run": "9f2c…",                          # the run: its source's settings, lanes and datasets
      "source": {...},                         # the keys every lane's source state shares
      "lanes": {"count": 2, "lane": <column>, "consumed": <column>, "turn": <column>,
                "state": <column>,             # the rest of each lane's source state
-               "sealed": true},               # their digests were left out: restoring seals them again
+               "sealed": true,                # their digests were left out: restoring seals them again
+               "nested": ["inner"]},          # and those of the states these keys hold (a phase's state)
      "operators": {},                         # per-lane states of a pipeline's operators, by name: columns
      "topology": {"world_size": 2, "ranks": [0, 1], "mapping": "contiguous", "num_workers": 2},
      "digest": "…"}                           # sha256 of the rest: any edit is refused
@@ -22,8 +23,9 @@ that state starts which the training loop received. ``turn`` (0–3) holds two f
 resume on the same topology exact batch for batch (bit 0: the lane gave its turn, a batch, of
 its reader's current round; bit 1: its reader gave its batch of the loader's current cycle; see
 ``zephon.runtime._stream``). ``topology`` says where the state was taken; it is
-informational: any topology restores the state. Version 1 (one ``[lane, consumed, turn,
-state]`` row per lane, no digest of its own) is still read.
+informational: any topology restores the state. Versions 2 and 3 (no ``nested``: only the
+lanes' own digests were left out) and version 1 (one ``[lane, consumed, turn, state]`` row per
+lane, no digest of its own) are still read.
 """
 from __future__ import annotations
 
@@ -41,13 +43,13 @@ from zephon.runtime._lanes import MAPPINGS
 from zephon.runtime._sealing import Entry, LaneColumns, SealingLedger
 
 KIND = "zephon.LoaderState"
-VERSION = 3  # 3: a column may hold a list that every lane has ({"same": [...]}); else as 2
+VERSION = 4  # 4: lanes.nested; 3: a column may hold a list that every lane has ({"same": [...]}); else as 2
 KEY_KIND, KEY_VERSION, KEY_REPLICAS, KEY_DATASETS = "kind", "version", "canonical_replicas", "datasets"
 KEY_RUN, KEY_SOURCE, KEY_LANES, KEY_OPERATORS, KEY_TOPOLOGY = "run", "source", "lanes", "operators", "topology"
 KEYS = (KEY_KIND, KEY_VERSION, KEY_REPLICAS, KEY_DATASETS, KEY_RUN, KEY_SOURCE, KEY_LANES, KEY_OPERATORS,
         KEY_TOPOLOGY, KEY_DIGEST)
 KEYS_V1 = (KEY_KIND, KEY_VERSION, KEY_REPLICAS, KEY_DATASETS, KEY_SOURCE, KEY_LANES, KEY_TOPOLOGY)
-LANE_KEYS = ("count", "lane", "consumed", "turn", "state", "sealed")
+LANE_KEYS = ("count", "lane", "consumed", "turn", "state", "sealed", "nested")  # version 4; 2 and 3 lack "nested"
 _HEX32, _HEX16 = re.compile(r"[0-9a-f]{32}"), re.compile(r"[0-9a-f]{16}")
 ATTEMPT = "attempt"  # the topology key of the attempt a state was saved by (absent: a fresh start)
 TOPOLOGY_KEYS = ("world_size", "ranks", "mapping", "num_workers", "batch_size", ATTEMPT)
@@ -70,6 +72,7 @@ class LanesDict(TypedDict):
     turn: Any  # column: the turn flags (0-3)
     state: Any  # column: the rest of each lane's source state
     sealed: bool  # the lanes' source states were sealed and their digests left out
+    nested: list[str]  # keys of states sealed in their own right inside them, whose digests were left out too
 
 
 class LoaderStateDict(TypedDict):
@@ -137,18 +140,21 @@ def _all_sealed(states: list[Mapping[str, Any]], shared: Mapping[str, str]) -> b
 
 def make_state(canonical_replicas: int, entries: Mapping[int, Entry], datasets: list[DatasetRecord],
                topology: Mapping[str, Any], *, run: str | None = None,
-               operators: Mapping[str, Mapping[int, Any]] | None = None, sealed_by_source: bool = False) -> LoaderStateDict:
+               operators: Mapping[str, Mapping[int, Any]] | None = None, sealed_by_source: bool = False,
+               nested: tuple[str, ...] = ()) -> LoaderStateDict:
     """The JSON state of ``entries`` (lane -> (source state, consumed, turn flags)), of ``run``
     (:func:`run_fingerprint`), with ``operators`` (name -> lane -> JSON state) for its lanes.
     ``sealed_by_source``: every state is known to carry its source's seal (a loader's own
     entries: made by its source, or restored from a state whose digest was checked), so the
-    seals need not be checked before they are left out; then a :class:`SealingLedger`'s states
-    are made field by field where it can (``SealingLedger.fields``)."""
+    seals need not be checked before they are left out, nor those of the states sealed in
+    their own right that the ``nested`` keys of each state hold; then a
+    :class:`SealingLedger`'s states are made field by field where it can
+    (``SealingLedger.fields``)."""
     fields = entries.fields() if sealed_by_source and isinstance(entries, SealingLedger) else None
     if fields is not None:
         common, columns = fields
         encoded = columns._replace(state=encode_fields(columns.state))
-        return _assembled(canonical_replicas, datasets, run, common, encoded, True, operators or {}, topology)
+        return _assembled(canonical_replicas, datasets, run, common, encoded, nested, operators or {}, topology)
     lanes = sorted(entries)
     rows = [entries[lane] for lane in lanes]
     states = [row[0] for row in rows]
@@ -156,11 +162,23 @@ def make_state(canonical_replicas: int, entries: Mapping[int, Entry], datasets: 
         if not isinstance(state, dict):
             raise TypeError(f"lane {lane}: the source's state_dict() must be a dict, got {type(state).__name__}")
     common = _common(states)
-    is_sealed = bool(states) and (sealed_by_source or _all_sealed(states, {k: canonical(v) for k, v in common.items()}))
-    rests = [{k: v for k, v in state.items() if k not in common and not (is_sealed and k == KEY_DIGEST)}
-             for state in states]
-    return _assembled(canonical_replicas, datasets, run, common, _columns(lanes, rows, rests), is_sealed,
+    if not states or not (sealed_by_source or _all_sealed(states, {k: canonical(v) for k, v in common.items()})):
+        rests = [{k: v for k, v in state.items() if k not in common} for state in states]
+        return _assembled(canonical_replicas, datasets, run, common, _columns(lanes, rows, rests), None,
+                          operators or {}, topology)
+    seals = nested if sealed_by_source else ()
+    rests = [_unsealed({k: v for k, v in state.items() if k not in common}, seals) for state in states]
+    return _assembled(canonical_replicas, datasets, run, common, _columns(lanes, rows, rests), seals,
                       operators or {}, topology)
+
+
+def _unsealed(state: dict[str, Any], nested: tuple[str, ...]) -> dict[str, Any]:
+    """``state`` without its digest, nor those of the dicts its ``nested`` keys hold."""
+    out = {k: v for k, v in state.items() if k != KEY_DIGEST}
+    for key in nested:
+        if type(out.get(key)) is dict:
+            out[key] = {k: v for k, v in out[key].items() if k != KEY_DIGEST}
+    return out
 
 
 def _columns(lanes: list[int], rows: Sequence[tuple[Any, int, int]], rests: list[Any]) -> LaneColumns:
@@ -169,10 +187,11 @@ def _columns(lanes: list[int], rows: Sequence[tuple[Any, int, int]], rests: list
 
 
 def _assembled(canonical_replicas: int, datasets: list[DatasetRecord], run: str | None, common: dict[str, Any],
-               columns: LaneColumns, is_sealed: bool, operators: Mapping[str, Mapping[int, Any]],
+               columns: LaneColumns, seals: tuple[str, ...] | None, operators: Mapping[str, Mapping[int, Any]],
                topology: Mapping[str, Any]) -> LoaderStateDict:
     """The sealed state of lanes' ``columns`` (the rests of their source states past ``common``)
-    and their ``operators``' states."""
+    and their ``operators``' states. ``seals``: None where the lanes keep their seals, else the
+    keys of the nested states whose seals were left out with the lanes' own."""
     lanes = columns.lanes
     for name, by_lane in operators.items():
         if sorted(by_lane) != lanes:
@@ -185,7 +204,8 @@ def _assembled(canonical_replicas: int, datasets: list[DatasetRecord], run: str 
         KEY_RUN: run,
         KEY_SOURCE: dict(common),
         KEY_LANES: LanesDict(count=len(lanes), lane=encode(lanes), consumed=encode(columns.consumed),
-                             turn=encode(columns.turn), state=columns.state, sealed=is_sealed),
+                             turn=encode(columns.turn), state=columns.state, sealed=seals is not None,
+                             nested=list(seals or ())),
         KEY_OPERATORS: {name: encode([by_lane[k] for k in lanes]) for name, by_lane in sorted(operators.items())},
         KEY_TOPOLOGY: dict(topology),
     }
@@ -229,12 +249,13 @@ def parse_state(state: Any) -> LoaderState:
     common = copied(common)  # lanes are made from it later: a later edit of the input changes none
     _check_topology(topology)
     if version == 1:
-        return LoaderState(replicas, _entries(_lane_columns_v1(state[KEY_LANES]), common, replicas, False), datasets, topology)
+        columns_v1 = _lane_columns_v1(state[KEY_LANES])
+        return LoaderState(replicas, _entries(columns_v1, common, replicas, None), datasets, topology)
     run = state[KEY_RUN]
     if run is not None and not (type(run) is str and _HEX32.fullmatch(run)):
         raise _bad(f"run={show(run)} must be 32 hex digits or null")
-    columns, is_sealed = _lane_columns(state[KEY_LANES], replicas)
-    return LoaderState(replicas, _entries(columns, common, replicas, is_sealed), datasets, topology, run,
+    columns, seals = _lane_columns(state[KEY_LANES], replicas, version)
+    return LoaderState(replicas, _entries(columns, common, replicas, seals), datasets, topology, run,
                        _operators(state[KEY_OPERATORS], columns.lanes))
 
 
@@ -281,13 +302,18 @@ class _Columns:
     states: Any
 
 
-def _lane_columns(lanes: Any, replicas: int) -> tuple[_Columns, bool]:
-    """The lane columns of versions 2 and 3, checked in form, and ``sealed``."""
-    if not isinstance(lanes, dict) or sorted(lanes) != sorted(LANE_KEYS):
-        raise _bad(f"'lanes' must be a dict of {list(LANE_KEYS)}, got {show(lanes)}")
-    count, is_sealed = lanes["count"], lanes["sealed"]
+def _lane_columns(lanes: Any, replicas: int, version: int) -> tuple[_Columns, tuple[str, ...] | None]:
+    """The lane columns of versions 2 to 4, checked in form, and their seals: None where the
+    lanes keep them, else the nested keys whose seals were left out too (see ``_assembled``)."""
+    keys = LANE_KEYS if version >= 4 else LANE_KEYS[:-1]
+    if not isinstance(lanes, dict) or sorted(lanes) != sorted(keys):
+        raise _bad(f"'lanes' must be a dict of {list(keys)}, got {show(lanes)}")
+    count, is_sealed, nested = lanes["count"], lanes["sealed"], lanes.get("nested", [])
     if type(count) is not int or not 0 <= count <= replicas or type(is_sealed) is not bool:
         raise _bad(f"lanes: count={show(count)} must be an int in [0, {replicas}] and sealed a bool")
+    if not (type(nested) is list and all(type(key) is str for key in nested) and len(set(nested)) == len(nested)
+            and (is_sealed or not nested)):
+        raise _bad(f"lanes: nested={show(nested)} must be a list of distinct keys, empty unless sealed is true")
     _check_expansion(count, [lanes[key] for key in ("lane", "consumed", "turn", "state")])
     try:
         ids, consumed, turn = (decode(lanes[key], count, f"lanes.{key}") for key in ("lane", "consumed", "turn"))
@@ -299,7 +325,7 @@ def _lane_columns(lanes: Any, replicas: int) -> tuple[_Columns, bool]:
         raise _bad(f"lanes must be ints, got {show(columns.lanes)}")
     if columns.lanes != sorted(columns.lanes):
         raise _bad("lanes must be in ascending order")
-    return columns, is_sealed
+    return columns, tuple(nested) if is_sealed else None
 
 
 def _check_expansion(count: int, columns: list[Any]) -> None:
@@ -336,11 +362,13 @@ class Ledger(Mapping[int, tuple[dict[str, Any], int, int]]):
     """A parsed state's entries by lane, each lane's source state made (decoded from its
     columns and sealed again) when first asked for: a rank restores a few lanes of a global state."""
 
-    def __init__(self, columns: _Columns, common: dict[str, Any], is_sealed: bool):
-        self._columns, self._common = columns, common
+    def __init__(self, columns: _Columns, common: dict[str, Any], seals: tuple[str, ...] | None):
+        self._columns, self._common, self._seals = columns, common, seals
         self._state = assembled(columns.states)  # lane k's rest of its source state
         self._index = dict(zip(columns.lanes, range(len(columns.lanes))))
-        self._shared = {k: canonical(v) for k, v in common.items()} if is_sealed else None
+        shared = None if seals is None else {k: canonical(v) for k, v in common.items()}
+        self._shared = shared
+        self._unnested = None if shared is None else {k: v for k, v in shared.items() if k not in (seals or ())}
         self._made: dict[int, tuple[dict[str, Any], int, int]] = {}
 
     def __getitem__(self, lane: int) -> tuple[dict[str, Any], int, int]:
@@ -348,9 +376,16 @@ class Ledger(Mapping[int, tuple[dict[str, Any], int, int]]):
         if entry is None:
             k, columns = self._index[lane], self._columns
             state = {**self._common, **self._state(k)}
-            made = state if self._shared is None else sealed(state, self._shared)
-            entry = self._made[lane] = (made, columns.consumed[k], columns.turn[k])
+            if self._unnested is not None:  # the nested states are sealed anew: their text is not the stored one
+                state = sealed(_nested_sealed(state, self._seals or ()), self._unnested)
+            entry = self._made[lane] = (state, columns.consumed[k], columns.turn[k])
         return entry
+
+    @property
+    def seals(self) -> tuple[str, ...] | None:
+        """None where the lanes kept their seals; else the keys of the states nested in each
+        lane's whose seals were left out as well (restoring seals them first)."""
+        return self._seals
 
     @property
     def common(self) -> dict[str, Any]:
@@ -401,7 +436,16 @@ class Ledger(Mapping[int, tuple[dict[str, Any], int, int]]):
         return len(self._index)
 
 
-def _entries(columns: _Columns, common: dict[str, Any], replicas: int, is_sealed: bool) -> Ledger:
+def _nested_sealed(state: dict[str, Any], nested: tuple[str, ...]) -> dict[str, Any]:
+    """``state`` with the dicts its ``nested`` keys hold sealed (any other value is left for
+    the source's check to refuse)."""
+    for key in nested:
+        if type(state.get(key)) is dict:
+            state[key] = sealed(state[key])
+    return state
+
+
+def _entries(columns: _Columns, common: dict[str, Any], replicas: int, seals: tuple[str, ...] | None) -> Ledger:
     """The ledger of a state's lane columns, their positions validated (each lane's source state
     is validated by the source it restores into)."""
     lanes = columns.lanes
@@ -418,7 +462,7 @@ def _entries(columns: _Columns, common: dict[str, Any], replicas: int, is_sealed
     if len(set(lanes)) != len(lanes):
         ordered = sorted(lanes)
         raise _bad(f"lane {next(b for a, b in zip(ordered, ordered[1:]) if a == b)} appears twice")
-    return Ledger(columns, common, is_sealed)
+    return Ledger(columns, common, seals)
 
 
 def _operators(operators: Any, lanes: list[Any]) -> dict[str, dict[int, Any]]:
@@ -474,12 +518,14 @@ def _merge(parsed: list[LoaderState]) -> LoaderStateDict:
         topology["ranks"] = sorted(ranks)
     run = next((p.run for p in parsed if p.run is not None), None)  # version 1 states name no run
     sealed_alike = [p.entries for p in parsed if p.entries.shared is not None]
-    if len(sealed_alike) == len(parsed) and all(ledger.shared == sealed_alike[0].shared for ledger in sealed_alike):
+    alike = (first.entries.shared, first.entries.seals)
+    if len(sealed_alike) == len(parsed) and all((ledger.shared, ledger.seals) == alike for ledger in sealed_alike):
         rows = _merged({lane: ledger.stored(lane) for lane in ledger} for ledger in sealed_alike)  # no lane unsealed
         lanes = sorted(rows)
         ordered = [rows[lane] for lane in lanes]
         return _assembled(first.canonical_replicas, first.datasets, run, sealed_alike[0].common,
-                          _columns(lanes, ordered, [row[0] for row in ordered]), True, operators, topology)
+                          _columns(lanes, ordered, [row[0] for row in ordered]), first.entries.seals, operators,
+                          topology)
     entries = _merged(dict(p.entries.items()) for p in parsed)
     return make_state(first.canonical_replicas, entries, first.datasets, topology, run=run, operators=operators)
 

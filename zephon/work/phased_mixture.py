@@ -8,13 +8,15 @@ from __future__ import annotations
 
 import dataclasses
 import numbers
+import operator
 from dataclasses import dataclass
+from itertools import repeat
 from typing import Any, Final, Mapping, Sequence, TypedDict, cast
 
-from zephon.core import checkpoint, coverage, phases
+from zephon.core import checkpoint, coverage, lane_checks, phases
 from zephon.core.config import SourceConfig
 from zephon.core.phases import PhasedConfig, PhasedState
-from zephon.core.schedule import check_drawn
+from zephon.core.schedule import check_drawn, samples_read
 from zephon.core.tokens import token_shares, with_ratios
 from zephon.io import Dataset
 from zephon.limits import (
@@ -382,3 +384,68 @@ def _check_in_phase(config: PhasedConfig, state: PhasedState, migrated: bool) ->
         raise ValueError(f"checkpoint is in phase {p} at chunk {g}, but phase {p} starts at chunk "
                          f"{start.chunk_index}; the checkpoint is corrupted")
     check_drawn(state.inner, config.phases[p], start.state)
+
+
+_MIXED = object()  # _uniform: the lanes' values differ (or are not shown to be one)
+
+
+def all_restore(config: PhasedConfig, shared: dict[str, Any], fields: Any, lanes: Sequence[int],
+                replicas: int) -> bool:
+    """Whether every ``lanes[k]``'s checkpoint, ``shared`` plus lane ``k`` of ``fields`` (sealed,
+    its ``inner`` state sealed first), restores into lane ``lanes[k]`` of ``replicas`` of a
+    ``PhasedMixtureWorkSource`` over ``config``: the checks of its ``load_state_dict``, column
+    by column, for lanes in one phase, never migrated (``zephon.core.lane_checks.all_restore``
+    checks their inner states from the phase's start). False: not shown, check lane by lane."""
+    if not (_header_fits(config, shared, replicas) and type(fields) is dict
+            and fields.keys() == {checkpoint.KEY_LANE, KEY_INNER} and fields[checkpoint.KEY_LANE] == list(lanes)):
+        return False
+    inner, p = fields[KEY_INNER], shared[KEY_PHASE]
+    if not (type(inner) is dict and inner.keys() == _INNER_KEYS):
+        return False
+    header = {key: _uniform(inner[key]) for key in lane_checks.SHARED_KEYS}
+    start, end = phases.phase_start(config, p), phases.phase_end(config, p)
+    if _MIXED in header.values() or start is None or not _bounded(config, shared, fields):
+        return False
+    phase = config.phases[p]
+    body = {checkpoint.KEY_LANE: inner[checkpoint.KEY_LANE], checkpoint.KEY_STATE: inner[checkpoint.KEY_STATE]}
+    since = (start.chunk_index, samples_read(phase, start.state.cursors))
+    return (lane_checks.all_restore(phase, header, body, lanes, replicas, since)
+            and (end is None or max(body[checkpoint.KEY_STATE][checkpoint.KEY_CHUNK]) <= end))
+
+
+_INNER_KEYS = lane_checks.SHARED_KEYS | {checkpoint.KEY_LANE, checkpoint.KEY_STATE}  # an inner state, its seal left out
+
+
+def _header_fits(config: PhasedConfig, shared: dict[str, Any], replicas: int) -> bool:
+    """The shared keys are exactly the header of a lane of ``replicas``, in a phase of ``config``."""
+    p = shared.get(KEY_PHASE)
+    return (shared.keys() == {checkpoint.KEY_KIND, checkpoint.KEY_VERSION, checkpoint.KEY_REPLICAS, KEY_PHASES,
+                              KEY_PHASE}
+            and shared[checkpoint.KEY_KIND] == KIND and type(shared[checkpoint.KEY_VERSION]) is int
+            and shared[checkpoint.KEY_VERSION] == VERSION and type(shared[checkpoint.KEY_REPLICAS]) is int
+            and shared[checkpoint.KEY_REPLICAS] == replicas and type(p) is int and 0 <= p < len(config.phases)
+            and shared[KEY_PHASES] == config.fingerprint()[KEY_PHASES])
+
+
+def _uniform(column: Any) -> Any:
+    """The value every lane has in ``column`` (a list per lane, or a dict of such columns, as
+    ``zephon.runtime._columns.select`` gives them), where each lane's is one and the same
+    object (a value a loader state keeps once); ``_MIXED`` otherwise."""
+    if type(column) is dict:
+        out = {key: _uniform(value) for key, value in column.items()}
+        return _MIXED if _MIXED in out.values() else out
+    first = column[0] if type(column) is list and column else _MIXED
+    return first if all(map(operator.is_, column, repeat(first))) else _MIXED
+
+
+def _bounded(config: PhasedConfig, shared: dict[str, Any], fields: dict[str, Any]) -> bool:
+    """The first lane's checkpoint is within the size ``check_state`` allows (every lane's is as
+    large: the checked columns hold numbers in one form)."""
+    first = lane_checks.first_lane(fields)
+    first[KEY_INNER][checkpoint.KEY_DIGEST] = "0" * 32
+    try:
+        check_json({**shared, **first, checkpoint.KEY_DIGEST: "0" * 32}, "checkpoint",
+                   MAX_STATE_NODES + STATE_NODES_PER_DATASET * len(config.datasets) * (len(config.phases) + 1))
+    except ValueError:
+        return False
+    return True
