@@ -5,6 +5,7 @@ Under ``pass_tail="carry"`` a dataset's stream is its passes back to back: pass 
 first chunk boundary where every dataset has read N complete passes; ``max_repeats=M`` and
 ``"stop"`` end when some dataset cannot supply its next quota within what it may read.
 """
+import dataclasses
 import logging
 import warnings
 
@@ -14,8 +15,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from zephon import Dataset, StaticMixtureWorkSource
-from zephon.core.schedule import active_weights
-from zephon.testing import collect, source_configs
+from zephon.core.schedule import Ended, active_weights
+from zephon.core.step import walk_to_end
+from zephon.testing import collect, phased_source_configs, source_configs
+from zephon.work import PhasedMixtureWorkSource
 
 
 def carried(**kwargs):
@@ -105,6 +108,56 @@ def test_every_rule_holds_on_the_stream_and_ends_it_at_the_first_chunk_where_it_
     merged, ends = lanes_together(kwargs, replicas)
     assert [c.state_dict() for c in merged] == [c.state_dict() for c in chunks]
     assert all(end == lane.coverage() for end in ends), "the lanes end together, reporting the whole stream"
+
+
+@given(st.one_of(source_configs().map(lambda kwargs: (StaticMixtureWorkSource, kwargs)),
+                 phased_source_configs().map(lambda kwargs: (PhasedMixtureWorkSource, kwargs))),
+       st.integers(1, 6), st.data())
+def test_lanes_of_one_template_end_where_each_lanes_own_walk_ends(made, replicas, data):
+    """The lanes of one template keep the walks to the stream's end they share (a lane's walk
+    stops at a state another lane's walk passed): ending in any order, each reports the end
+    and the ending dataset that a lane of a template of its own finds."""
+    kind, kwargs = made
+    template = kind(**kwargs)
+    lanes = [template.clone_for_lane(lane, replicas) for lane in range(replicas)]
+    for lane in data.draw(st.permutations(range(replicas))):
+        collect(lanes[lane], 10**6)
+    for lane, source in enumerate(lanes):
+        alone = kind(**kwargs).clone_for_lane(lane, replicas)
+        collect(alone, 10**6)  # the first walk of its template's lanes: nothing remembered
+        restored = kind(**kwargs).clone_for_lane(lane, replicas)
+        restored.load_state_dict(source.state_dict())
+        assert source.coverage() == alone.coverage() and source.ended_by() == restored.ended_by()
+
+
+@dataclasses.dataclass(frozen=True)
+class _At:
+    chunk_index: int
+    stream: str
+
+
+def test_a_walk_to_the_end_takes_a_remembered_end_only_from_an_equal_state():
+    """Two streams pass chunks 2 and 3 in different states; the later walk's states are kept
+    there. A walk of the first stream from chunk 3 walks on until a state it knows (chunk 4)."""
+    ends = {"a": 5, "b": 3}
+    calls = []
+
+    def following(state):
+        calls.append(state)
+        if state.chunk_index == ends[state.stream]:
+            return Ended(state.chunk_index, 0 if state.stream == "a" else 1)
+        return _At(state.chunk_index + 1, state.stream)
+
+    known = {}
+    assert walk_to_end(_At(2, "a"), following, known, keep=8) == (_At(5, "a"), 0)
+    assert walk_to_end(_At(1, "b"), following, known, keep=8) == (_At(3, "b"), 1)
+    assert [known[k][0].stream for k in sorted(known)] == ["b", "b", "b", "a", "a"]
+    calls.clear()
+    assert walk_to_end(_At(3, "a"), following, known, keep=8) == (_At(5, "a"), 0)
+    assert calls == [_At(3, "a")]
+    assert walk_to_end(_At(2, "b"), following, known, keep=8) == (_At(3, "b"), 1) and len(calls) == 1
+    kept = {}
+    assert walk_to_end(_At(0, "a"), following, kept, keep=2) == (_At(5, "a"), 0) and sorted(kept) == [4, 5]
 
 
 def run(datasets, mixture, **settings):

@@ -45,7 +45,7 @@ from zephon.core.schedule import (
 )
 from zephon.core.routing import Routing
 from zephon.core.requeue import past_region, region_samples, step_region
-from zephon.core.step import at_start, first_chunk_error, materialize
+from zephon.core.step import at_start, first_chunk_error, materialize, walk_to_end
 from zephon.core.tokens import _cost_of_shard_id, plan_next_tokens
 
 CHUNK, SAMPLE, TOKEN = "chunk", "sample", "token"
@@ -68,9 +68,11 @@ class Starts:
     """The memo of phase starts, shared by a template and its clones; ``None``: never reached.
 
     Keyed by the stream's origin: None for a stream from its start, else the state a migrated
-    stream starts its phase 0 from."""
+    stream starts its phase 0 from. ``ends``: the memo of ``stream_end_phased``'s walks
+    (``zephon.core.step.walk_to_end``)."""
 
     known: dict[SourceState | None, list[Start | None]] = field(default_factory=dict)
+    ends: dict[int, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True, eq=False)
@@ -354,11 +356,12 @@ def step_phased(state: PhasedState, config: PhasedConfig) -> tuple[WorkChunk | N
 def stream_end_phased(state: PhasedState, config: PhasedConfig) -> tuple[PhasedState, int | None]:
     """``zephon.core.step.stream_end`` for a phased config."""
     whole = bind(config, 0, 1)
-    while True:
+
+    def following(state: PhasedState) -> PhasedState | Ended:
         planned, p = plan_phased(state, whole)
-        if isinstance(planned, Ended):
-            return state, planned.dataset
-        state = PhasedState(p, planned.state, state.origin)
+        return planned if isinstance(planned, Ended) else PhasedState(p, planned.state, state.origin)
+
+    return walk_to_end(state, following, config.starts.ends, 2 * config.lane_binding[1] + 1)
 
 
 def phase_of_chunk(config: PhasedConfig, g: int) -> int:
