@@ -291,6 +291,20 @@ def reading_run(lanes: int, chunk_size: int = 4096, make: Callable[[int], Any] |
     return out
 
 
+def ending_run(lanes: int, policy: str, chunk_size: int = 256) -> float:
+    """Seconds to read to its end, in one process (batch 256, no workers), a stream of
+    :func:`three` datasets that holds two chunks a lane and ends by ``policy``: the lanes end
+    one by one within the last rounds, and each one's end is walked (where the stream stands
+    at its end) and counted."""
+    source = mixture(2 * lanes * chunk_size, chunk_size, exhausted_policy=policy, stop_after_passes=None)
+    loader = zt.DataLoader(Pipeline(source), batch_size=256, canonical_replicas=lanes)
+    gc.collect()
+    start = time.perf_counter()
+    for _ in loader:
+        pass
+    return time.perf_counter() - start
+
+
 def reading_rows(cfg: Settings) -> list[Row]:
     runs: dict[int, list[dict[str, float]]] = {lanes: [] for lanes in (8, *cfg.lanes)}
     phased_runs: dict[int, list[dict[str, float]]] = {lanes: [] for lanes in cfg.lanes}
@@ -312,12 +326,16 @@ def reading_rows(cfg: Settings) -> list[Row]:
                  _seconds("  state_dict() once every lane moved on", figure("save"), 0.3, target),
                  _seconds("  load_state_dict of it", figure("load"), 0.3, target),
                  _seconds("  then the first batch", figure("resumed first"), None, target),
-                 _seconds("  the same of a phased source (two phases): state_dict()", phased_figure("save"), 0.3,
-                          target),
-                 _seconds("    load_state_dict of it", phased_figure("load"), 0.3, target)]
+                 _seconds("  phased (two phases): state_dict() as above", phased_figure("save"), 0.3, target),
+                 _seconds("  phased: load_state_dict of it", phased_figure("load"), 0.3, target)]
     fresh = iter([phased(10**10, 4096) for _ in range(cfg.repeats)])  # each resolves its phases once
     walk = timed(lambda: phase_end(next(fresh).config, 0), cfg.repeats)
-    return rows + [_seconds("  of which, where phase 0 ends: a walk of 10^7 chunks, once a source", walk, None, False)]
+    rows.append(_seconds("phased: where phase 0 ends (10^7 chunks), once", walk, None, False))
+    for lanes in cfg.lanes:
+        for policy in ("stop", "redistribute"):
+            samples = [ending_run(lanes, policy) for _ in range(cfg.repeats)]
+            rows.append(_seconds(f"{lanes} lanes: two chunks a lane to the end, {policy}", samples, None, False))
+    return rows
 
 
 # -- construction -----------------------------------------------------------------------------

@@ -11,11 +11,11 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 import zephon.torch as zt
 from zephon import Dataset, Pipeline, StaticMixtureWorkSource
-from zephon.core.checkpoint import KEY_DIGEST, KEY_STATE, canonical
+from zephon.core.checkpoint import KEY_DIGEST, KEY_STATE, canonical, sealed
 from zephon.core.lane_checks import all_restore
 from zephon.limits import MAX_CHUNK_INDEX
 from zephon.runtime._book import SEALING_SOURCES, _all_restore
-from zephon.runtime._state import dataset_fingerprints, make_state, parse_state
+from zephon.runtime._state import dataset_fingerprints, make_state, merge_states, parse_state
 from zephon.testing import phased_sources, sources
 from zephon.work import Phase, PhasedMixtureWorkSource
 from helpers import json_leaves, three_datasets
@@ -272,3 +272,38 @@ def test_phased_lanes_that_keep_their_inner_seals_are_checked_one_by_one():
     assert state["lanes"]["nested"] == [] and "digest" in state["lanes"]["state"]["fields"]["inner"]["fields"]
     assert each_restores(template, state, [0, 1, 2]) and not shown(template, state, [0, 1, 2])
     assert shown(template, loader_state(template, 3, states), [0, 1, 2])
+
+
+@pytest.mark.parametrize("kind", [StaticMixtureWorkSource, PhasedMixtureWorkSource])
+@pytest.mark.parametrize("ids", [[0, 1.0, 2, 3], [False, True, 2, 3]])
+def test_lane_ids_that_equal_the_lanes_but_are_no_ints_are_not_shown(kind, ids):
+    """A lane's own check compares the types of its lane binding: ``1.0`` and ``True`` are not
+    lane 1 (the column of the lanes' ids is ``{"start": 0, "step": 1}`` as written)."""
+    if kind is StaticMixtureWorkSource:
+        template = kind(three_datasets(), {"web": 3, "code": 2, "math": 1}, chunk_size=8, exhausted_policy="repeat")
+    else:
+        template = kind(three_datasets(), [Phase({"web": 1, "code": 1}, until_chunk=6), Phase({"math": 1})],
+                        chunk_size=8, exhausted_policy="repeat")
+    state = loader_state(template, 4, lane_states(template, 4, lambda _: 1))
+    state["lanes"]["state"]["fields"]["lane"] = ids
+    state = sealed({k: v for k, v in state.items() if k != KEY_DIGEST})
+    assert not each_restores(template, state, [0, 1, 2, 3]) and not shown(template, state, [0, 1, 2, 3])
+
+
+def test_phased_states_merged_or_of_one_lane_leave_their_inner_seals_out_and_load_as_sealed():
+    """Ranks whose lanes stand in other phases share less (their states merge lane by lane), and a
+    state of one lane keeps its whole inner state in the shared part: both leave the inner seals
+    out, and every lane loads as its source sealed it."""
+    template = PhasedMixtureWorkSource(three_datasets(), [Phase({"web": 1, "code": 1}, until_chunk=5),
+                                                          Phase({"math": 1, "web": 1})], chunk_size=8,
+                                       exhausted_policy="repeat")
+    chunks = iter([1, 1, 3, 3])
+    states = lane_states(template, 4, lambda _: next(chunks))
+    assert [states[lane]["phase"] for lane in range(4)] == [0, 0, 1, 1]
+    merged = merge_states([loader_state(template, 4, {lane: states[lane] for lane in pair}) for pair in ((0, 1), (2, 3))])
+    one = loader_state(template, 4, {2: states[2]})
+    assert merged["lanes"]["nested"] == one["lanes"]["nested"] == ["inner"] and "digest" not in one["source"]["inner"]
+    for state, lanes in ((merged, [0, 1, 2, 3]), (one, [2])):
+        entries = parse_state(json.loads(json.dumps(state))).entries
+        assert all(canonical(entries[lane][0]) == canonical(states[lane]) for lane in lanes)
+        assert each_restores(template, state, lanes)

@@ -288,9 +288,10 @@ class SourceConfig:
                              f"got {self.weight_order!r}")
         _check_binding(owner, self.lane, self.canonical_replicas)
 
-    def for_lane(self, lane: int, replicas: int) -> SourceConfig:
-        """This config as lane ``lane`` of ``replicas``. Only the binding is checked: everything
-        else was checked (and derived) when this config was made, and is carried over."""
+    def for_lane(self, lane: int | None, replicas: int | None) -> SourceConfig:
+        """This config as lane ``lane`` of ``replicas`` (both None: the template). Only the binding
+        is checked: everything else was checked (and derived) when this config was made, and is
+        carried over (``dataclasses.replace`` checks it all again: 75 µs)."""
         _check_binding("SourceConfig", lane, replicas)
         out = object.__new__(SourceConfig)
         for f in fields(self):

@@ -152,7 +152,7 @@ class PhasedConfig:
 
 def bind(config: PhasedConfig, lane: int | None, replicas: int | None) -> PhasedConfig:
     """The config bound to a lane; the phase starts stay shared."""
-    phases = tuple(dataclasses.replace(p, lane=lane, canonical_replicas=replicas) for p in config.phases)
+    phases = tuple(p.for_lane(lane, replicas) for p in config.phases)
     return dataclasses.replace(config, phases=phases, lane=lane, canonical_replicas=replicas)
 
 

@@ -1,7 +1,6 @@
 """The pure step of a mixture source: ``step(state, config) -> (chunk | None, state')``."""
 from __future__ import annotations
 
-import dataclasses
 from collections import deque
 from typing import Callable, Protocol, TypeVar
 
@@ -58,7 +57,7 @@ def stream_end(state: SourceState, config: SourceConfig) -> tuple[SourceState, i
     it (None: every dataset is done, or none is active), from a lane's state: the chunks after
     it planned on numbers (from a lane's end, fewer than two rounds of lanes), the walk's last
     states kept in the config's ``derived`` table, which its lanes share (see :func:`walk_to_end`)."""
-    whole = dataclasses.replace(config, lane=0, canonical_replicas=1)
+    whole = config.for_lane(0, 1)
     planner = plan_next_tokens if config.token_mode else plan_next
 
     def following(state: SourceState) -> SourceState | Ended:
@@ -92,7 +91,7 @@ def walk_to_end(state: S, following: Callable[[S], S | Ended], known: dict[int, 
             end = (state, after.dataset)
             break
         state = after
-    if len(known) > 4 * keep:  # walks from states of other streams (a loaded state's) need not pile up
+    if len(known) > max(4 * keep, 4096):  # walks from states of other streams (a loaded state's) need not pile up
         known.clear()
     known.update((s.chunk_index, (s, end)) for s in walked)
     return end

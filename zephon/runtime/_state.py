@@ -168,8 +168,8 @@ def make_state(canonical_replicas: int, entries: Mapping[int, Entry], datasets: 
                           operators or {}, topology)
     seals = nested if sealed_by_source else ()
     rests = [_unsealed({k: v for k, v in state.items() if k not in common}, seals) for state in states]
-    return _assembled(canonical_replicas, datasets, run, common, _columns(lanes, rows, rests), seals,
-                      operators or {}, topology)
+    return _assembled(canonical_replicas, datasets, run, _unsealed(common, seals), _columns(lanes, rows, rests),
+                      seals, operators or {}, topology)
 
 
 def _unsealed(state: dict[str, Any], nested: tuple[str, ...]) -> dict[str, Any]:
@@ -527,7 +527,10 @@ def _merge(parsed: list[LoaderState]) -> LoaderStateDict:
                           _columns(lanes, ordered, [row[0] for row in ordered]), first.entries.seals, operators,
                           topology)
     entries = _merged(dict(p.entries.items()) for p in parsed)
-    return make_state(first.canonical_replicas, entries, first.datasets, topology, run=run, operators=operators)
+    seals = {p.entries.seals for p in parsed}  # where all left out the same seals, so does the merge
+    nested = seals.pop() if len(seals) == 1 else None
+    return make_state(first.canonical_replicas, entries, first.datasets, topology, run=run, operators=operators,
+                      sealed_by_source=nested is not None, nested=nested or ())
 
 
 def _merged(parts: Iterable[Mapping[int, Any]]) -> dict[int, Any]:

@@ -397,7 +397,9 @@ def all_restore(config: PhasedConfig, shared: dict[str, Any], fields: Any, lanes
     by column, for lanes in one phase, never migrated (``zephon.core.lane_checks.all_restore``
     checks their inner states from the phase's start). False: not shown, check lane by lane."""
     if not (_header_fits(config, shared, replicas) and type(fields) is dict
-            and fields.keys() == {checkpoint.KEY_LANE, KEY_INNER} and fields[checkpoint.KEY_LANE] == list(lanes)):
+            and fields.keys() == {checkpoint.KEY_LANE, KEY_INNER} and type(fields[checkpoint.KEY_LANE]) is list
+            and all(type(lane) is int for lane in fields[checkpoint.KEY_LANE])
+            and fields[checkpoint.KEY_LANE] == list(lanes)):
         return False
     inner, p = fields[KEY_INNER], shared[KEY_PHASE]
     if not (type(inner) is dict and inner.keys() == _INNER_KEYS):
