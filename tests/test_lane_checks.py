@@ -300,7 +300,8 @@ def test_phased_states_merged_or_of_one_lane_leave_their_inner_seals_out_and_loa
     chunks = iter([1, 1, 3, 3])
     states = lane_states(template, 4, lambda _: next(chunks))
     assert [states[lane]["phase"] for lane in range(4)] == [0, 0, 1, 1]
-    merged = merge_states([loader_state(template, 4, {lane: states[lane] for lane in pair}) for pair in ((0, 1), (2, 3))])
+    parts = [loader_state(template, 4, {lane: states[lane] for lane in pair}) for pair in ((0, 1), (2, 3))]
+    merged = merge_states(parts)
     one = loader_state(template, 4, {2: states[2]})
     assert merged["lanes"]["nested"] == one["lanes"]["nested"] == ["inner"] and "digest" not in one["source"]["inner"]
     for state, lanes in ((merged, [0, 1, 2, 3]), (one, [2])):
