@@ -327,7 +327,8 @@ def reading_rows(cfg: Settings) -> list[Row]:
                  _seconds("  load_state_dict of it", figure("load"), 0.3, target),
                  _seconds("  then the first batch", figure("resumed first"), None, target),
                  _seconds("  phased (two phases): state_dict() as above", phased_figure("save"), 0.3, target),
-                 _seconds("  phased: load_state_dict of it", phased_figure("load"), 0.3, target)]
+                 _seconds("  phased: load_state_dict of it", phased_figure("load"), 0.3, target),
+                 _seconds("  phased: then the first batch", phased_figure("resumed first"), None, target)]
     fresh = iter([phased(10**10, 4096) for _ in range(cfg.repeats)])  # each resolves its phases once
     walk = timed(lambda: phase_end(next(fresh).config, 0), cfg.repeats)
     rows.append(_seconds("phased: where phase 0 ends (10^7 chunks), once", walk, None, False))

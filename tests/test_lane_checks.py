@@ -308,3 +308,16 @@ def test_phased_states_merged_or_of_one_lane_leave_their_inner_seals_out_and_loa
         entries = parse_state(json.loads(json.dumps(state))).entries
         assert all(canonical(entries[lane][0]) == canonical(states[lane]) for lane in lanes)
         assert each_restores(template, state, lanes)
+
+
+def test_lanes_before_a_chunk_bound_are_checked_without_finding_where_their_phase_ends():
+    """The bound says that a chunk before it lies in the phase: where the phase ends (a walk of
+    the schedule up to it) is left to the first chunk read."""
+    def source():
+        return PhasedMixtureWorkSource(three_datasets(), [Phase({"web": 1, "code": 1}, until_chunk=50),
+                                                          Phase({"math": 1})], chunk_size=8, exhausted_policy="repeat")
+    state = loader_state(source(), 4, lane_states(source(), 4, lambda _: 1))
+    template = source()  # its phases' starts not found yet (a template's clones share them)
+    assert shown(template, state, [0, 1, 2, 3])
+    assert len(template.config.starts.known[None]) == 1  # phase 0's start only
+    assert each_restores(template, state, [0, 1, 2, 3]) and len(template.config.starts.known[None]) == 2
