@@ -15,7 +15,7 @@ from zephon.core.checkpoint import KEY_DIGEST, KEY_STATE, canonical, sealed
 from zephon.core.lane_checks import all_restore
 from zephon.limits import MAX_CHUNK_INDEX
 from zephon.runtime._book import SEALING_SOURCES, _all_restore
-from zephon.runtime._state import dataset_fingerprints, make_state, merge_states, parse_state
+from zephon.runtime._state import dataset_fingerprints, make_state, merge_states, parse_state, split_state
 from zephon.testing import phased_sources, sources
 from zephon.work import Phase, PhasedMixtureWorkSource
 from helpers import json_leaves, three_datasets
@@ -293,7 +293,7 @@ def test_lane_ids_that_equal_the_lanes_but_are_no_ints_are_not_shown(kind, ids):
 def test_phased_states_merged_or_of_one_lane_leave_their_inner_seals_out_and_load_as_sealed():
     """Ranks whose lanes stand in other phases share less (their states merge lane by lane), and a
     state of one lane keeps its whole inner state in the shared part: both leave the inner seals
-    out, and every lane loads as its source sealed it."""
+    out, as do the parts a state is split into, and every lane loads as its source sealed it."""
     template = PhasedMixtureWorkSource(three_datasets(), [Phase({"web": 1, "code": 1}, until_chunk=5),
                                                           Phase({"math": 1, "web": 1})], chunk_size=8,
                                        exhausted_policy="repeat")
@@ -304,7 +304,9 @@ def test_phased_states_merged_or_of_one_lane_leave_their_inner_seals_out_and_loa
     merged = merge_states(parts)
     one = loader_state(template, 4, {2: states[2]})
     assert merged["lanes"]["nested"] == one["lanes"]["nested"] == ["inner"] and "digest" not in one["source"]["inner"]
-    for state, lanes in ((merged, [0, 1, 2, 3]), (one, [2])):
+    split = split_state(merged)  # as torch.distributed.checkpoint saves a state: a part a lane
+    assert [part["lanes"]["nested"] for part in split.values()] == [["inner"]] * 4
+    for state, lanes in ((merged, [0, 1, 2, 3]), (one, [2]), *((part, [lane]) for lane, part in split.items())):
         entries = parse_state(json.loads(json.dumps(state))).entries
         assert all(canonical(entries[lane][0]) == canonical(states[lane]) for lane in lanes)
         assert each_restores(template, state, lanes)

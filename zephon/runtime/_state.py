@@ -549,9 +549,11 @@ def split_state(state: Any) -> dict[int, LoaderStateDict]:
     """A state cut into one state per lane (each with its operators' states): the inverse of
     :func:`merge_states`, for stores that keep one entry per lane."""
     parsed = parse_state(state)
+    seals = parsed.entries.seals  # the lanes are sealed again as they are taken: each part leaves the same seals out
     return {lane: make_state(parsed.canonical_replicas, {lane: parsed.entries[lane]}, parsed.datasets,
                              parsed.topology, run=parsed.run,
-                             operators={name: {lane: by_lane[lane]} for name, by_lane in parsed.operators.items()})
+                             operators={name: {lane: by_lane[lane]} for name, by_lane in parsed.operators.items()},
+                             sealed_by_source=seals is not None, nested=seals or ())
             for lane in parsed.entries}
 
 
