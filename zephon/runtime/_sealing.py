@@ -125,13 +125,13 @@ class SealingLedger(Mapping[int, Entry]):
     def __len__(self) -> int:
         return len(self._entries)
 
-    def fields(self) -> tuple[dict[str, Any], LaneColumns] | None:
-        """The sealed states as a loader state stores them with their seals left out (a phased
-        state's inner seal too), made from the tokens: the part they all share and
-        :class:`LaneColumns` of the rest, field by field. Only where the lanes are two or more of
-        one ``StaticMixtureWorkSource`` or ``PhasedMixtureWorkSource`` (exactly those classes,
+    def fields(self, nested: tuple[str, ...] = ()) -> tuple[dict[str, Any], LaneColumns] | None:
+        """The sealed states as a loader state stores them with their seals left out (and those
+        of the states their ``nested`` keys hold), made from the tokens: the part they all share
+        and :class:`LaneColumns` of the rest, field by field. Only where the lanes are two or more
+        of one ``StaticMixtureWorkSource`` or ``PhasedMixtureWorkSource`` (exactly those classes,
         the same object and lane count for every sealer), every state is a token (a phased one's
-        in one phase, never migrated), their chunk indices are not all the same, all or none of
+        in one phase, never migrated, its ``"inner"`` seal left out), their chunk indices are not all the same, all or none of
         them have requeued samples to serve first, and every lane was restored to the same
         settings (``_settings`` of its starting state); None otherwise. Only the first lane is
         sealed (restored from its starting state, for the shared part): the others' starting
@@ -142,7 +142,8 @@ class SealingLedger(Mapping[int, Entry]):
         if sealer is None:
             return None
         phased = type(sealer.template) is PhasedMixtureWorkSource
-        if phased and any(token[0] != tokens[0][0] or token[2] is not None for token in tokens):
+        if phased and (KEY_INNER not in nested or any(token[0] != tokens[0][0] or token[2] is not None
+                                                      for token in tokens)):
             return None
         config = cast(StaticMixtureWorkSource | PhasedMixtureWorkSource, sealer.template).config
         state = state_fields([token[1] for token in tokens], config.phases[tokens[0][0]]) if phased \

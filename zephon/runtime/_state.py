@@ -150,7 +150,7 @@ def make_state(canonical_replicas: int, entries: Mapping[int, Entry], datasets: 
     their own right that the ``nested`` keys of each state hold; then a
     :class:`SealingLedger`'s states are made field by field where it can
     (``SealingLedger.fields``)."""
-    fields = entries.fields() if sealed_by_source and isinstance(entries, SealingLedger) else None
+    fields = entries.fields(nested) if sealed_by_source and isinstance(entries, SealingLedger) else None
     if fields is not None:
         common, columns = fields
         encoded = columns._replace(state=encode_fields(columns.state))
