@@ -131,11 +131,12 @@ class SealingLedger(Mapping[int, Entry]):
         and :class:`LaneColumns` of the rest, field by field. Only where the lanes are two or more
         of one ``StaticMixtureWorkSource`` or ``PhasedMixtureWorkSource`` (exactly those classes,
         the same object and lane count for every sealer), every state is a token (a phased one's
-        in one phase, never migrated, its ``"inner"`` seal left out), their chunk indices are not all the same, all or none of
-        them have requeued samples to serve first, and every lane was restored to the same
-        settings (``_settings`` of its starting state); None otherwise. Only the first lane is
-        sealed (restored from its starting state, for the shared part): the others' starting
-        states are taken as checked, as a loader checks them when it loads them."""
+        in one phase, never migrated, its ``"inner"`` seal left out), their chunk indices are not
+        all the same, all or none of them have requeued samples to serve first, and every lane
+        was restored to the same settings (``_settings`` of its starting state); None otherwise.
+        Only the first lane is sealed (restored from its starting state, for the shared part):
+        the others' starting states are taken as checked, as a loader checks them when it loads
+        them."""
         lanes = sorted(self._entries)
         tokens = [self._entries[lane][0] for lane in lanes]
         sealer = self._sealer_of_alike(lanes, tokens)
