@@ -22,16 +22,12 @@ from zephon.runtime._state import (
     run_fingerprint,
 )
 from zephon.runtime._packed import check_operator, initial_operator
-from zephon.runtime._sealing import Entry
+from zephon.runtime._sealing import SEALING_SOURCES, Entry
 from zephon.runtime._stream import initial_entries
 from zephon.runtime.pipeline import Pipeline
 from zephon.work import PhasedMixtureWorkSource, StaticMixtureWorkSource, check_replicas, phased_mixture
 
 log = logging.getLogger("zephon")
-# The sources whose states a loader state keeps without their seals (exactly these: a subclass may change its
-# states), each with the keys of the states nested in its own that are sealed in their own right.
-SEALING_SOURCES: dict[type, tuple[str, ...]] = {StaticMixtureWorkSource: (),
-                                                PhasedMixtureWorkSource: (phased_mixture.KEY_INNER,)}
 GROWTH = 8  # default lanes per reader of the first topology: room to grow 8x without an idle reader
 IN_FLIGHT_BYTES = 32  # a pointer in flight: dataset, shard and offset, and its component id (int64 each)
 IN_FLIGHT_WARNING = 1 << 30  # a reader's chunks in flight of this many bytes or more are said (say_in_flight)

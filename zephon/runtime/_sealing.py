@@ -18,6 +18,10 @@ from zephon.work.static_mixture import RESTORED_SETTINGS
 
 # (lane state at the start of the chunk in flight, samples consumed from it, turn flags)
 Entry = tuple[Mapping[str, Any], int, int]
+# The sources whose states a loader state keeps without their seals, and :meth:`SealingLedger.fields`
+# makes field by field (exactly these: a subclass may change its states), each with the keys of the
+# states nested in its own that are sealed in their own right.
+SEALING_SOURCES: dict[type, tuple[str, ...]] = {StaticMixtureWorkSource: (), PhasedMixtureWorkSource: (KEY_INNER,)}
 
 
 def _chunk_reader(template: WorkSource) -> Callable[[Any], int] | None:
@@ -163,7 +167,7 @@ class SealingLedger(Mapping[int, Entry]):
         """The first lane's sealer where :meth:`fields` may apply to ``lanes`` (ascending) and
         their ``tokens``; None where it does not."""
         sealer = self._sealers[lanes[0]] if lanes else None
-        if (len(lanes) < 2 or sealer is None or type(sealer.template) not in _FIELD_SOURCES
+        if (len(lanes) < 2 or sealer is None or type(sealer.template) not in SEALING_SOURCES
                 or any(type(token) is not tuple for token in tokens)):
             return None
         start = _settings(sealer.start(lanes[0]))
@@ -174,9 +178,6 @@ class SealingLedger(Mapping[int, Entry]):
                     or not _same(_settings(other.start(lane)), start)):
                 return None
         return sealer
-
-
-_FIELD_SOURCES = (StaticMixtureWorkSource, PhasedMixtureWorkSource)  # exactly these: SealingLedger.fields
 
 
 def _inner_fields(inner: Mapping[str, Any], lanes: list[int], state: dict[str, Any]) -> dict[str, Any]:
