@@ -50,8 +50,23 @@ def test_lane_counts_equal_a_lane_by_lane_walk(kwargs, replicas, data):
         chunk = source.next_chunk()
         consumed = data.draw(st.integers(0, len(chunk))) if chunk is not None else 0
         entries[lane] = (chunk_start, consumed, 0)
-    assert lanes_remaining(template, replicas, entries) == {
-        lane: lane_remaining(template, lane, replicas, entry) for lane, entry in entries.items()}
+    counted = lanes_remaining(template, replicas, entries)  # the loader's count: its states taken as checked
+    assert counted == {lane: lane_remaining(template, lane, replicas, entry) for lane, entry in entries.items()}
+    states = {lane: entry[0] for lane, entry in entries.items()}
+    assert template.remaining_by_lane(states, replicas) == {lane: counted[lane] + entries[lane][1] for lane in states}
+
+
+def test_remaining_by_lane_checks_states_unless_told_they_were():
+    template = StaticMixtureWorkSource(**_REPEATING)
+    states = {lane: template.clone_for_lane(lane, 2).state_dict() for lane in range(2)}
+    tampered = {**states, 1: {**states[1], "digest": "0" * 32}}
+    with pytest.raises(ValueError, match="digest"):
+        template.remaining_by_lane(tampered, 2)
+    assert template.remaining_by_lane(tampered, 2, checked=True) == template.remaining_by_lane(states, 2)
+    swapped = {0: states[1], 1: states[0]}  # a lane's position is checked either way
+    for checked in (False, True):
+        with pytest.raises(ValueError, match="belongs to lane 1 of 2"):
+            template.remaining_by_lane(swapped, 2, checked=checked)
 
 
 def test_a_stream_that_repeats_forever_has_no_count():

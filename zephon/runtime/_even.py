@@ -70,21 +70,23 @@ class RankCount:
 
 def lanes_remaining(template: Any, replicas: int, entries: Mapping[int, Entry]) -> dict[int, int]:
     """Samples each lane of ``entries`` still yields: one walk of the global schedule for all of
-    them where the source offers it (``remaining_by_lane``), else lane by lane. The collector
+    them where the source offers it (``remaining_by_lane``), else lane by lane. The states are
+    taken as checked (a ledger's: made by the lanes' sources, or checked when loaded). The collector
     is paused (see ``paused_gc``): each lane's state is restored, and thousands of them set off
     full collections (a fifth of counting 16,384 lanes)."""
     by_lane = getattr(template, "remaining_by_lane", None)
     with paused_gc():
         if by_lane is None:
             return {lane: lane_remaining(template, lane, replicas, entry) for lane, entry in entries.items()}
-        counts = by_lane({lane: entry[0] for lane, entry in entries.items()}, replicas)
+        counts = by_lane({lane: entry[0] for lane, entry in entries.items()}, replicas, checked=True)
     return {lane: counts[lane] - entry[1] for lane, entry in entries.items()}
 
 
 def count_rank(template: Any, replicas: int, entries: Mapping[int, Entry], rank: int, world_size: int,
                mapping: str, batch_size: int | None, drop_last: bool) -> RankCount:
     """The remaining batches and samples of ``rank`` (of ``world_size``): its lanes' batches,
-    whatever the readers (each batch is one lane's)."""
+    whatever the readers (each batch is one lane's). ``entries`` is a ledger's: its states are
+    taken as checked for ``template`` (see :func:`lanes_remaining`)."""
     lanes = rank_lanes(replicas, rank, world_size, mapping)
     return _rank_count(lanes_remaining(template, replicas, {lane: entries[lane] for lane in lanes}), lanes,
                        batch_size, drop_last)

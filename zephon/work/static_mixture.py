@@ -206,23 +206,38 @@ class StaticMixtureWorkSource(MixtureShell):
         self._state = _restored(state, config, migrated=bool(history), checked=checked)
         self._config, self._index, self._history = config, None, history
 
-    def remaining_by_lane(self, states: Mapping[int, Mapping[str, Any]], replicas: int) -> dict[int, int]:
+    def remaining_by_lane(self, states: Mapping[int, Mapping[str, Any]], replicas: int, *,
+                          checked: bool = False) -> dict[int, int]:
         """Samples each lane (of ``replicas``) still yields from its checkpoint ``states[lane]``:
         what ``clone_for_lane(lane, replicas)`` loaded with it returns from ``remaining_samples()``,
-        for many lanes in one walk of the global schedule (``zephon.core.counting``). The
-        states are checked as ``load_state_dict`` checks them; call it on the template."""
+        for many lanes in one walk of the global schedule (``zephon.core.counting``). Call it on
+        the template.
+
+        Parameters
+        ----------
+        states : Mapping[int, Mapping[str, Any]]
+            Lane -> that lane's ``state_dict()``.
+        replicas : int
+            The lanes' ``canonical_replicas``.
+        checked : bool, default False
+            The states were checked for this source's settings already, as ``restore_checked``
+            takes them: their form, size, seal and settings are not checked again (their lanes
+            and positions are). By default they are checked as ``load_state_dict`` checks them.
+        """
         if self.lane_id is not None:
             raise RuntimeError("remaining_by_lane counts lanes of the template source; call it on the source you built")
         core, alone = {}, {}
         for lane, state in states.items():
             if self._config.token_mode or checkpoint.KEY_ORDERS in state:  # lanes of their own schedule
                 clone = self.clone_for_lane(lane, replicas)
-                clone.load_state_dict(state)
+                restore = clone.restore_checked if checked else clone.load_state_dict
+                restore(state)
                 alone[lane] = clone.remaining_samples()
                 continue
-            checkpoint.check_header(state, self._config)
+            if not checked:
+                checkpoint.check_header(state, self._config)
             check_lane_header(state, lane, replicas)
-            core[lane] = _restored(state, self._config, migrated=checkpoint.KEY_MIGRATIONS in state)
+            core[lane] = _restored(state, self._config, migrated=checkpoint.KEY_MIGRATIONS in state, checked=checked)
         counts = counting.remaining_by_lane(self._config, core, lambda lane: self._core_bind(self._config, lane, replicas),
                                             replicas)
         return {**counts, **alone}
