@@ -39,9 +39,14 @@ def test_plans_compare_their_shard_tables():
     assert dataclasses.replace(plan, shard_counts=plan.shard_counts.copy()) == plan
 
 
-def test_equal_configs_share_their_derived_tables():
-    a, b = _config(seed=3), _config(seed=3)
-    assert scheduler(a) is scheduler(b)
+def test_a_configs_lanes_share_its_kernels_one_per_lane():
+    """Kept in the config's derived table, which the lanes ``for_lane`` makes share: a kernel per
+    lane binding, made once; a config made apart, even an equal one, makes its own."""
+    a = _config(seed=3)
+    kernel = scheduler(a.for_lane(1, 2))
+    assert scheduler(a.for_lane(1, 2)) is kernel and kernel.__reduce__()[1][9:11] == (1, 2)  # its lane binding
+    assert scheduler(a.for_lane(0, 2)) is not kernel and scheduler(a) is not kernel
+    assert scheduler(_config(seed=3).for_lane(1, 2)) is not kernel
     assert scheduler(dataclasses.replace(a, allocator=pickle.loads(pickle.dumps(BUILT_IN["accumulator"])))) is not None
 
 
