@@ -47,6 +47,12 @@ def test_a_configs_lanes_share_its_kernels_one_per_lane():
     assert scheduler(a.for_lane(1, 2)) is kernel and kernel.__reduce__()[1][9:11] == (1, 2)  # its lane binding
     assert scheduler(a.for_lane(0, 2)) is not kernel and scheduler(a) is not kernel
     assert scheduler(_config(seed=3).for_lane(1, 2)) is not kernel
+    size = len(pickle.dumps(a))
+    for lane in range(50):
+        scheduler(a.for_lane(lane, 50))
+    assert len(pickle.dumps(a)) == size  # kernels are made again where a pickled config is used
+    copy = pickle.loads(pickle.dumps(a.for_lane(1, 2)))
+    assert scheduler(copy) is not kernel and scheduler(copy).__reduce__()[1][9:11] == (1, 2)
     assert scheduler(dataclasses.replace(a, allocator=pickle.loads(pickle.dumps(BUILT_IN["accumulator"])))) is not None
 
 

@@ -100,12 +100,21 @@ def scheduler(config: SourceConfig) -> Scheduler | None:
     it: making one (about 6 µs) costs less than finding an equal config's by value (45 µs, where
     a second source of the same settings had made it), and a bounded cache of one kernel per
     lane config missed at every chunk once a process read more lanes than it held."""
-    kernels = config.derived.setdefault(_KERNELS, {})
+    kernels = config.derived.setdefault(_KERNELS, _Kernels())
     binding = (config.lane, config.canonical_replicas)
     if binding not in kernels:
         kernels[binding] = _make_scheduler(config)
     kernel: Scheduler | None = kernels[binding]
     return kernel
+
+
+class _Kernels(dict[tuple[Any, Any], Any]):
+    """A config's scheduling kernels by lane binding (see :func:`scheduler`), pickled empty: each
+    is made again where it is used, where a source pickled for a spawned worker would carry one
+    for every lane its process had read (half a kilobyte each)."""
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return _Kernels, ()
 
 
 def fingerprint_json(config: SourceConfig, encode: Callable[[Any], str]) -> str:
