@@ -81,6 +81,21 @@ _FINGERPRINT = "fingerprint json"  # its key in a config's derived table
 _KERNELS = "scheduling kernels"  # its key in a config's derived table: lane binding -> kernel
 
 
+class Remade(dict[Any, Any]):
+    """A table of a config's ``derived`` whose values are made again where they are used, so it
+    pickles empty: a source pickled for a spawned worker would carry all its process made (a
+    scheduling kernel for every lane it read, half a kilobyte each)."""
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return Remade, ()
+
+
+def derived_table(config: SourceConfig, key: str) -> Remade:
+    """The :class:`Remade` table ``key`` of ``config``'s ``derived`` values (shared by its lanes)."""
+    table: Remade = config.derived.setdefault(key, Remade())
+    return table
+
+
 def plan_memo(plan: DatasetPlan) -> dict[Any, Any]:
     """The mutable memo of derived tables of one dataset plan (its owners choose the keys)."""
     return _MEMOS.get(plan, dict)
@@ -100,21 +115,12 @@ def scheduler(config: SourceConfig) -> Scheduler | None:
     it: making one (about 6 µs) costs less than finding an equal config's by value (45 µs, where
     a second source of the same settings had made it), and a bounded cache of one kernel per
     lane config missed at every chunk once a process read more lanes than it held."""
-    kernels = config.derived.setdefault(_KERNELS, _Kernels())
+    kernels = derived_table(config, _KERNELS)
     binding = (config.lane, config.canonical_replicas)
     if binding not in kernels:
         kernels[binding] = _make_scheduler(config)
     kernel: Scheduler | None = kernels[binding]
     return kernel
-
-
-class _Kernels(dict[tuple[Any, Any], Any]):
-    """A config's scheduling kernels by lane binding (see :func:`scheduler`), pickled empty: each
-    is made again where it is used, where a source pickled for a spawned worker would carry one
-    for every lane its process had read (half a kilobyte each)."""
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return _Kernels, ()
 
 
 def fingerprint_json(config: SourceConfig, encode: Callable[[Any], str]) -> str:

@@ -6,6 +6,7 @@ from typing import Callable, Protocol, TypeVar
 
 import numpy as np
 
+from zephon.core.cache import derived_table
 from zephon.core.chunk import WorkChunk
 from zephon.core.config import REDISTRIBUTE, REPEAT, SourceConfig
 from zephon.core.cursor import take
@@ -64,7 +65,7 @@ def stream_end(state: SourceState, config: SourceConfig) -> tuple[SourceState, i
         planned = planner(state, whole)
         return planned if isinstance(planned, Ended) else planned.state
 
-    known = config.derived.setdefault(_ENDS, {})
+    known = derived_table(config, _ENDS)
     return walk_to_end(state, following, known, 2 * config.lane_binding[1] + 1)
 
 
