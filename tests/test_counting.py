@@ -2,6 +2,8 @@
 with its twin, and the counts equal a lane-by-lane walk, from any positions, on random configs."""
 from __future__ import annotations
 
+import copy
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -9,6 +11,7 @@ from hypothesis import strategies as st
 
 from zephon import Dataset, StaticMixtureWorkSource
 from zephon.core.cache import scheduler
+from zephon.core.checkpoint import sealed
 from zephon.core.counting import count_lanes_reference
 from zephon.core.schedule import initial_state, state_arrays
 from zephon.runtime._even import lane_remaining, lanes_remaining
@@ -54,6 +57,22 @@ def test_lane_counts_equal_a_lane_by_lane_walk(kwargs, replicas, data):
     assert counted == {lane: lane_remaining(template, lane, replicas, entry) for lane, entry in entries.items()}
     states = {lane: entry[0] for lane, entry in entries.items()}
     assert template.remaining_by_lane(states, replicas) == {lane: counted[lane] + entries[lane][1] for lane in states}
+
+
+def test_a_lane_off_the_walk_is_counted_from_its_own_state():
+    """A lane state at its chunk but not where the schedule stands there (as a migrated stream's)
+    is counted on its own, not given the walk's count."""
+    template = StaticMixtureWorkSource([Dataset.from_counts("a", [5, 7]), Dataset.from_counts("b", [4, 6])],
+                                       {"a": 0.5, "b": 0.5}, chunk_size=4, exhausted_policy="stop")
+    lane = template.clone_for_lane(0, 2)
+    lane.next_chunk()
+    off = copy.deepcopy(lane.state_dict())
+    off["state"]["cursors"]["a"]["position"] -= 1  # as many samples drawn, from elsewhere
+    off["state"]["cursors"]["b"]["position"] += 1
+    entries = {0: (sealed(off), 0, 0), 1: (template.clone_for_lane(1, 2).state_dict(), 0, 0)}
+    counted = lanes_remaining(template, 2, entries)
+    assert counted == {lane: lane_remaining(template, lane, 2, entry) for lane, entry in entries.items()}
+    assert counted[0] != lanes_remaining(template, 2, {**entries, 0: (lane.state_dict(), 0, 0)})[0]
 
 
 def test_remaining_by_lane_checks_states_unless_told_they_were():

@@ -20,7 +20,7 @@ import numpy as np
 from zephon.core.cache import scheduler
 from zephon.core.config import SourceConfig
 from zephon.core.index import check_indexable, remaining_samples
-from zephon.core.schedule import Ended, SourceState, plan_next_reference, state_arrays
+from zephon.core.schedule import Ended, SourceState, plan_next_reference, state_arrays, state_from_arrays
 
 COUNT_STRETCH = 1 << 20  # global chunks one kernel call walks
 _NEVER = np.iinfo(np.int64).max
@@ -62,7 +62,7 @@ def remaining_by_lane(template: SourceConfig, states: Mapping[int, SourceState],
         while g < target and not ended:
             g, ended = kernel.count_lanes(g, *arrays, replicas, template.routing.code, template.lane_key, starts,
                                           totals, min(target, g + COUNT_STRETCH))
-        if g == target and not ended and _same(arrays, state_arrays(states[lane], n)):
+        if g == target and not ended and state_from_arrays(g, states[lane].alloc, *arrays) == states[lane]:
             starts[lane] = target
         else:
             alone.append(lane)
@@ -73,6 +73,3 @@ def remaining_by_lane(template: SourceConfig, states: Mapping[int, SourceState],
     out.update({lane: remaining_samples(states[lane], lane_config(lane)) for lane in alone})
     return out
 
-
-def _same(a: tuple[np.ndarray, ...], b: tuple[np.ndarray, ...]) -> bool:
-    return all(np.array_equal(x, y) for x, y in zip(a, b))
