@@ -14,6 +14,7 @@ from zephon.core.cache import scheduler
 from zephon.core.checkpoint import sealed
 from zephon.core.counting import count_lanes_reference
 from zephon.core.schedule import initial_state, state_arrays
+from zephon.runtime import count_ranks
 from zephon.runtime._even import lane_remaining, lanes_remaining
 from zephon.testing import source_configs
 
@@ -53,8 +54,9 @@ def test_lane_counts_equal_a_lane_by_lane_walk(kwargs, replicas, data):
         chunk = source.next_chunk()
         consumed = data.draw(st.integers(0, len(chunk))) if chunk is not None else 0
         entries[lane] = (chunk_start, consumed, 0)
-    counted = lanes_remaining(template, replicas, entries)  # the loader's count: its states taken as checked
+    counted = lanes_remaining(template, replicas, entries)
     assert counted == {lane: lane_remaining(template, lane, replicas, entry) for lane, entry in entries.items()}
+    assert lanes_remaining(template, replicas, entries, checked=True) == counted  # a loader's count
     states = {lane: entry[0] for lane, entry in entries.items()}
     assert template.remaining_by_lane(states, replicas) == {lane: counted[lane] + entries[lane][1] for lane in states}
 
@@ -86,6 +88,26 @@ def test_remaining_by_lane_checks_states_unless_told_they_were():
     for checked in (False, True):
         with pytest.raises(ValueError, match="belongs to lane 1 of 2"):
             template.remaining_by_lane(swapped, 2, checked=checked)
+
+
+def test_counting_checks_states_unless_the_caller_did():
+    template = StaticMixtureWorkSource(**_REPEATING)
+    other = StaticMixtureWorkSource(**{**_REPEATING, "seed": 2})  # another run's settings
+    entries = {lane: (other.clone_for_lane(lane, 2).state_dict(), 0, 0) for lane in range(2)}
+    with pytest.raises(ValueError, match="seed"):
+        count_ranks(template, 2, entries, 1, "contiguous", 4, False)
+    with pytest.raises(ValueError, match="seed"):
+        lane_remaining(template, 0, 2, entries[0])
+
+
+def test_a_sources_own_remaining_by_lane_need_not_take_checked():
+    class Counted(StaticMixtureWorkSource):
+        def remaining_by_lane(self, states, replicas):  # an override of the signature before ``checked``
+            return super().remaining_by_lane(states, replicas)
+
+    template = Counted(**_REPEATING)
+    entries = {lane: (template.clone_for_lane(lane, 2).state_dict(), 0, 0) for lane in range(2)}
+    assert lanes_remaining(template, 2, entries, checked=True) == lanes_remaining(template, 2, entries)
 
 
 def test_a_stream_that_repeats_forever_has_no_count():

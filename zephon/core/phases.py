@@ -233,7 +233,7 @@ def _reached(bound: tuple[str, int], g: int, samples: int, tokens: int) -> bool:
 def _resolve_next(config: PhasedConfig, p: int, start: Start, first_chunk: int) -> Start | None:
     """Walk phase ``p`` (whole stream) from its start to its bound: the next phase's start, or
     None if the stream ends first. Chunk bounds count from ``first_chunk`` (phase 0's start)."""
-    phase = dataclasses.replace(config.phases[p], lane=None, canonical_replicas=None)
+    phase = config.phases[p].for_lane(None, None)
     ends = config.bounds[p]
     assert ends is not None  # only the last phase is open-ended, and nothing follows it
     kind, value = ends

@@ -12,6 +12,7 @@ checkpoint, and a resume on another topology counts it again like any remaining 
 """
 from __future__ import annotations
 
+import inspect
 import math
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence, TypedDict
@@ -44,11 +45,13 @@ def maybe_finite(template: Any) -> bool:
     return config is None or is_finite(config)
 
 
-def lane_remaining(template: Any, lane: int, replicas: int, entry: Entry) -> int:
-    """Samples ``lane`` still yields from ledger ``entry`` (its chunk-start state and consumed count)."""
+def lane_remaining(template: Any, lane: int, replicas: int, entry: Entry, checked: bool = False) -> int:
+    """Samples ``lane`` still yields from ledger ``entry`` (its chunk-start state and consumed
+    count); ``checked``: the state was checked for ``template`` already (see :func:`lanes_remaining`)."""
     state, consumed, _ = entry
     source = template.clone_for_lane(lane, replicas)
-    source.restore_checked(state)
+    restore = source.restore_checked if checked else source.load_state_dict
+    restore(state)
     remaining: int = source.remaining_samples()
     return remaining - consumed
 
@@ -68,34 +71,39 @@ class RankCount:
     samples: int
 
 
-def lanes_remaining(template: Any, replicas: int, entries: Mapping[int, Entry]) -> dict[int, int]:
+def lanes_remaining(template: Any, replicas: int, entries: Mapping[int, Entry], checked: bool = False
+                    ) -> dict[int, int]:
     """Samples each lane of ``entries`` still yields: one walk of the global schedule for all of
-    them where the source offers it (``remaining_by_lane``), else lane by lane. The states are
-    taken as checked (a ledger's: made by the lanes' sources, or checked when loaded). The collector
-    is paused (see ``paused_gc``): each lane's state is restored, and thousands of them set off
-    full collections (a fifth of counting 16,384 lanes)."""
+    them where the source offers it (``remaining_by_lane``), else lane by lane. ``checked``: the
+    states were checked for ``template`` already (a loader's ledger: made by the lanes' sources,
+    or checked when loaded), so their form, seal and settings are not checked again where the
+    source can skip that (``remaining_by_lane(..., checked=True)``, ``restore_checked``). The
+    collector is paused (see ``paused_gc``): each lane's state is restored, and thousands of them
+    set off full collections (a fifth of counting 16,384 lanes)."""
     by_lane = getattr(template, "remaining_by_lane", None)
     with paused_gc():
         if by_lane is None:
-            return {lane: lane_remaining(template, lane, replicas, entry) for lane, entry in entries.items()}
-        counts = by_lane({lane: entry[0] for lane, entry in entries.items()}, replicas, checked=True)
+            return {lane: lane_remaining(template, lane, replicas, entry, checked) for lane, entry in entries.items()}
+        states = {lane: entry[0] for lane, entry in entries.items()}
+        trusting = checked and "checked" in inspect.signature(by_lane).parameters  # a source's own may not take it
+        counts = by_lane(states, replicas, checked=True) if trusting else by_lane(states, replicas)
     return {lane: counts[lane] - entry[1] for lane, entry in entries.items()}
 
 
 def count_rank(template: Any, replicas: int, entries: Mapping[int, Entry], rank: int, world_size: int,
-               mapping: str, batch_size: int | None, drop_last: bool) -> RankCount:
+               mapping: str, batch_size: int | None, drop_last: bool, checked: bool = False) -> RankCount:
     """The remaining batches and samples of ``rank`` (of ``world_size``): its lanes' batches,
-    whatever the readers (each batch is one lane's). ``entries`` is a ledger's: its states are
-    taken as checked for ``template`` (see :func:`lanes_remaining`)."""
+    whatever the readers (each batch is one lane's). ``checked``: the entries' states were
+    checked for ``template`` already (see :func:`lanes_remaining`)."""
     lanes = rank_lanes(replicas, rank, world_size, mapping)
-    return _rank_count(lanes_remaining(template, replicas, {lane: entries[lane] for lane in lanes}), lanes,
+    return _rank_count(lanes_remaining(template, replicas, {lane: entries[lane] for lane in lanes}, checked), lanes,
                        batch_size, drop_last)
 
 
 def count_ranks(template: Any, replicas: int, entries: Mapping[int, Entry], world_size: int,
-                mapping: str, batch_size: int | None, drop_last: bool) -> list[RankCount]:
+                mapping: str, batch_size: int | None, drop_last: bool, checked: bool = False) -> list[RankCount]:
     """:func:`count_rank` of every rank (``entries`` must cover every lane), in one count of all lanes."""
-    remaining = lanes_remaining(template, replicas, {lane: entries[lane] for lane in range(replicas)})
+    remaining = lanes_remaining(template, replicas, {lane: entries[lane] for lane in range(replicas)}, checked)
     return [_rank_count(remaining, rank_lanes(replicas, rank, world_size, mapping), batch_size, drop_last)
             for rank in range(world_size)]
 

@@ -286,7 +286,7 @@ class DataLoader(tud.DataLoader[Bundle]):
         elif book.known(every):
             batch_size, drop_last, _ = self._zephon_batch
             counts = count_ranks(template, book.canonical_replicas, book.entries(every), book.world_size,
-                                 book.mapping, batch_size, drop_last)
+                                 book.mapping, batch_size, drop_last, checked=True)
             target = even_target(counts)
         else:
             target = _all_reduce_min(self._counter()(self._entries(), {}).units, book)
@@ -496,7 +496,7 @@ class DataLoader(tud.DataLoader[Bundle]):
 
 def _count_samples(template: Any, replicas: int, entries: Mapping[int, Entry], operators: Mapping[int, Any], *,
                    rank: int, world_size: int, mapping: str, batch_size: int | None, drop_last: bool) -> RankCount:
-    return count_rank(template, replicas, entries, rank, world_size, mapping, batch_size, drop_last)
+    return count_rank(template, replicas, entries, rank, world_size, mapping, batch_size, drop_last, checked=True)
 
 
 def _count_packed(pipeline: Pipeline, packing: Any, replicas: int, entries: Mapping[int, Entry],
