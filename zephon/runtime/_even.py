@@ -85,9 +85,17 @@ def lanes_remaining(template: Any, replicas: int, entries: Mapping[int, Entry], 
         if by_lane is None:
             return {lane: lane_remaining(template, lane, replicas, entry, checked) for lane, entry in entries.items()}
         states = {lane: entry[0] for lane, entry in entries.items()}
-        trusting = checked and "checked" in inspect.signature(by_lane).parameters  # a source's own may not take it
-        counts = by_lane(states, replicas, checked=True) if trusting else by_lane(states, replicas)
+        counts = by_lane(states, replicas, checked=True) if checked and _takes_checked(by_lane) else \
+            by_lane(states, replicas)
     return {lane: counts[lane] - entry[1] for lane, entry in entries.items()}
+
+
+def _takes_checked(by_lane: Any) -> bool:
+    """Whether a source's ``remaining_by_lane`` takes ``checked`` (a source's own may not)."""
+    try:
+        return "checked" in inspect.signature(by_lane).parameters
+    except (TypeError, ValueError):  # no signature to read
+        return False
 
 
 def count_rank(template: Any, replicas: int, entries: Mapping[int, Entry], rank: int, world_size: int,
