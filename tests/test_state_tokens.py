@@ -333,3 +333,32 @@ def test_a_token_mode_ledger_is_made_field_by_field_with_its_ratios():
     ledger = _ledger(template, 3, 2, tokens, entries, [0, 5, 9])
     assert "token_ratios" in ledger.fields()[0]
     assert canonical(_state(3, ledger)) == canonical(_state(3, dict(ledger)))
+
+
+@pytest.mark.parametrize("chunks", [[1, 4, 5], [4, 5, 6]])  # lanes in phases 0 and 1; all in phase 1, two chunks apart
+def test_phased_lanes_in_other_phases_are_sealed_one_by_one(chunks):
+    """Lanes of a phased source in different phases have different headers (phase, inner
+    settings): their state is made lane by lane, and holds each one as its lane sealed it."""
+    template = PhasedMixtureWorkSource(three_datasets(), [Phase({"web": 1, "code": 1}, until_chunk=9),
+                                                          Phase({"math": 1, "web": 1})], chunk_size=4,
+                                       exhausted_policy="repeat")
+    tokens, entries = _moved_lanes(template, 3, [0, 0, 0], chunks)
+    ledger = _ledger(template, 3, 1, tokens, entries, [0, 0, 0])
+    one_phase = len({token[0] for token in tokens.values()}) == 1
+    assert (ledger.fields(SEALING_SOURCES[PhasedMixtureWorkSource]) is not None) == one_phase
+    state = _state(3, ledger, SEALING_SOURCES[PhasedMixtureWorkSource])
+    loaded = parse_state(json.loads(json.dumps(state))).entries
+    assert all(canonical(loaded[lane]) == canonical(ledger[lane]) for lane in range(3))
+
+
+def test_lanes_of_another_source_are_sealed_one_by_one():
+    """A ledger's lanes sealed by sources of other settings (another seed) share no header."""
+    template = StaticMixtureWorkSource(three_datasets(), {"web": 2, "code": 1, "math": 1}, chunk_size=12, seed=9)
+    other = StaticMixtureWorkSource(three_datasets(), {"web": 2, "code": 1, "math": 1}, chunk_size=12, seed=10)
+    mine, my_entries = _moved_lanes(template, 2, [0, 0], [1, 2])
+    theirs, their_entries = _moved_lanes(other, 2, [0, 0], [1, 2])
+    ledger = SealingLedger()
+    ledger.add({0: (mine[0], 0, 0)}, Sealer(template, 2, {0: my_entries[0]}))
+    ledger.add({1: (theirs[1], 0, 0)}, Sealer(other, 2, {1: their_entries[1]}))
+    assert ledger.fields() is None
+    assert canonical(_state(2, ledger)) == canonical(_state(2, dict(ledger)))
