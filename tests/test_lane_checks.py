@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 import zephon.torch as zt
 from zephon import Dataset, Pipeline, StaticMixtureWorkSource
 from zephon.core.checkpoint import KEY_DIGEST, KEY_STATE, canonical, sealed
-from zephon.core.lane_checks import all_restore
+from zephon.core.lane_checks import all_restore, first_lane
 from zephon.limits import MAX_CHUNK_INDEX
 from zephon.runtime._book import SEALING_SOURCES, _all_restore
 from zephon.runtime._state import dataset_fingerprints, make_state, merge_states, parse_state, split_state
@@ -323,3 +323,70 @@ def test_lanes_before_a_chunk_bound_are_checked_without_finding_where_their_phas
     assert shown(template, state, [0, 1, 2, 3])
     assert len(template.config.starts.known[None]) == 1  # phase 0's start only
     assert each_restores(template, state, [0, 1, 2, 3]) and len(template.config.starts.known[None]) == 2
+
+
+def _edit_every_lane(kind, edit, chunks=1):
+    """The global state of four lanes ``chunks`` chunks in, with ``edit(lane, state)`` applied to each lane's state."""
+    if kind is StaticMixtureWorkSource:
+        template = kind(three_datasets(), {"web": 3, "code": 2, "math": 1}, chunk_size=8, exhausted_policy="repeat")
+    else:
+        template = kind(three_datasets(), [Phase({"web": 1, "code": 1}, until_chunk=6), Phase({"math": 1})],
+                        chunk_size=8, exhausted_policy="repeat")
+    states = lane_states(template, 4, lambda _: chunks)
+    for lane, state in states.items():
+        edit(lane, state)
+    return template, loader_state(template, 4, states)
+
+
+def _inner(state):
+    return state.get("inner", state)
+
+
+WEB_TOTAL = next(d.total() for d in three_datasets() if d.name == "web")
+
+
+def _a_pass_on(lane, state):
+    if lane == 1:  # the same samples read, as one pass more and a position below the pass's start
+        cursor = _inner(state)["state"]["cursors"]["web"]
+        cursor["epoch"], cursor["position"] = cursor["epoch"] + 1, cursor["position"] - WEB_TOTAL
+
+
+EDITS = {
+    "version as a float": lambda lane, state: state.__setitem__("version", float(state["version"])),
+    "lane count as a float": lambda lane, state: state.__setitem__("canonical_replicas", 4.0),
+    "a key more": lambda lane, state: state.__setitem__("x", 0),
+    "a key more in the state": lambda lane, state: _inner(state)["state"].__setitem__("x", 0),
+    "a pass on, a position below its start": _a_pass_on,
+}
+
+
+@pytest.mark.parametrize("kind", [StaticMixtureWorkSource, PhasedMixtureWorkSource])
+@pytest.mark.parametrize("edit", sorted(EDITS))
+def test_edits_of_every_lane_that_each_lane_refuses_are_not_shown(kind, edit):
+    template, state = _edit_every_lane(kind, EDITS[edit])
+    assert not each_restores(template, state, [0, 1, 2, 3]) and not shown(template, state, [0, 1, 2, 3])
+
+
+@pytest.mark.parametrize("edit", ["phase -1", "inner version as a float", "inner lane count as a float"])
+def test_edits_of_a_phased_header_that_each_lane_refuses_are_not_shown(edit):
+    def change(lane, state):
+        if edit == "phase -1":
+            state["phase"] = -1
+        else:
+            key = "version" if "version" in edit else "canonical_replicas"
+            state["inner"][key] = float(state["inner"][key])
+    template, state = _edit_every_lane(PhasedMixtureWorkSource, change, chunks=4)  # in the last phase
+    assert not each_restores(template, state, [0, 1, 2, 3]) and not shown(template, state, [0, 1, 2, 3])
+
+
+@pytest.mark.parametrize("edit", ["an allocator state more", "a shared state beside the lanes' own"])
+def test_columns_that_do_not_match_the_lanes_are_not_shown(edit):
+    template, replicas = StaticMixtureWorkSource(three_datasets(), {"web": 3, "code": 2, "math": 1}, chunk_size=8), 2
+    state = loader_state(template, replicas, lane_states(template, replicas, lambda _: 1))  # a chunk each
+    ledger = parse_state(state).entries
+    fields, common = ledger.fields([0, 1]), dict(ledger.common)
+    if edit.startswith("an allocator"):
+        fields["state"]["alloc"].append(fields["state"]["alloc"][0])
+    else:
+        common["state"] = first_lane(fields["state"])
+    assert not all_restore(template.config, common, fields, [0, 1], replicas)
