@@ -115,3 +115,30 @@ def test_a_stream_that_repeats_forever_has_no_count():
     entries = {lane: (template.clone_for_lane(lane, 2).state_dict(), 0, 0) for lane in range(2)}
     with pytest.raises(TypeError, match="repeats forever"):
         lanes_remaining(template, 2, entries)
+
+
+class _AllToFirst:
+    """An allocator of its own (the scheduling kernel does not run it): every chunk to dataset 0."""
+
+    name = "all to first"
+
+    def init(self, n):
+        return [0.0] * n
+
+    def allocate(self, state, weights, chunk_size):
+        return tuple(chunk_size if c == 0 else 0 for c in range(len(weights))), state
+
+    def state_from_json(self, value, n):
+        return list(value)
+
+
+def test_lanes_of_an_allocator_of_its_own_are_counted_one_by_one():
+    template = StaticMixtureWorkSource(**_REPEATING, allocation=_AllToFirst())
+    entries = {lane: (template.clone_for_lane(lane, 3).state_dict(), 0, 0) for lane in range(3)}
+    assert scheduler(template.config) is None
+    assert lanes_remaining(template, 3, entries) == {lane: lane_remaining(template, lane, 3, entry)
+                                                     for lane, entry in entries.items()}
+
+
+def test_no_lanes_have_no_count():
+    assert StaticMixtureWorkSource(**_REPEATING).remaining_by_lane({}, 3) == {}

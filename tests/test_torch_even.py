@@ -16,7 +16,7 @@ import zephon.torch as zt
 from zephon import Dataset, Pipeline, StaticMixtureWorkSource
 from zephon.work import Phase, PhasedMixtureWorkSource
 from zephon.runtime import DatasetStatsDict, EvenBatchesDict, LoaderStatsDict, make_state, rank_lanes, worker_lanes
-from zephon.runtime._book import GROWTH, default_replicas
+from zephon.runtime._book import GROWTH, LaneBook, default_replicas
 
 pytestmark = pytest.mark.filterwarnings("ignore:This DataLoader will create:UserWarning",
                                         "ignore:'set_vital' is deprecated:UserWarning")
@@ -273,3 +273,18 @@ def test_another_ranks_lanes_are_checked_before_they_are_counted(kind):
     with pytest.raises(ValueError, match="lane 2 of the checkpoint does not restore into this pipeline's source"):
         iter(loader)
     assert loader.state_dict() == before
+
+
+def test_a_book_without_a_lanes_position_says_so():
+    """A state of one rank's lanes holds no position for the other ranks' lanes: asking the book
+    for them is refused by name (the loader asks only once every lane is known)."""
+    source, replicas = StaticMixtureWorkSource([Dataset.from_counts("web", [60] * 6)], {"web": 1.0}, chunk_size=16), 4
+    entries = {lane: (source.clone_for_lane(lane, replicas).state_dict(), 0, 0) for lane in (0, 1)}
+    datasets = zt.DataLoader(Pipeline(source), batch_size=8, canonical_replicas=replicas).state_dict()["datasets"]
+    state = make_state(replicas, entries, datasets, {"world_size": 2, "ranks": [0], "mapping": "contiguous",
+                                                    "num_workers": 0})
+    book = LaneBook(Pipeline(source), canonical_replicas=replicas, mapping="contiguous", rank=0, world_size=2)
+    book.load(state)
+    assert not book.known(range(replicas)) and sorted(book.entries()) == [0, 1]
+    with pytest.raises(RuntimeError, match=r"no position for lanes \[2, 3\]"):
+        book.entries([1, 2, 3])
