@@ -390,3 +390,16 @@ def test_columns_that_do_not_match_the_lanes_are_not_shown(edit):
     else:
         common["state"] = first_lane(fields["state"])
     assert not all_restore(template.config, common, fields, [0, 1], replicas)
+
+
+def test_a_chunk_past_a_sample_bounded_phase_is_not_shown():
+    """A bound of samples is no chunk number: a lane's chunk moved past where its phase ends, but
+    not past the bound's number, is refused (with redistributing datasets only that bound does)."""
+    template = PhasedMixtureWorkSource(three_datasets(), [Phase({"web": 1, "code": 1}, until_sample=200),
+                                                          Phase({"math": 1})], chunk_size=8,
+                                       exhausted_policy="redistribute")
+    states = lane_states(template, 4, lambda _: 1)
+    assert {state["phase"] for state in states.values()} == {0}
+    states[2]["inner"]["state"]["chunk_index"] = 100  # the phase ends at chunk 25
+    state = loader_state(template, 4, states)
+    assert not each_restores(template, state, [0, 1, 2, 3]) and not shown(template, state, [0, 1, 2, 3])
