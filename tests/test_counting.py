@@ -14,7 +14,7 @@ from zephon.core.cache import scheduler
 from zephon.core.checkpoint import sealed
 from zephon.core.counting import count_lanes_reference
 from zephon.core.schedule import initial_state, state_arrays
-from zephon.runtime import count_ranks
+from zephon.runtime import count_ranks, countable, maybe_finite
 from zephon.runtime._even import lane_remaining, lanes_remaining
 from zephon.testing import source_configs
 
@@ -142,3 +142,17 @@ def test_lanes_of_an_allocator_of_its_own_are_counted_one_by_one():
 
 def test_no_lanes_have_no_count():
     assert StaticMixtureWorkSource(**_REPEATING).remaining_by_lane({}, 3) == {}
+
+
+class _Indexed:
+    """A source of its own that says it has random access but cannot count a lane's samples."""
+
+    def supports_indexing(self):
+        return True
+
+
+def test_only_a_source_that_counts_its_samples_is_countable():
+    assert not countable(object()) and not countable(_Indexed())
+    assert countable(StaticMixtureWorkSource(**_REPEATING))
+    assert maybe_finite(object())  # a source without a mixture config may end
+    assert not maybe_finite(StaticMixtureWorkSource(**{**_REPEATING, "exhausted_policy": "repeat"}))
