@@ -345,6 +345,7 @@ def test_phased_lanes_in_other_phases_are_sealed_one_by_one(chunks):
     tokens, entries = _moved_lanes(template, 3, [0, 0, 0], chunks)
     ledger = _ledger(template, 3, 1, tokens, entries, [0, 0, 0])
     one_phase = len({token[0] for token in tokens.values()}) == 1
+    assert one_phase == (chunks[0] == 4)
     assert (ledger.fields(SEALING_SOURCES[PhasedMixtureWorkSource]) is not None) == one_phase
     state = _state(3, ledger, SEALING_SOURCES[PhasedMixtureWorkSource])
     loaded = parse_state(json.loads(json.dumps(state))).entries
