@@ -17,6 +17,7 @@ from zephon.core.schedule import initial_state, state_arrays
 from zephon.runtime import count_ranks, countable, maybe_finite
 from zephon.runtime._even import lane_remaining, lanes_remaining
 from zephon.testing import source_configs
+from test_schedule import _Fork
 
 
 _REPEATING = {"datasets": [Dataset.from_counts("a", [5, 7])], "mixture": {"a": 1.0}, "chunk_size": 4}
@@ -100,12 +101,32 @@ def test_counting_checks_states_unless_the_caller_did():
         lane_remaining(template, 0, 2, entries[0])
 
 
-def test_a_sources_own_remaining_by_lane_need_not_take_checked():
-    class Counted(StaticMixtureWorkSource):
-        def remaining_by_lane(self, states, replicas):  # an override of the signature before ``checked``
-            return super().remaining_by_lane(states, replicas)
+def test_a_loaders_count_takes_its_states_as_checked():
+    template = StaticMixtureWorkSource(**_REPEATING)
+    other = StaticMixtureWorkSource(**{**_REPEATING, "seed": 2})  # not checked again, so not refused
+    entries = {lane: (other.clone_for_lane(lane, 2).state_dict(), 0, 0) for lane in range(2)}
+    assert sorted(lanes_remaining(template, 2, entries, checked=True)) == [0, 1]
 
-    template = Counted(**_REPEATING)
+
+class _Counted(StaticMixtureWorkSource):
+    def remaining_by_lane(self, states, replicas):  # an override of the signature before ``checked``
+        return super().remaining_by_lane(states, replicas)
+
+
+class _Unreadable(StaticMixtureWorkSource):
+    """A ``remaining_by_lane`` whose signature cannot be read (it says it takes ``checked``)."""
+
+    @property
+    def remaining_by_lane(self):
+        def count(states, replicas):
+            return StaticMixtureWorkSource.remaining_by_lane(self, states, replicas)
+        count.__signature__ = "(states, replicas, checked)"  # not a Signature: inspect raises TypeError
+        return count
+
+
+@pytest.mark.parametrize("kind", [_Counted, _Unreadable])
+def test_a_sources_own_remaining_by_lane_need_not_take_checked(kind):
+    template = kind(**_REPEATING)
     entries = {lane: (template.clone_for_lane(lane, 2).state_dict(), 0, 0) for lane in range(2)}
     assert lanes_remaining(template, 2, entries, checked=True) == lanes_remaining(template, 2, entries)
 
@@ -117,23 +138,8 @@ def test_a_stream_that_repeats_forever_has_no_count():
         lanes_remaining(template, 2, entries)
 
 
-class _AllToFirst:
-    """An allocator of its own (the scheduling kernel does not run it): every chunk to dataset 0."""
-
-    name = "all to first"
-
-    def init(self, n):
-        return [0.0] * n
-
-    def allocate(self, state, weights, chunk_size):
-        return tuple(chunk_size if c == 0 else 0 for c in range(len(weights))), state
-
-    def state_from_json(self, value, n):
-        return list(value)
-
-
 def test_lanes_of_an_allocator_of_its_own_are_counted_one_by_one():
-    template = StaticMixtureWorkSource(**_REPEATING, allocation=_AllToFirst())
+    template = StaticMixtureWorkSource(**_REPEATING, allocation=_Fork())
     entries = {lane: (template.clone_for_lane(lane, 3).state_dict(), 0, 0) for lane in range(3)}
     assert scheduler(template.config) is None
     assert lanes_remaining(template, 3, entries) == {lane: lane_remaining(template, lane, 3, entry)

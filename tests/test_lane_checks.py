@@ -48,6 +48,14 @@ def any_sources(policies=POLICIES):
     return st.one_of(sources(policies=policies), phased_sources(policies=policies))
 
 
+def _template(kind):
+    """A repeating source of ``kind`` over three datasets (phased: two phases, the first 6 chunks long)."""
+    if kind is StaticMixtureWorkSource:
+        return kind(three_datasets(), {"web": 3, "code": 2, "math": 1}, chunk_size=8, exhausted_policy="repeat")
+    return kind(three_datasets(), [Phase({"web": 1, "code": 1}, until_chunk=6), Phase({"math": 1})], chunk_size=8,
+                exhausted_policy="repeat")
+
+
 @st.composite
 def global_states(draw):
     """A template and the global loader state of its lanes, each a drawn number of chunks in."""
@@ -229,14 +237,20 @@ def test_edits_that_only_one_bound_refuses_are_not_shown(edit):
     assert not each_restores(template, state, [0, 1]) and not shown(template, state, [0, 1])
 
 
-def test_lanes_without_a_value_each_are_not_shown_to_restore():
+@pytest.mark.parametrize("edit", ["a chunk index less", "an allocator state more", "a shared state beside the lanes' own"])
+def test_columns_that_do_not_match_the_lanes_are_not_shown_to_restore(edit):
     template, replicas = StaticMixtureWorkSource(three_datasets(), {"web": 3, "code": 2, "math": 1}, chunk_size=8), 2
     state = loader_state(template, replicas, lane_states(template, replicas, lambda _: 1))  # a chunk each
     ledger = parse_state(state).entries
-    fields = ledger.fields([0, 1])
-    assert all_restore(template.config, ledger.common, fields, [0, 1], replicas)
-    fields["state"]["chunk_index"] = fields["state"]["chunk_index"][:1]
-    assert not all_restore(template.config, ledger.common, fields, [0, 1], replicas)
+    fields, common = ledger.fields([0, 1]), dict(ledger.common)
+    assert all_restore(template.config, common, fields, [0, 1], replicas)
+    if edit == "a chunk index less":
+        fields["state"]["chunk_index"] = fields["state"]["chunk_index"][:1]
+    elif edit == "an allocator state more":
+        fields["state"]["alloc"].append(fields["state"]["alloc"][0])
+    else:
+        common["state"] = first_lane(fields["state"])
+    assert not all_restore(template.config, common, fields, [0, 1], replicas)
 
 
 @pytest.mark.parametrize("policy, edit", [("repeat", None), ("repeat", "a cursor one on"),
@@ -279,11 +293,7 @@ def test_phased_lanes_that_keep_their_inner_seals_are_checked_one_by_one():
 def test_lane_ids_that_equal_the_lanes_but_are_no_ints_are_not_shown(kind, ids):
     """A lane's own check compares the types of its lane binding: ``1.0`` and ``True`` are not
     lane 1 (the column of the lanes' ids is ``{"start": 0, "step": 1}`` as written)."""
-    if kind is StaticMixtureWorkSource:
-        template = kind(three_datasets(), {"web": 3, "code": 2, "math": 1}, chunk_size=8, exhausted_policy="repeat")
-    else:
-        template = kind(three_datasets(), [Phase({"web": 1, "code": 1}, until_chunk=6), Phase({"math": 1})],
-                        chunk_size=8, exhausted_policy="repeat")
+    template = _template(kind)
     state = loader_state(template, 4, lane_states(template, 4, lambda _: 1))
     state["lanes"]["state"]["fields"]["lane"] = ids
     state = sealed({k: v for k, v in state.items() if k != KEY_DIGEST})
@@ -325,13 +335,9 @@ def test_lanes_before_a_chunk_bound_are_checked_without_finding_where_their_phas
     assert each_restores(template, state, [0, 1, 2, 3]) and len(template.config.starts.known[None]) == 2
 
 
-def _edit_every_lane(kind, edit, chunks=1):
+def _edited_lanes(kind, edit, chunks=1):
     """The global state of four lanes ``chunks`` chunks in, with ``edit(lane, state)`` applied to each lane's state."""
-    if kind is StaticMixtureWorkSource:
-        template = kind(three_datasets(), {"web": 3, "code": 2, "math": 1}, chunk_size=8, exhausted_policy="repeat")
-    else:
-        template = kind(three_datasets(), [Phase({"web": 1, "code": 1}, until_chunk=6), Phase({"math": 1})],
-                        chunk_size=8, exhausted_policy="repeat")
+    template = _template(kind)
     states = lane_states(template, 4, lambda _: chunks)
     for lane, state in states.items():
         edit(lane, state)
@@ -362,8 +368,8 @@ EDITS = {
 
 @pytest.mark.parametrize("kind", [StaticMixtureWorkSource, PhasedMixtureWorkSource])
 @pytest.mark.parametrize("edit", sorted(EDITS))
-def test_edits_of_every_lane_that_each_lane_refuses_are_not_shown(kind, edit):
-    template, state = _edit_every_lane(kind, EDITS[edit])
+def test_edits_that_each_lane_refuses_are_not_shown(kind, edit):
+    template, state = _edited_lanes(kind, EDITS[edit])
     assert not each_restores(template, state, [0, 1, 2, 3]) and not shown(template, state, [0, 1, 2, 3])
 
 
@@ -375,21 +381,8 @@ def test_edits_of_a_phased_header_that_each_lane_refuses_are_not_shown(edit):
         else:
             key = "version" if "version" in edit else "canonical_replicas"
             state["inner"][key] = float(state["inner"][key])
-    template, state = _edit_every_lane(PhasedMixtureWorkSource, change, chunks=4)  # in the last phase
+    template, state = _edited_lanes(PhasedMixtureWorkSource, change, chunks=4)  # in the last phase
     assert not each_restores(template, state, [0, 1, 2, 3]) and not shown(template, state, [0, 1, 2, 3])
-
-
-@pytest.mark.parametrize("edit", ["an allocator state more", "a shared state beside the lanes' own"])
-def test_columns_that_do_not_match_the_lanes_are_not_shown(edit):
-    template, replicas = StaticMixtureWorkSource(three_datasets(), {"web": 3, "code": 2, "math": 1}, chunk_size=8), 2
-    state = loader_state(template, replicas, lane_states(template, replicas, lambda _: 1))  # a chunk each
-    ledger = parse_state(state).entries
-    fields, common = ledger.fields([0, 1]), dict(ledger.common)
-    if edit.startswith("an allocator"):
-        fields["state"]["alloc"].append(fields["state"]["alloc"][0])
-    else:
-        common["state"] = first_lane(fields["state"])
-    assert not all_restore(template.config, common, fields, [0, 1], replicas)
 
 
 def test_a_chunk_past_a_sample_bounded_phase_is_not_shown():

@@ -335,10 +335,11 @@ def test_a_token_mode_ledger_is_made_field_by_field_with_its_ratios():
     assert canonical(_state(3, ledger)) == canonical(_state(3, dict(ledger)))
 
 
-@pytest.mark.parametrize("chunks", [[1, 4, 5], [4, 5, 6]])  # lanes in phases 0 and 1; all in phase 1, two chunks apart
+@pytest.mark.parametrize("chunks", [[1, 4, 5], [4, 5, 6]])  # lanes in phases 0 and 1; all in phase 1
 def test_phased_lanes_in_other_phases_are_sealed_one_by_one(chunks):
     """Lanes of a phased source in different phases have different headers (phase, inner
-    settings): their state is made lane by lane, and holds each one as its lane sealed it."""
+    settings): their state is made lane by lane (lanes all in one phase, the control, field by
+    field), and holds each one as its lane sealed it."""
     template = PhasedMixtureWorkSource(three_datasets(), [Phase({"web": 1, "code": 1}, until_chunk=9),
                                                           Phase({"math": 1, "web": 1})], chunk_size=4,
                                        exhausted_policy="repeat")

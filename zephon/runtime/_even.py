@@ -91,11 +91,13 @@ def lanes_remaining(template: Any, replicas: int, entries: Mapping[int, Entry], 
 
 
 def _takes_checked(by_lane: Any) -> bool:
-    """Whether a source's ``remaining_by_lane`` takes ``checked`` (a source's own may not)."""
+    """Whether a source's ``remaining_by_lane`` takes ``checked`` by keyword (a source's own may
+    not; one that takes ``**kwargs`` is not trusted to and checks its states)."""
     try:
-        return "checked" in inspect.signature(by_lane).parameters
+        parameter = inspect.signature(by_lane).parameters.get("checked")
     except (TypeError, ValueError):  # no signature to read
         return False
+    return parameter is not None and parameter.kind in (parameter.POSITIONAL_OR_KEYWORD, parameter.KEYWORD_ONLY)
 
 
 def count_rank(template: Any, replicas: int, entries: Mapping[int, Entry], rank: int, world_size: int,
