@@ -35,7 +35,7 @@ import numpy as np
 from zephon._ext.schedule import Scheduler
 from zephon.limits import MAX_PHASE_WALK, MAX_TOKEN_PHASE_WALK
 from zephon.core import index
-from zephon.core.cache import scheduler
+from zephon.core.cache import Remade, scheduler
 from zephon.core.chunk import WorkChunk
 from zephon.core.config import DatasetPlan, SourceConfig
 from zephon.core.cursor import shard_runs
@@ -69,10 +69,11 @@ class Starts:
 
     Keyed by the stream's origin: None for a stream from its start, else the state a migrated
     stream starts its phase 0 from. ``ends``: the memo of ``stream_end_phased``'s walks
-    (``zephon.core.step.walk_to_end``)."""
+    (``zephon.core.step.walk_to_end``), made again where it is used (it pickles empty, as the
+    static source's does)."""
 
     known: dict[SourceState | None, list[Start | None]] = field(default_factory=dict)
-    ends: dict[int, Any] = field(default_factory=dict)
+    ends: Remade = field(default_factory=Remade)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True, eq=False)
