@@ -141,6 +141,22 @@ cdef bint _passes_done(Schedule* s, int64_t* epochs, int64_t* positions, Py_ssiz
     return True
 
 
+cdef bint _done_after(Schedule* s, const int64_t* epochs, const int64_t* positions,
+                      const int64_t* drawn) noexcept nogil:
+    """``_passes_done`` once each dataset has drawn ``drawn`` more samples on through its passes
+    (as ``_advance`` moves them): a draw that ends a pass completes it."""
+    cdef Py_ssize_t c
+    cdef int64_t completed
+    for c in range(s.n):
+        if s.totals[c] > 0:
+            completed = epochs[c] + (positions[c] + drawn[c]) // s.totals[c]
+        else:
+            completed = epochs[c] + 1
+        if completed < s.stop_after:
+            return False
+    return True
+
+
 cdef bint _update_weights(Schedule* s, int64_t* positions) noexcept nogil:
     """Normalise the weights over the active datasets; False if none is active.
 
@@ -252,9 +268,10 @@ cdef inline void _into_passes(Schedule* s, int64_t* epochs, int64_t* positions) 
 
 
 cdef inline bint _endless(Schedule* s, Py_ssize_t c) noexcept nogil:
-    """Dataset c repeats with "carry" tails, no repeat limit and no pass count to stop after: the
-    end of one of its passes changes no quota and ends nothing, so quiet chunks run through it."""
-    return s.carry[c] and s.policies[c] == REPEAT and s.max_repeats[c] < 0 and s.stop_after == 0 and s.totals[c] > 0
+    """Dataset c repeats with "carry" tails and no repeat limit: the end of one of its passes
+    changes no quota and ends nothing in the chunk, so quiet chunks run through it. (A pass count
+    to stop after is checked where each chunk starts: ``_passes_done``, ``_done_after``.)"""
+    return s.carry[c] and s.policies[c] == REPEAT and s.max_repeats[c] < 0 and s.totals[c] > 0
 
 
 cdef int64_t _slot_in_block(int64_t block, int64_t lane, int64_t replicas, uint64_t lane_key) noexcept nogil:
@@ -287,14 +304,15 @@ cdef int64_t _skip_quiet(Schedule* s, double* acc, int64_t* epochs, int64_t* pos
     as blocks (``_skip_block``, O(datasets) each); at most ``steps`` chunks are stepped one by
     one. Each chunk stepped and each block adds one to ``work[0]``. Returns how many were
     skipped: fewer than ``count`` before a chunk that would drain or overrun a dataset that is
-    not endless, when ``steps`` run out, or when a block stops early (the caller then plans the
-    next chunk in full, which is always right). ``quotas`` hold the last chunk's quotas if it was stepped.
+    not endless, or that would start with the passes to stop after all done; when ``steps`` run
+    out; or when a block stops early (the caller then plans the next chunk in full, which is
+    always right). ``quotas`` hold the last chunk's quotas if it was stepped.
     """
     cdef int64_t skipped = 0, block, stepped = 0
     cdef Py_ssize_t c
-    if s.stop_after > 0 and _passes_done(s, epochs, positions, -1):
-        return 0
     while skipped < count:
+        if s.stop_after > 0 and _passes_done(s, epochs, positions, -1):
+            return skipped
         if count - skipped >= BLOCK_MIN:
             block = _skip_block(s, acc, epochs, positions, count - skipped)
             if block >= 0:
@@ -397,10 +415,13 @@ cdef int64_t _regular_for(Schedule* s, const double* acc, int64_t count) noexcep
     return <int64_t>bound if bound < count else count
 
 
-cdef int _accumulate_ahead(Schedule* s, const double* acc, const int64_t* positions, int64_t n) noexcept nogil:
+cdef int _accumulate_ahead(Schedule* s, const double* acc, const int64_t* epochs, const int64_t* positions,
+                           int64_t n) noexcept nogil:
     """AccumulatorAllocator.allocate_many: the cumulative quotas of ``n`` (>= 1) regular chunks into
     ``s.ahead`` and the accumulators after them into ``s.saved``. Returns 1 if no dataset reaches
-    the end of its pass in them (but an endless one), 0 if one does, -1 if a correction is not regular."""
+    the end of its pass in them (but an endless one), 2 if so but the passes to stop after are all
+    done after them (a chunk after them would not start), 0 if one does, -1 if a correction is not
+    regular."""
     cdef Py_ssize_t c, i, count = _active_order(s)
     cdef int64_t m
     cdef int128 x, deficit = (<int128>n) * s.chunk_size
@@ -423,7 +444,7 @@ cdef int _accumulate_ahead(Schedule* s, const double* acc, const int64_t* positi
     for c in range(s.n):
         if s.ahead[c] > 0 and positions[c] + s.ahead[c] >= s.totals[c] and not s.endless[c]:
             return 0
-    return 1
+    return 2 if s.stop_after > 0 and _done_after(s, epochs, positions, s.ahead) else 1
 
 
 cdef void _quiet_bracket(Schedule* s, const double* acc, const int64_t* positions, int64_t* below,
@@ -446,15 +467,40 @@ cdef void _quiet_bracket(Schedule* s, const double* acc, const int64_t* position
     above[0] = <int64_t>high if high > 0.0 else 0
 
 
+cdef int64_t _fixed_done_at(Schedule* s, const int64_t* epochs, const int64_t* positions) noexcept nogil:
+    """After how many chunks of the fixed quotas the passes to stop after are all done
+    (``_done_after``), or -1 for never."""
+    cdef Py_ssize_t c
+    cdef int64_t need, at = 0
+    for c in range(s.n):
+        if epochs[c] >= s.stop_after:
+            continue
+        need = (s.stop_after - epochs[c]) * s.totals[c] - positions[c]  # samples to draw before c is done
+        if s.totals[c] == 0 or need <= 0:
+            if s.totals[c] == 0 and epochs[c] + 1 < s.stop_after:
+                return -1
+            continue
+        if s.fixed[c] == 0:
+            return -1
+        if (need + s.fixed[c] - 1) // s.fixed[c] > at:
+            at = (need + s.fixed[c] - 1) // s.fixed[c]
+    return at
+
+
 cdef int64_t _skip_fixed(Schedule* s, int64_t* epochs, int64_t* positions, int64_t count) noexcept nogil:
     """Skip up to ``count`` quiet chunks of the fixed allocator (the same quotas in each)."""
     cdef Py_ssize_t c
+    cdef int64_t done
     for c in range(s.n):
         if s.fixed[c] > 0 and not s.endless[c]:
             if s.totals[c] - positions[c] - 1 < 0:
                 return 0
             if (s.totals[c] - positions[c] - 1) // s.fixed[c] < count:
                 count = (s.totals[c] - positions[c] - 1) // s.fixed[c]
+    if s.stop_after > 0:
+        done = _fixed_done_at(s, epochs, positions)
+        if 0 <= done < count:
+            count = done
     for c in range(s.n):
         positions[c] += count * s.fixed[c]
     _into_passes(s, epochs, positions)
@@ -467,7 +513,7 @@ cdef int64_t _skip_block(Schedule* s, double* acc, int64_t* epochs, int64_t* pos
     cdef Py_ssize_t c
     cdef int64_t lo = 0, hi, mid
     cdef int64_t guesses[2]
-    cdef int quiet, i = 0
+    cdef int quiet, last, i = 0
     if s.allocator == FIXED:
         return _skip_fixed(s, epochs, positions, count)
     if s.exact < 0:
@@ -477,25 +523,27 @@ cdef int64_t _skip_block(Schedule* s, double* acc, int64_t* epochs, int64_t* pos
     count = _regular_for(s, acc, count)
     if count == 0:
         return -1
-    quiet = _accumulate_ahead(s, acc, positions, count)
+    quiet = _accumulate_ahead(s, acc, epochs, positions, count)
     if quiet < 0:
         return -1
-    if quiet == 0:  # the quiet chunks end before ``count``: find where, from an estimate
-        hi = count
+    if quiet != 1:  # the quiet chunks end before ``count``, or the stream does: find where, from an estimate
+        hi, last = count, quiet
         _quiet_bracket(s, acc, positions, &guesses[0], &guesses[1])
         while hi - lo > 1:  # bisect, first at the estimate's two ends (a few chunks apart)
             mid = guesses[i] if i < 2 else lo + (hi - lo) // 2
             i += 1
             if not lo < mid < hi:
                 continue
-            quiet = _accumulate_ahead(s, acc, positions, mid)
+            quiet = _accumulate_ahead(s, acc, epochs, positions, mid)
             if quiet < 0:
                 return -1
             if quiet == 1:
                 lo = mid
             else:
-                hi = mid
-        if lo == 0 or _accumulate_ahead(s, acc, positions, lo) != 1:
+                hi, last = mid, quiet
+        if last == 2:  # the chunk after the last quiet one is quiet too, but the stream ends after it
+            lo = hi
+        if lo == 0 or _accumulate_ahead(s, acc, epochs, positions, lo) < 1:
             return 0
         count = lo
     for c in range(s.n):

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from zephon import Dataset, StaticMixtureWorkSource
 from zephon.core.alloc import AccumulatorAllocator
 from zephon.core.cache import scheduler
-from zephon.core.schedule import Ended, advance, initial_state, plan_next, plan_next_reference
+from zephon.core.schedule import Ended, advance, initial_state, passes_done, plan_next, plan_next_reference
 
 ACCUMULATOR = AccumulatorAllocator()
 weight_vectors = st.lists(st.floats(0.001, 1.0) | st.just(0.0), min_size=1, max_size=5).filter(any)
@@ -62,12 +62,12 @@ def test_the_kernel_skips_a_block_exactly_where_allocate_many_holds(weights, chu
     assert (tuple(positions.tolist()), tuple(acc.tolist())) == (many or _chunks(state, weights, chunk_size, n))
 
 
-def _lane_of(totals, weights, chunk_size, before, policy):
-    """The config of the one lane of datasets of ``totals`` samples under ``policy``, its
-    normalised weights, and the accumulators after ``before`` chunks."""
+def _lane_of(totals, weights, chunk_size, before, policy, **kwargs):
+    """The config of the one lane of datasets of ``totals`` samples under ``policy`` (and the
+    source's other ``kwargs``), its normalised weights, and the accumulators after ``before`` chunks."""
     datasets = [Dataset.from_counts(f"d{i}", [t]) for i, t in enumerate(totals)]
     source = StaticMixtureWorkSource(datasets, {d.name: w for d, w in zip(datasets, weights)}, chunk_size=chunk_size,
-                                     exhausted_policy=policy)
+                                     exhausted_policy=policy, **kwargs)
     config = source.clone_for_lane(0, 1).config
     weights = list(config.normalised)
     _, state = _chunks(ACCUMULATOR.init(len(weights)), weights, chunk_size, before)
@@ -127,6 +127,43 @@ def test_a_skip_runs_through_the_pass_ends_of_datasets_that_repeat_endlessly(wei
         assert skipped == n or work == 1  # stepped to the end, or one block as far as the closed form holds
 
 
+def _counted_steps(config, state, weights, n):
+    """The twin of a skip up to ``n`` chunks of datasets that repeat until each has made
+    ``stop_after_passes`` passes: chunk by chunk, until one would start with every pass made."""
+    cursors = initial_state(config).cursors
+    for k in range(n):
+        if passes_done(config, list(cursors)):
+            return k, [c.epoch for c in cursors], [c.position for c in cursors], state
+        quotas, state = config.allocator.allocate(state, weights, config.chunk_size)
+        cursors = advance(config, cursors, quotas)
+    return n, [c.epoch for c in cursors], [c.position for c in cursors], state
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.floats(0.001, 1.0), min_size=1, max_size=6), st.integers(1, 5000), st.integers(0, 6),
+       st.integers(16, 3000), st.integers(1, 4), st.sampled_from(["accumulator", "fixed"]), st.data())
+def test_a_skip_runs_through_pass_ends_to_the_chunk_where_the_passes_counted_are_made(weights, chunk_size, before, n,
+                                                                                     passes, allocation, data):
+    """Counting passes (``stop_after_passes``) leaves a pass end changing no quota: the skip runs
+    through the ends, as far as the last chunk that starts before every dataset has made its passes."""
+    totals = [data.draw(st.integers(chunk_size, 3 * chunk_size)) for _ in weights]
+    try:
+        config, weights, state = _lane_of(totals, weights, chunk_size, before, "repeat", stop_after_passes=passes,
+                                          allocation=allocation)
+    except ValueError:  # the fixed allocator refuses shares below one sample
+        assume(False)
+    state = state if allocation == "accumulator" else ()
+    acc = np.array(state) if state else np.zeros(len(weights))
+    epochs, positions = np.zeros(len(weights), dtype=np.int64), np.zeros(len(weights), dtype=np.int64)
+    skipped, work = scheduler(config).skip_quiet(acc, epochs, positions, n)
+    expected = _counted_steps(config, state, weights, n)
+    assert (skipped, epochs.tolist(), positions.tolist()) == tuple(expected[:3])
+    if state:
+        assert tuple(acc.tolist()) == tuple(expected[3])
+    if allocation == "fixed" or ACCUMULATOR.allocate_many(state, weights, chunk_size, n) is not None:
+        assert work == 1  # one block: its end found in closed form or by bisection, no chunk stepped
+
+
 def test_allocate_many_holds_for_ordinary_mixtures():
     """The closed form is what makes lane skipping cheap: it must hold for usual mixtures."""
     for weights in ([0.6, 0.3, 0.1], [0.5, 0.25, 0.125, 0.125], [1 / 3, 1 / 3, 1 / 3], [0.07, 0.93]):
@@ -152,6 +189,9 @@ def many_lane_configs(draw):
                   lane_assignment=draw(st.sampled_from(["permute", "modulo"])))
     if kwargs["exhausted_policy"] == "repeat":
         kwargs["max_repeats"] = draw(st.none() | st.integers(0, 2))
+        if kwargs["max_repeats"] is None:  # passes counted: the stream ends where each dataset made them
+            kwargs["stop_after_passes"] = draw(st.none() | st.integers(1, 3))
+            kwargs["pass_tail"] = draw(st.sampled_from(["carry", "drop"]))
     try:
         source = StaticMixtureWorkSource(datasets, mixture, **kwargs)
     except ValueError:  # the fixed allocator refuses shares below one sample
