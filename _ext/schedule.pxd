@@ -45,7 +45,7 @@ cdef struct Schedule:
     int64_t* grid  # per dataset, m: its share is a multiple of 2^-m (with the weights)
     int64_t* units  # per dataset, its share as a multiple of 2^-m
     int64_t* ahead  # scratch: cumulative quotas of a block skip
-    int64_t* endless  # per dataset, 1: its pass ends change nothing but its cursor (_endless)
+    int64_t* carries  # per dataset, 1: its draws carry on through its pass ends (_carries, _room)
     double* saved  # scratch: accumulators at chunk start
     double* keys  # scratch: sort keys
     Py_ssize_t* order  # scratch: ranked dataset indices

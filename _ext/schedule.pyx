@@ -267,11 +267,24 @@ cdef inline void _into_passes(Schedule* s, int64_t* epochs, int64_t* positions) 
             positions[c] -= passes * s.totals[c]
 
 
-cdef inline bint _endless(Schedule* s, Py_ssize_t c) noexcept nogil:
-    """Dataset c repeats with "carry" tails and no repeat limit: the end of one of its passes
-    changes no quota and ends nothing in the chunk, so quiet chunks run through it. (A pass count
-    to stop after is checked where each chunk starts: ``_passes_done``, ``_done_after``.)"""
-    return s.carry[c] and s.policies[c] == REPEAT and s.max_repeats[c] < 0 and s.totals[c] > 0
+cdef inline bint _carries(Schedule* s, Py_ssize_t c) noexcept nogil:
+    """Dataset c repeats with "carry" tails: the end of one of its passes changes no quota and,
+    within ``max_repeats`` (``_room``), ends nothing in the chunk, so quiet chunks run through it.
+    (A pass count to stop after is checked where each chunk starts: ``_passes_done``, ``_done_after``.)"""
+    return s.carry[c] and s.policies[c] == REPEAT and s.totals[c] > 0
+
+
+cdef inline int64_t _room(Schedule* s, Py_ssize_t c, int64_t epoch, int64_t position) noexcept nogil:
+    """How many samples dataset c can draw in quiet chunks from its cursor: to one short of its
+    pass's end, or, one that ``_carries``, to the end of its last pass within ``max_repeats``
+    (``_can_carry``; INT64_MAX without a limit). Negative: none."""
+    if not s.carries[c]:
+        return s.totals[c] - position - 1
+    if s.max_repeats[c] < 0:
+        return INT64_MAX
+    if epoch > s.max_repeats[c]:
+        return -1
+    return (s.max_repeats[c] - epoch + 1) * s.totals[c] - position
 
 
 cdef int64_t _slot_in_block(int64_t block, int64_t lane, int64_t replicas, uint64_t lane_key) noexcept nogil:
@@ -297,14 +310,14 @@ cdef int64_t _next_own(int64_t g, int64_t lane, int64_t replicas, int routing, u
 
 cdef int64_t _skip_quiet(Schedule* s, double* acc, int64_t* epochs, int64_t* positions, int64_t* quotas,
                         int64_t count, int64_t steps, int64_t* work) noexcept nogil:
-    """Skip up to ``count`` chunks in which no dataset reaches the end of its pass (but an
-    endless one, ``_endless``).
+    """Skip up to ``count`` chunks in which no dataset draws past its ``_room``: none reaches the
+    end of its pass but those whose draws carry on through it (``_carries``).
 
     Such chunks need only the allocator: the end-of-pass checks cannot fire. Long stretches go
     as blocks (``_skip_block``, O(datasets) each); at most ``steps`` chunks are stepped one by
     one. Each chunk stepped and each block adds one to ``work[0]``. Returns how many were
-    skipped: fewer than ``count`` before a chunk that would drain or overrun a dataset that is
-    not endless, or that would start with the passes to stop after all done; when ``steps`` run
+    skipped: fewer than ``count`` before a chunk that would draw a dataset past its room, or
+    that would start with the passes to stop after all done; when ``steps`` run
     out; or when a block stops early (the caller then plans the next chunk in full, which is
     always right). ``quotas`` hold the last chunk's quotas if it was stepped.
     """
@@ -324,7 +337,7 @@ cdef int64_t _skip_quiet(Schedule* s, double* acc, int64_t* epochs, int64_t* pos
             s.saved[c] = acc[c]
         _allocate(s, acc, quotas)
         for c in range(s.n):
-            if positions[c] + quotas[c] >= s.totals[c] and quotas[c] > 0 and not s.endless[c]:
+            if quotas[c] > 0 and quotas[c] > _room(s, c, epochs[c], positions[c]):
                 for c in range(s.n):
                     acc[c] = s.saved[c]
                 return skipped
@@ -418,8 +431,8 @@ cdef int64_t _regular_for(Schedule* s, const double* acc, int64_t count) noexcep
 cdef int _accumulate_ahead(Schedule* s, const double* acc, const int64_t* epochs, const int64_t* positions,
                            int64_t n) noexcept nogil:
     """AccumulatorAllocator.allocate_many: the cumulative quotas of ``n`` (>= 1) regular chunks into
-    ``s.ahead`` and the accumulators after them into ``s.saved``. Returns 1 if no dataset reaches
-    the end of its pass in them (but an endless one), 2 if so but the passes to stop after are all
+    ``s.ahead`` and the accumulators after them into ``s.saved``. Returns 1 if no dataset draws
+    past its ``_room`` in them, 2 if so but the passes to stop after are all
     done after them (a chunk after them would not start), 0 if one does, -1 if a correction is not
     regular."""
     cdef Py_ssize_t c, i, count = _active_order(s)
@@ -442,23 +455,25 @@ cdef int _accumulate_ahead(Schedule* s, const double* acc, const int64_t* epochs
         s.ahead[c] += 1
         s.saved[c] -= 1.0
     for c in range(s.n):
-        if s.ahead[c] > 0 and positions[c] + s.ahead[c] >= s.totals[c] and not s.endless[c]:
+        if s.ahead[c] > 0 and s.ahead[c] > _room(s, c, epochs[c], positions[c]):
             return 0
     return 2 if s.stop_after > 0 and _done_after(s, epochs, positions, s.ahead) else 1
 
 
-cdef void _quiet_bracket(Schedule* s, const double* acc, const int64_t* positions, int64_t* below,
-                         int64_t* above) noexcept nogil:
+cdef void _quiet_bracket(Schedule* s, const double* acc, const int64_t* epochs, const int64_t* positions,
+                         int64_t* below, int64_t* above) noexcept nogil:
     """Where the quiet chunks end, about: after ``n`` regular chunks a dataset has drawn
     ``floor(acc + n·share)`` or one more, so they are quiet for ``below`` chunks and not for
-    ``above`` (each the least over the active datasets but the endless ones; a few chunks apart). Only estimates, in
-    doubles: ``_skip_block`` checks them with ``_accumulate_ahead``."""
+    ``above`` (each the least over the active datasets whose ``_room`` is bounded; a few chunks
+    apart). Only estimates, in doubles: ``_skip_block`` checks them with ``_accumulate_ahead``."""
     cdef Py_ssize_t c
+    cdef int64_t room
     cdef double share, left, low = -1.0, high = -1.0
     for c in range(s.n):
-        if s.weights[c] > 0.0 and not s.endless[c]:
+        room = _room(s, c, epochs[c], positions[c])
+        if s.weights[c] > 0.0 and room < INT64_MAX:
             share = ldexp(<double>s.units[c], -<int>s.grid[c])
-            left = <double>(s.totals[c] - positions[c]) - acc[c]
+            left = <double>room + 1.0 - acc[c]
             if low < 0.0 or floor((left - 2.0) / share) < low:
                 low = floor((left - 2.0) / share)
             if high < 0.0 or floor((left + 1.0) / share) + 2.0 < high:
@@ -490,13 +505,14 @@ cdef int64_t _fixed_done_at(Schedule* s, const int64_t* epochs, const int64_t* p
 cdef int64_t _skip_fixed(Schedule* s, int64_t* epochs, int64_t* positions, int64_t count) noexcept nogil:
     """Skip up to ``count`` quiet chunks of the fixed allocator (the same quotas in each)."""
     cdef Py_ssize_t c
-    cdef int64_t done
+    cdef int64_t done, room
     for c in range(s.n):
-        if s.fixed[c] > 0 and not s.endless[c]:
-            if s.totals[c] - positions[c] - 1 < 0:
+        if s.fixed[c] > 0:
+            room = _room(s, c, epochs[c], positions[c])
+            if room < 0:
                 return 0
-            if (s.totals[c] - positions[c] - 1) // s.fixed[c] < count:
-                count = (s.totals[c] - positions[c] - 1) // s.fixed[c]
+            if room // s.fixed[c] < count:
+                count = room // s.fixed[c]
     if s.stop_after > 0:
         done = _fixed_done_at(s, epochs, positions)
         if 0 <= done < count:
@@ -528,7 +544,7 @@ cdef int64_t _skip_block(Schedule* s, double* acc, int64_t* epochs, int64_t* pos
         return -1
     if quiet != 1:  # the quiet chunks end before ``count``, or the stream does: find where, from an estimate
         hi, last = count, quiet
-        _quiet_bracket(s, acc, positions, &guesses[0], &guesses[1])
+        _quiet_bracket(s, acc, epochs, positions, &guesses[0], &guesses[1])
         while hi - lo > 1:  # bisect, first at the estimate's two ends (a few chunks apart)
             mid = guesses[i] if i < 2 else lo + (hi - lo) // 2
             i += 1
@@ -584,7 +600,7 @@ cdef Py_ssize_t _walk_some(Schedule* s, int64_t lane, int64_t replicas, int rout
     ``budget`` units of work on other lanes' chunks are behind (a chunk stepped or planned, a
     block skipped: each O(datasets)), so that a caller can answer Ctrl-C.
 
-    Quiet chunks (no dataset but an endless one reaches the end of its pass) take the
+    Quiet chunks (no dataset draws past its ``_room``) take the
     allocator-only path, the lane's own chunk included; the others take the full end-of-pass
     checks. The starts written are
     the schedule's cursors; ``_draw_starts`` turns them into where the draws begin (the index
@@ -661,9 +677,9 @@ cdef class Scheduler:
             self._close(s)
             raise MemoryError()
         s.shares, s.keys, s.weights, s.retired = s.saved + n, s.saved + 2 * n, weights, -1
-        s.grid, s.units, s.ahead, s.endless = s.fixed + n, s.fixed + 2 * n, s.fixed + 3 * n, s.fixed + 4 * n
+        s.grid, s.units, s.ahead, s.carries = s.fixed + n, s.fixed + 2 * n, s.fixed + 3 * n, s.fixed + 4 * n
         for c in range(n):
-            s.endless[c] = _endless(s, c)
+            s.carries[c] = _carries(s, c)
         return 0
 
     cdef void _close(self, Schedule* s) noexcept:
@@ -717,7 +733,8 @@ cdef class Scheduler:
         lane skips other lanes' chunks. Returns ``(skipped, work)``: the chunks skipped, and the
         chunks stepped one by one plus the blocks skipped. For tests: a block is exactly
         ``AccumulatorAllocator.allocate_many`` (or the fixed quotas) over its chunks. ``count`` is
-        at most 2^32 (a lane skips fewer than twice its lane count): endless datasets bound no skip."""
+        at most 2^32 (a lane skips fewer than twice its lane count): datasets that carry on through
+        their passes without a limit bound no skip."""
         cdef Schedule s
         cdef Py_ssize_t n = self.totals.shape[0]
         cdef int64_t skipped = 0, work = 0

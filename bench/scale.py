@@ -115,19 +115,25 @@ def walk(config: Any, chunks: int) -> None:
 # -- lane skipping ----------------------------------------------------------------------------
 
 
-def busy(stop_after_passes: int | None = None, small_shards: int = 200) -> StaticMixtureWorkSource:
+def busy(stop_after_passes: int | None = None, small_shards: int = 200, **limits: int) -> StaticMixtureWorkSource:
     """bench/core.py's workload: chunks of 16,384 over 10^7, 10^7 and 10^6 samples (``small_shards``
     of 5,000), so that some dataset ends a pass about every 100 chunks. Repeating forever, or with
-    ``stop_after_passes`` (passes counted, each dataset's checked where a chunk starts)."""
+    ``stop_after_passes`` (passes counted, each dataset's checked where a chunk starts) or the
+    ``max_repeats`` of ``limits``."""
     datasets = [Dataset.from_counts(name, np.full(shards, rows, dtype=np.int64))
                 for name, shards, rows in (("a", 1000, 10_000), ("b", 500, 20_000), ("c", small_shards, 5_000))]
     return StaticMixtureWorkSource(datasets, {"a": 0.5, "b": 0.3, "c": 0.2}, chunk_size=16384, seed=7,
-                                   exhausted_policy="repeat", stop_after_passes=stop_after_passes)
+                                   exhausted_policy="repeat", stop_after_passes=stop_after_passes, **limits)
 
 
 def counted() -> StaticMixtureWorkSource:
     """:func:`busy` with its passes counted, to the most a run may count (none ends in the bench)."""
     return busy(MAX_PASSES)
+
+
+def limited() -> StaticMixtureWorkSource:
+    """:func:`busy` with its repeats limited, to the most a run may allow (none ends in the bench)."""
+    return busy(max_repeats=MAX_PASSES)
 
 
 def small_counted() -> StaticMixtureWorkSource:
@@ -158,6 +164,7 @@ def skipping_rows(cfg: Settings) -> list[Row]:
         rows.append(Row(f"lane 0 of {lanes}", statistics.median(rates), "samples/s", ">= 50% of 1 lane" if target
                         else "", ratio, ratio >= 0.5 if target else None, rates))
     for name, make, targeted in (("busy", busy, True), ("busy, passes counted", counted, False),
+                                 ("busy, repeats limited", limited, False),
                                  ("small, passes counted", small_counted, False)):
         rates = {lanes: [] for lanes in (1, *cfg.lanes)}  # interleaved: the machine's noise falls on each alike
         for _ in range(cfg.repeats):

@@ -10,7 +10,11 @@ from hypothesis import strategies as st
 from zephon import Dataset, StaticMixtureWorkSource
 from zephon.core.alloc import AccumulatorAllocator
 from zephon.core.cache import scheduler
-from zephon.core.schedule import Ended, advance, initial_state, passes_done, plan_next, plan_next_reference
+from zephon.core.config import CARRY, REPEAT
+from zephon.core.schedule import (
+    CursorState, Ended, SourceState, active_weights, advance, can_carry, initial_state, passes_done,
+    plan_chunk_reference, plan_next, plan_next_reference,
+)
 
 ACCUMULATOR = AccumulatorAllocator()
 weight_vectors = st.lists(st.floats(0.001, 1.0) | st.just(0.0), min_size=1, max_size=5).filter(any)
@@ -127,36 +131,38 @@ def test_a_skip_runs_through_the_pass_ends_of_datasets_that_repeat_endlessly(wei
         assert skipped == n or work == 1  # stepped to the end, or one block as far as the closed form holds
 
 
-def _counted_steps(config, state, weights, n):
-    """The twin of a skip up to ``n`` chunks of datasets that repeat until each has made
-    ``stop_after_passes`` passes: chunk by chunk, until one would start with every pass made."""
+def _limited_steps(config, alloc, n):
+    """The twin of a skip up to ``n`` chunks of datasets that repeat with "carry" tails: chunk
+    by chunk as ``plan_chunk_reference`` plans them, until one would end the stream."""
     cursors = initial_state(config).cursors
     for k in range(n):
-        if passes_done(config, list(cursors)):
-            return k, [c.epoch for c in cursors], [c.position for c in cursors], state
-        quotas, state = config.allocator.allocate(state, weights, config.chunk_size)
-        cursors = advance(config, cursors, quotas)
-    return n, [c.epoch for c in cursors], [c.position for c in cursors], state
+        planned = plan_chunk_reference(config, alloc, cursors)
+        if isinstance(planned, Ended):
+            return k, [c.epoch for c in cursors], [c.position for c in cursors], alloc
+        *_, alloc, cursors = planned
+    return n, [c.epoch for c in cursors], [c.position for c in cursors], alloc
 
 
 @settings(max_examples=300, deadline=None)
 @given(st.lists(st.floats(0.001, 1.0), min_size=1, max_size=6), st.integers(1, 5000), st.integers(0, 6),
-       st.integers(16, 3000), st.integers(1, 4), st.sampled_from(["accumulator", "fixed"]), st.data())
-def test_a_skip_runs_through_pass_ends_to_the_chunk_where_the_passes_counted_are_made(weights, chunk_size, before, n,
-                                                                                     passes, allocation, data):
-    """Counting passes (``stop_after_passes``) leaves a pass end changing no quota: the skip runs
-    through the ends, as far as the last chunk that starts before every dataset has made its passes."""
+       st.integers(16, 3000), st.sampled_from(["stop_after_passes", "max_repeats"]), st.integers(0, 3),
+       st.sampled_from(["accumulator", "fixed"]), st.data())
+def test_a_skip_runs_through_pass_ends_to_the_chunk_where_the_stream_ends(weights, chunk_size, before, n, limit,
+                                                                         passes, allocation, data):
+    """Under ``stop_after_passes`` or ``max_repeats`` a pass end still changes no quota: the skip
+    runs through the ends, as far as the last chunk before the one that ends the stream (every
+    dataset has made its passes, or one would draw from a pass past its repeats)."""
     totals = [data.draw(st.integers(chunk_size, 3 * chunk_size)) for _ in weights]
     try:
-        config, weights, state = _lane_of(totals, weights, chunk_size, before, "repeat", stop_after_passes=passes,
-                                          allocation=allocation)
+        config, weights, state = _lane_of(totals, weights, chunk_size, before, "repeat", allocation=allocation,
+                                          **{limit: passes + (limit == "stop_after_passes")})
     except ValueError:  # the fixed allocator refuses shares below one sample
         assume(False)
     state = state if allocation == "accumulator" else ()
     acc = np.array(state) if state else np.zeros(len(weights))
     epochs, positions = np.zeros(len(weights), dtype=np.int64), np.zeros(len(weights), dtype=np.int64)
     skipped, work = scheduler(config).skip_quiet(acc, epochs, positions, n)
-    expected = _counted_steps(config, state, weights, n)
+    expected = _limited_steps(config, state, n)
     assert (skipped, epochs.tolist(), positions.tolist()) == tuple(expected[:3])
     if state:
         assert tuple(acc.tolist()) == tuple(expected[3])
@@ -191,7 +197,8 @@ def many_lane_configs(draw):
         kwargs["max_repeats"] = draw(st.none() | st.integers(0, 2))
         if kwargs["max_repeats"] is None:  # passes counted: the stream ends where each dataset made them
             kwargs["stop_after_passes"] = draw(st.none() | st.integers(1, 3))
-            kwargs["pass_tail"] = draw(st.sampled_from(["carry", "drop"]))
+        kwargs["pass_tail"] = draw(st.sampled_from(["carry", "drop"]) | st.fixed_dictionaries(
+            {d.name: st.sampled_from(["carry", "drop"]) for d in datasets}))
     try:
         source = StaticMixtureWorkSource(datasets, mixture, **kwargs)
     except ValueError:  # the fixed allocator refuses shares below one sample
@@ -214,6 +221,151 @@ def test_the_kernel_skips_lanes_as_the_reference_plans_them(config, acc):
         if isinstance(planned, Ended):
             break
         state = planned.state
+
+
+def _stream(config, plan):
+    state, out = initial_state(config), []
+    while True:
+        planned = plan(state, config)
+        out.append(repr(planned))
+        if isinstance(planned, Ended):
+            return out
+        state = planned.state
+
+
+@pytest.mark.parametrize("totals, weights, tails, limit", [
+    ((1000, 1000), (1, 1), CARRY, {"stop_after_passes": 1}),  # every pass ends at a chunk's end: the stream at 20
+    ((1030, 970), (1, 1), CARRY, {"stop_after_passes": 2}),
+    ((1000, 3000, 130), (0.6, 0.3, 0.1), CARRY, {"stop_after_passes": 3}),  # passes of the third every 13 chunks
+    ((1020, 1000), (1, 1), {"d0": "drop", "d1": CARRY}, {"stop_after_passes": 1}),  # a "drop" tail in the last chunk
+    ((1010, 2000, 500), (2, 1, 1), {"d0": "drop", "d1": CARRY, "d2": CARRY}, {"stop_after_passes": 2}),
+    ((1000, 3000, 130), (0.6, 0.3, 0.1), CARRY, {"max_repeats": 4, "exhausted_policy": "repeat"}),
+    ((1030, 970), (1, 1), {"d0": "drop", "d1": CARRY}, {"max_repeats": 1, "exhausted_policy": "repeat"}),
+])
+@pytest.mark.parametrize("allocation", ["accumulator", "fixed"])
+@pytest.mark.parametrize("routing", ["modulo", "permute"])
+def test_every_lane_ends_where_the_reference_ends_under_limited_passes(totals, weights, tails, limit, allocation,
+                                                                       routing):
+    """Each lane of 64 from the start to the stream's end: the skip through pass ends stops exactly
+    at the chunk that ends the stream (passes made, or a repeat past the limit), whatever the
+    lane's offset to it."""
+    datasets = [Dataset.from_counts(f"d{i}", [t]) for i, t in enumerate(totals)]
+    source = StaticMixtureWorkSource(datasets, {d.name: w for d, w in zip(datasets, weights)}, chunk_size=100,
+                                     pass_tail=tails, allocation=allocation, lane_assignment=routing, **limit)
+    for lane in range(64):
+        config = source.clone_for_lane(lane, 64).config
+        assert _stream(config, plan_next) == _stream(config, plan_next_reference)
+
+
+@st.composite
+def restored_lanes(draw):
+    """A lane's config over datasets that repeat, with passes counted or repeats limited, "carry"
+    and "drop" tails mixed, some datasets paused (weight 0, as a curriculum's phase pauses them),
+    and a state anywhere near the passes' limit: cursors at and around pass ends, accumulators off
+    the start's."""
+    n, chunk_size = draw(st.integers(2, 4)), draw(st.integers(4, 300) | st.sampled_from([16, 64, 100, 128]))
+    totals = [draw(st.integers(chunk_size, 30 * chunk_size) | st.sampled_from([chunk_size, 10 * chunk_size]))
+              for _ in range(n)]
+    datasets = [Dataset.from_counts(f"d{i}", [t]) for i, t in enumerate(totals)]
+    limit, passes = draw(st.sampled_from(["stop_after_passes", "max_repeats"])), draw(st.integers(1, 3))
+    allocation = draw(st.sampled_from(["accumulator", "fixed"]))
+    try:
+        source = StaticMixtureWorkSource(
+            datasets, {d.name: draw(st.floats(0.05, 1.0) | st.sampled_from([1.0, 0.5, 0.25])) for d in datasets},
+            chunk_size=chunk_size, exhausted_policy="repeat", allocation=allocation, seed=draw(st.integers(0, 99)),
+            pass_tail={d.name: draw(st.sampled_from([CARRY, "drop"])) for d in datasets}, **{limit: passes})
+    except ValueError:  # the fixed allocator refuses shares below one sample
+        assume(False)
+    replicas = draw(st.integers(1, 300))
+    config = source.clone_for_lane(draw(st.integers(0, replicas - 1)), replicas).config
+    if draw(st.booleans()):
+        plans = [dataclasses.replace(d, weight=0.0) if draw(st.integers(0, 2)) == 0 else d for d in config.datasets]
+        total = sum(p.weight for p in plans)
+        assume(total > 0 and (allocation == "accumulator" or all(
+            p.weight == 0 or p.weight / total * chunk_size >= 1 for p in plans)))
+        config = dataclasses.replace(config, datasets=tuple(plans))
+    cursors = []
+    for d in config.datasets:
+        epoch = draw(st.integers(max(0, passes - 1), passes + 1))
+        position = draw(st.integers(0, d.total) | st.just(d.total) | st.integers(max(0, d.total - 3 * chunk_size),
+                                                                                   d.total))
+        if d.pass_tail == CARRY and epoch > 0 and position == 0:  # a "carry" cursor rests at a pass's end
+            position = d.total
+        tails = 0 if d.pass_tail == CARRY else epoch * draw(st.integers(0, d.total - 1))
+        cursors.append(CursorState(epoch=epoch, position=position, tails=tails))
+    alloc = config.allocator.init(n)
+    if allocation == "accumulator" and draw(st.booleans()):
+        alloc = tuple(draw(st.sampled_from([0.0, 0.5, -0.5, 0.25, -0.75])) if d.weight > 0 else 0.0
+                      for d in config.datasets)
+    return config, SourceState(chunk_index=draw(st.integers(0, 500)), alloc=alloc, cursors=tuple(cursors))
+
+
+@given(restored_lanes())
+def test_lanes_restored_near_their_limits_plan_as_the_reference(case):
+    config, state = case
+    for _ in range(6):
+        planned = plan_next(state, config)
+        assert repr(planned) == repr(plan_next_reference(state, config))
+        if isinstance(planned, Ended):
+            break
+        state = planned.state
+
+
+def _quiet(config, cursors, quotas):
+    """No dataset draws past its room in this chunk: a "carry" one within its repeats, any other
+    short of its pass's end."""
+    return all(q == 0 or (can_carry(d, c, q) if d.pass_tail == CARRY and d.policy == REPEAT and d.total > 0
+                          else c.position + q < d.total) for d, c, q in zip(config.datasets, cursors, quotas))
+
+
+@given(restored_lanes(), st.integers(16, 5000))
+def test_a_skip_from_a_restored_state_goes_exactly_as_far_as_the_quiet_chunks(case, count):
+    """As far as stepping chunk by chunk goes while no dataset draws past its room and the passes
+    counted are not all made: the whole way in one block wherever the closed form holds."""
+    config, state = case
+    weights = active_weights(config, state.cursors)
+    alloc, cursors, quiet = state.alloc, state.cursors, 0
+    while quiet < count and not (config.stop_after_passes and passes_done(config, list(cursors))):
+        quotas, after = config.allocator.allocate(alloc, weights, config.chunk_size)
+        if not _quiet(config, cursors, quotas):
+            break
+        alloc, cursors, quiet = after, advance(config, list(cursors), quotas), quiet + 1
+    acc = np.array(state.alloc or (0.0,) * len(weights), dtype=np.float64)
+    epochs = np.array([c.epoch for c in state.cursors], dtype=np.int64)
+    positions = np.array([c.position for c in state.cursors], dtype=np.int64)
+    skipped, _ = scheduler(config).skip_quiet(acc, epochs, positions, count)
+    closed = config.allocator.name == "fixed" or (
+        quiet > 0 and ACCUMULATOR.allocate_many(state.alloc, weights, config.chunk_size, quiet) is not None)
+    assert skipped == quiet if closed else skipped <= quiet
+    alloc, cursors = state.alloc, state.cursors
+    for _ in range(skipped):
+        quotas, alloc = config.allocator.allocate(alloc, weights, config.chunk_size)
+        cursors = advance(config, list(cursors), quotas)
+    assert (epochs.tolist(), positions.tolist()) == ([c.epoch for c in cursors], [c.position for c in cursors])
+    if state.alloc:
+        assert repr(tuple(acc.tolist())) == repr(tuple(alloc))
+
+
+@pytest.mark.parametrize("allocation, tails, paused, cursors, expected", [
+    # the "drop" one made its pass, the "carry" one makes its own in chunk 20; a later probe finds
+    # the drop one's pass end (chunk 50): the skip still takes all 20
+    ("accumulator", ("drop", CARRY), False, ((1, 0), (0, 0)), 20),
+    # paused (weight 0) at its pass's end, that pass made: only the other's passes are waited for
+    ("fixed", (CARRY, CARRY), True, ((0, 2500), (0, 0)), 10),
+    # paused before its pass's end: its passes are never made, so the stream's end bounds no skip
+    ("fixed", (CARRY, CARRY), True, ((0, 5), (0, 0)), 100),
+])
+def test_a_skip_from_a_restored_state_ends_exactly_where_the_passes_are_made(allocation, tails, paused, cursors,
+                                                                             expected):
+    datasets = [Dataset.from_counts("d0", [2500]), Dataset.from_counts("d1", [1000])]
+    source = StaticMixtureWorkSource(datasets, {"d0": 1, "d1": 1}, chunk_size=100, stop_after_passes=1,
+                                     allocation=allocation, pass_tail=dict(zip(("d0", "d1"), tails)))
+    config = source.clone_for_lane(0, 1).config
+    if paused:
+        config = dataclasses.replace(config, datasets=(dataclasses.replace(config.datasets[0], weight=0.0),
+                                                       config.datasets[1]))
+    acc, epochs, positions = np.zeros(2), *(np.array(column, dtype=np.int64) for column in zip(*cursors))
+    assert scheduler(config).skip_quiet(acc, epochs, positions, 100) == (expected, 1)
 
 
 def test_a_skip_longer_than_a_lane_ever_takes_is_refused():
