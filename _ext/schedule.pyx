@@ -317,9 +317,9 @@ cdef int64_t _skip_quiet(Schedule* s, double* acc, int64_t* epochs, int64_t* pos
     as blocks (``_skip_block``, O(datasets) each); at most ``steps`` chunks are stepped one by
     one. Each chunk stepped and each block adds one to ``work[0]``. Returns how many were
     skipped: fewer than ``count`` before a chunk that would draw a dataset past its room, or
-    that would start with the passes to stop after all done; when ``steps`` run
-    out; or when a block stops early (the caller then plans the next chunk in full, which is
-    always right). ``quotas`` hold the last chunk's quotas if it was stepped.
+    that would start with the passes to stop after all done; when ``steps`` run out; or when a
+    block stops early (the caller then plans the next chunk in full, which is always right).
+    ``quotas`` hold the last chunk's quotas if it was stepped.
     """
     cdef int64_t skipped = 0, block, stepped = 0
     cdef Py_ssize_t c
@@ -432,9 +432,8 @@ cdef int _accumulate_ahead(Schedule* s, const double* acc, const int64_t* epochs
                            int64_t n) noexcept nogil:
     """AccumulatorAllocator.allocate_many: the cumulative quotas of ``n`` (>= 1) regular chunks into
     ``s.ahead`` and the accumulators after them into ``s.saved``. Returns 1 if no dataset draws
-    past its ``_room`` in them, 2 if so but the passes to stop after are all
-    done after them (a chunk after them would not start), 0 if one does, -1 if a correction is not
-    regular."""
+    past its ``_room`` in them, 2 if so but the passes to stop after are all done after them (a
+    chunk after them would not start), 0 if one does, -1 if a correction is not regular."""
     cdef Py_ssize_t c, i, count = _active_order(s)
     cdef int64_t m
     cdef int128 x, deficit = (<int128>n) * s.chunk_size
@@ -600,9 +599,8 @@ cdef Py_ssize_t _walk_some(Schedule* s, int64_t lane, int64_t replicas, int rout
     ``budget`` units of work on other lanes' chunks are behind (a chunk stepped or planned, a
     block skipped: each O(datasets)), so that a caller can answer Ctrl-C.
 
-    Quiet chunks (no dataset draws past its ``_room``) take the
-    allocator-only path, the lane's own chunk included; the others take the full end-of-pass
-    checks. The starts written are
+    Quiet chunks (no dataset draws past its ``_room``) take the allocator-only path, the lane's
+    own chunk included; the others take the full end-of-pass checks. The starts written are
     the schedule's cursors; ``_draw_starts`` turns them into where the draws begin (the index
     walk, which only counts samples, skips that).
     """
