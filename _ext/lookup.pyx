@@ -93,10 +93,10 @@ cdef class Lookup:
         if self.opened:
             raise TypeError("Lookup: already initialised; build a new one")
         if not (ints.shape[0] >= 1 and ints.shape[1] == 2 + 3 * n and acc.shape[0] == ints.shape[0]
-                and acc.shape[1] == n and scheduler.totals.shape[0] == n and every >= 1 and max_shapes >= 1
+                and acc.shape[1] == n and scheduler.tables.totals.shape[0] == n and every >= 1 and max_shapes >= 1
                 and shape_budget >= 0):
             raise ValueError(f"Lookup: snapshots ({ints.shape[0]}, {ints.shape[1]}) and ({acc.shape[0]}, "
-                             f"{acc.shape[1]}) for {n} datasets and a {scheduler.totals.shape[0]}-dataset "
+                             f"{acc.shape[1]}) for {n} datasets and a {scheduler.tables.totals.shape[0]}-dataset "
                              f"scheduler, every={every}, max_shapes={max_shapes}, shape_budget={shape_budget}; "
                              f"pass the arrays of a StreamIndex built for the scheduler's config")
         if not 1 <= chunk_size <= MAX_CHUNK:

@@ -71,11 +71,16 @@ cdef inline void _in_pass(Schedule* s, Py_ssize_t c, int64_t* epoch, int64_t* po
 cdef void _draw_starts(Schedule* s, int64_t* start_epochs, int64_t* start_positions) noexcept nogil
 
 
-cdef class Scheduler:
+cdef class ScheduleTables:
     cdef const double[::1] raw_weights
     cdef const int64_t[::1] totals, policies, max_repeats, carry, sum_order
     cdef int allocator
-    cdef int64_t stop_after, chunk_size, lane, replicas
+    cdef int64_t stop_after, chunk_size
+
+
+cdef class Scheduler:
+    cdef ScheduleTables tables  # its config's, shared with the kernels of the config's other lanes
+    cdef int64_t lane, replicas
     cdef int routing  # ROUTE_MODULO or ROUTE_PERMUTE
     cdef uint64_t lane_key
 

@@ -1,16 +1,17 @@
 import numpy as np
 
-class Scheduler:
-    """One config's scheduling tables and lane binding; its methods walk a state in place."""
-
-    lane: int
-    replicas: int
-    routing: int
-    lane_key: int
+class ScheduleTables:
+    """One config's scheduling tables, shared by the kernels of its lanes."""
 
     def __init__(self, allocator: int, raw_weights: np.ndarray, totals: np.ndarray, policies: np.ndarray,
                  max_repeats: np.ndarray, carry: np.ndarray, sum_order: np.ndarray, stop_after: int,
-                 chunk_size: int, lane: int, replicas: int, routing: int, lane_key: int) -> None: ...
+                 chunk_size: int) -> None: ...
+
+class Scheduler:
+    """One lane's scheduling kernel: its config's tables and the lane's binding; its methods walk a
+    state in place."""
+
+    def __init__(self, tables: ScheduleTables, lane: int, replicas: int, routing: int, lane_key: int) -> None: ...
     def plan_next(self, chunk_index: int, acc: np.ndarray, epochs: np.ndarray, positions: np.ndarray,
                   tails: np.ndarray, out: np.ndarray, weights: np.ndarray,
                   budget: int = ...) -> tuple[bool, int, int]: ...

@@ -633,8 +633,27 @@ cdef Py_ssize_t _walk_some(Schedule* s, int64_t lane, int64_t replicas, int rout
         work += 1
 
 
+cdef class ScheduleTables:
+    """One config's scheduling tables (``Schedule``'s constant part), shared by the kernels of its
+    lanes: each lane's ``Scheduler`` holds only its binding beside them."""
+
+    def __init__(self, int allocator, const double[::1] raw_weights, const int64_t[::1] totals,
+                 const int64_t[::1] policies, const int64_t[::1] max_repeats, const int64_t[::1] carry,
+                 const int64_t[::1] sum_order, int64_t stop_after, int64_t chunk_size):
+        self.allocator, self.raw_weights, self.totals, self.sum_order = allocator, raw_weights, totals, sum_order
+        self.policies, self.max_repeats, self.carry, self.stop_after = policies, max_repeats, carry, stop_after
+        self.chunk_size = chunk_size
+
+    def __reduce__(self):
+        """Pickle by the constructor's arguments (for spawned DataLoader workers)."""
+        return ScheduleTables, (self.allocator, np.asarray(self.raw_weights), np.asarray(self.totals),
+                                np.asarray(self.policies), np.asarray(self.max_repeats), np.asarray(self.carry),
+                                np.asarray(self.sum_order), self.stop_after, self.chunk_size)
+
+
 cdef class Scheduler:
-    """One config's scheduling tables and lane binding; its methods walk a state in place.
+    """One lane's scheduling kernel: its config's tables and the lane's binding; its methods walk a
+    state in place.
 
     The state lives in the caller's arrays: ``acc`` (float64), ``epochs``, ``positions`` and
     ``tails`` (int64, the "drop" pass tails skipped so far), one entry per dataset.
@@ -642,31 +661,23 @@ cdef class Scheduler:
     states. Its fields are declared in schedule.pxd.
     """
 
-    def __init__(self, int allocator, const double[::1] raw_weights, const int64_t[::1] totals,
-                 const int64_t[::1] policies, const int64_t[::1] max_repeats, const int64_t[::1] carry,
-                 const int64_t[::1] sum_order, int64_t stop_after, int64_t chunk_size, int64_t lane,
-                 int64_t replicas, int routing, uint64_t lane_key):
+    def __init__(self, ScheduleTables tables not None, int64_t lane, int64_t replicas, int routing,
+                 uint64_t lane_key):
         if routing != ROUTE_MODULO and routing != ROUTE_PERMUTE:
             raise ValueError(f"routing code {routing} is not a kernel routing (zephon/core/routing.py)")
-        self.allocator, self.raw_weights, self.totals, self.sum_order = allocator, raw_weights, totals, sum_order
-        self.policies, self.max_repeats, self.carry, self.stop_after = policies, max_repeats, carry, stop_after
-        self.chunk_size, self.lane, self.replicas = chunk_size, lane, replicas
-        self.routing, self.lane_key = routing, lane_key
+        self.tables, self.lane, self.replicas, self.routing, self.lane_key = tables, lane, replicas, routing, lane_key
 
     def __reduce__(self):
         """Pickle by the constructor's arguments (for spawned DataLoader workers)."""
-        return Scheduler, (self.allocator, np.asarray(self.raw_weights), np.asarray(self.totals),
-                           np.asarray(self.policies), np.asarray(self.max_repeats), np.asarray(self.carry),
-                           np.asarray(self.sum_order),
-                           self.stop_after,
-                           self.chunk_size, self.lane, self.replicas, self.routing, self.lane_key)
+        return Scheduler, (self.tables, self.lane, self.replicas, self.routing, self.lane_key)
 
     cdef int _open(self, Schedule* s, double* weights) except -1:
-        cdef Py_ssize_t c, n = self.totals.shape[0]
-        s.n, s.allocator, s.stop_after, s.chunk_size = n, self.allocator, self.stop_after, self.chunk_size
-        s.raw_weights, s.totals = &self.raw_weights[0], &self.totals[0]
-        s.policies, s.max_repeats, s.sum_order = &self.policies[0], &self.max_repeats[0], &self.sum_order[0]
-        s.carry = &self.carry[0]
+        cdef ScheduleTables t = self.tables
+        cdef Py_ssize_t c, n = t.totals.shape[0]
+        s.n, s.allocator, s.stop_after, s.chunk_size = n, t.allocator, t.stop_after, t.chunk_size
+        s.raw_weights, s.totals = &t.raw_weights[0], &t.totals[0]
+        s.policies, s.max_repeats, s.sum_order = &t.policies[0], &t.max_repeats[0], &t.sum_order[0]
+        s.carry = &t.carry[0]
         s.saved = <double*>malloc(3 * n * sizeof(double))
         s.order = <Py_ssize_t*>malloc(n * sizeof(Py_ssize_t))
         s.fixed = <int64_t*>malloc(5 * n * sizeof(int64_t))
@@ -734,7 +745,7 @@ cdef class Scheduler:
         at most 2^32 (a lane skips fewer than twice its lane count): datasets that carry on through
         their passes without a limit bound no skip."""
         cdef Schedule s
-        cdef Py_ssize_t n = self.totals.shape[0]
+        cdef Py_ssize_t n = self.tables.totals.shape[0]
         cdef int64_t skipped = 0, work = 0
         cdef int64_t[::1] quotas = np.empty(n, dtype=np.int64)
         cdef double[::1] weights = np.empty(n, dtype=np.float64)
@@ -761,7 +772,7 @@ cdef class Scheduler:
         end, ``g`` is the global chunk that could not be produced.
         """
         cdef Schedule s
-        cdef Py_ssize_t c, n = self.totals.shape[0], filled = 0, status = PLANNED
+        cdef Py_ssize_t c, n = self.tables.totals.shape[0], filled = 0, status = PLANNED
         cdef int64_t g = chunk_index, stop = own + budget
         cdef int64_t[:, ::1] out = np.empty((3, n), dtype=np.int64)
         cdef double[::1] weights = np.empty(n, dtype=np.float64)
@@ -798,7 +809,7 @@ cdef class Scheduler:
         zephon/core/counting.py::count_lanes_reference.
         """
         cdef Schedule s
-        cdef Py_ssize_t c, n = self.totals.shape[0], status = PLANNED
+        cdef Py_ssize_t c, n = self.tables.totals.shape[0], status = PLANNED
         cdef int64_t g = chunk_index, owner, block = -1, size
         cdef int64_t[:, ::1] out = np.empty((3, n), dtype=np.int64)
         cdef double[::1] weights = np.empty(n, dtype=np.float64)

@@ -9,7 +9,7 @@ the lanes' configs made by ``for_lane`` share:
 |---|---|---|
 | :func:`plan_memo` | a :class:`DatasetPlan` | the cursor's shard tables and pass layouts, token cost lookups |
 | :func:`costs` | a :class:`DatasetPlan` | int64 cost units of one draw per shard (token mode) |
-| :func:`scheduler` | (kept in the config, by lane binding) | the scheduling kernel (``None`` when Python plans) |
+| :func:`scheduler` | (kept in the config, by lane binding) | the scheduling kernel (``None`` when Python plans), over the config's tables |
 | :func:`fingerprint_json` | (kept in the config, for all its lanes) | its fingerprint as canonical JSON (a lane seals a state per chunk) |
 | :func:`memoised` | any hashable key | a named table of another core module (e.g. a stream index's lookup kernel) |
 
@@ -24,7 +24,7 @@ from typing import Any, Callable, Hashable, TypeVar
 
 import numpy as np
 
-from zephon._ext.schedule import Scheduler
+from zephon._ext.schedule import ScheduleTables, Scheduler
 from zephon.core.alloc import KERNEL_CODES
 from zephon.core.config import CARRY, POLICIES, DatasetPlan, SourceConfig, read_only, shard_costs
 
@@ -78,7 +78,8 @@ _MEMOS = Bounded(PLANS)
 _COSTS = Bounded(PLANS)
 _TABLES = Bounded(TABLES)
 _FINGERPRINT = "fingerprint json"  # its key in a config's derived table
-_KERNELS = "scheduling kernels"  # its key in a config's derived table: lane binding -> kernel
+_KERNELS = "scheduling kernels"  # its key in a config's derived table: lane binding -> kernel, and ...
+_TABLES_KEY = "tables"  # ... under this key the config's ScheduleTables, which its lanes' kernels share
 
 
 class Remade(dict[Any, Any]):
@@ -114,15 +115,14 @@ def costs(plan: DatasetPlan) -> np.ndarray:
 def scheduler(config: SourceConfig) -> Scheduler | None:
     """The scheduling kernel of ``config``; ``None`` for token mode and a fork's allocator. Kept
     in the config's ``derived`` table by lane binding, for all the lanes ``for_lane`` makes of
-    it: making one (about 6 µs) costs less than finding an equal config's by value (45 µs, where
-    a second source of the same settings had made it), and a bounded cache of one kernel per
-    lane config missed at every chunk once a process read more lanes than it held. The price is
-    memory, about 4 KB a lane the process reads while the config lives (64 MB for 16,384 lanes,
-    beside their chunks in flight: 2 GiB at 4,096 samples a chunk)."""
+    it: making one costs less than finding an equal config's by value (45 µs, where a second
+    source of the same settings had made it), and a bounded cache of one kernel per lane config
+    missed at every chunk once a process read more lanes than it held. The lanes' kernels share
+    the config's tables (``ScheduleTables``): a kernel holds only its lane's binding."""
     kernels = derived_table(config, _KERNELS)
     binding = (config.lane, config.canonical_replicas)
     if binding not in kernels:
-        kernels[binding] = _make_scheduler(config)
+        kernels[binding] = _make_scheduler(config, kernels)
     kernel: Scheduler | None = kernels[binding]
     return kernel
 
@@ -150,18 +150,21 @@ def clear() -> None:
         cache.clear()
 
 
-def _make_scheduler(config: SourceConfig) -> Scheduler | None:
+def _make_scheduler(config: SourceConfig, kernels: Remade) -> Scheduler | None:
+    """A lane's kernel over the config's tables, made once into ``kernels`` for all its lanes."""
     code = KERNEL_CODES.get(type(config.allocator))  # exact types: a subclass may allocate otherwise
     if config.token_mode or code is None:
         return None
+    tables = kernels.get(_TABLES_KEY)
+    if tables is None:
+        tables = kernels[_TABLES_KEY] = ScheduleTables(
+            code,
+            np.array(config.normalised, dtype=np.float64),
+            read_only([d.total for d in config.datasets]),
+            read_only([POLICIES.index(d.policy) for d in config.datasets]),
+            read_only([-1 if d.max_repeats is None else d.max_repeats for d in config.datasets]),
+            read_only([d.pass_tail == CARRY for d in config.datasets]),
+            read_only(config.summing_order), config.stop_after_passes or 0, config.chunk_size,
+        )
     lane, replicas = config.lane_binding
-    return Scheduler(
-        code,
-        np.array(config.normalised, dtype=np.float64),
-        read_only([d.total for d in config.datasets]),
-        read_only([POLICIES.index(d.policy) for d in config.datasets]),
-        read_only([-1 if d.max_repeats is None else d.max_repeats for d in config.datasets]),
-        read_only([d.pass_tail == CARRY for d in config.datasets]),
-        read_only(config.summing_order), config.stop_after_passes or 0, config.chunk_size, lane, replicas,
-        config.routing.code, config.lane_key,
-    )
+    return Scheduler(tables, lane, replicas, config.routing.code, config.lane_key)
