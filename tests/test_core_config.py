@@ -41,18 +41,25 @@ def test_plans_compare_their_shard_tables():
 
 def test_a_configs_lanes_share_its_kernels_one_per_lane():
     """Kept in the config's derived table, which the lanes ``for_lane`` makes share: a kernel per
-    lane binding, made once; a config made apart, even an equal one, makes its own."""
+    lane binding, made once, over the config's tables, made once for all its lanes; a config made
+    apart, even an equal one, makes its own."""
     a = _config(seed=3)
     kernel = scheduler(a.for_lane(1, 2))
-    assert scheduler(a.for_lane(1, 2)) is kernel and kernel.__reduce__()[1][9:11] == (1, 2)  # its lane binding
+    tables, lane, replicas, *_ = kernel.__reduce__()[1]
+    assert scheduler(a.for_lane(1, 2)) is kernel and (lane, replicas) == (1, 2)  # its lane binding
     assert scheduler(a.for_lane(0, 2)) is not kernel and scheduler(a) is not kernel
+    assert scheduler(a.for_lane(0, 2)).__reduce__()[1][0] is tables and scheduler(a).__reduce__()[1][0] is tables
     assert scheduler(_config(seed=3).for_lane(1, 2)) is not kernel
+    assert scheduler(_config(seed=3).for_lane(1, 2)).__reduce__()[1][0] is not tables
+    clone = pickle.loads(pickle.dumps(kernel))  # a kernel pickles with its tables
+    assert clone.__reduce__()[1][1:] == kernel.__reduce__()[1][1:]
+    assert all(np.array_equal(x, y) for x, y in zip(clone.__reduce__()[1][0].__reduce__()[1], tables.__reduce__()[1]))
     size = len(pickle.dumps(a))
     for lane in range(50):
         scheduler(a.for_lane(lane, 50))
     assert len(pickle.dumps(a)) == size  # kernels are made again where a pickled config is used
     copy = pickle.loads(pickle.dumps(a.for_lane(1, 2)))
-    assert scheduler(copy) is not kernel and scheduler(copy).__reduce__()[1][9:11] == (1, 2)
+    assert scheduler(copy) is not kernel and scheduler(copy).__reduce__()[1][1:3] == (1, 2)
     assert scheduler(dataclasses.replace(a, allocator=pickle.loads(pickle.dumps(BUILT_IN["accumulator"])))) is not None
 
 
