@@ -5,6 +5,7 @@ import json
 import subprocess
 import sys
 import numpy as np
+from hypothesis import strategies as st
 
 from zephon import Dataset, StaticMixtureWorkSource
 from zephon.testing import collect
@@ -117,3 +118,12 @@ def json_leaves(value, path=()):
             yield from json_leaves(item, path + (index,))
     else:
         yield path
+
+
+@st.composite
+def accumulator_states(draw, n: int) -> tuple[float, ...]:
+    """``n`` accumulators a checkpoint may hold: each >= -1, summing to a value in [-1, 1)
+    (here [-0.5, 0.5], clear of the bounds the rounding of later chunks could cross), some above 1."""
+    parts = draw(st.lists(st.floats(0.0, 1.0), min_size=n, max_size=n).filter(any))
+    total = n + draw(st.floats(-0.5, 0.5))
+    return tuple(-1.0 + p / sum(parts) * total for p in parts)

@@ -3,11 +3,12 @@ import contextlib
 import json
 
 import pytest
-from hypothesis import assume, given, settings
+from hypothesis import assume, example, given, settings
 from hypothesis import strategies as st
 
+from helpers import accumulator_states
 from zephon import Dataset, StaticMixtureWorkSource
-from zephon.core import schedule
+from zephon.core import alloc, schedule
 from zephon.core.alloc import AccumulatorAllocator, FixedAllocator
 from zephon.core.schedule import Ended, initial_state, plan_next, plan_next_reference
 from zephon.testing import collect, source_configs
@@ -145,7 +146,43 @@ def test_allocator_contract(allocator, weights, chunk_size, steps):
         assert all(q == 0 for q, w in zip(quotas, weights) if w == 0.0)
         restored = json.loads(json.dumps(state))
         assert allocator.allocate(restored, weights, chunk_size)[0] == quotas, "state must survive JSON"
+        checked = alloc.state_from_json(allocator, json.loads(json.dumps(new_state)), len(weights))
+        assert json.dumps(checked) == json.dumps(new_state), "a checkpoint must accept every state a run reaches"
         state = new_state
+
+
+@given(weights=weight_vectors, chunk_size=st.integers(1, 40), data=st.data())
+def test_an_accepted_accumulator_state_leads_only_to_accepted_states(weights, chunk_size, data):
+    """What a checkpoint may hold is closed under allocate, and never gives a negative quota."""
+    weights = [w / sum(weights) for w in weights]
+    allocator = AccumulatorAllocator()
+    state = data.draw(accumulator_states(len(weights)))
+    for _ in range(30):
+        quotas, state = allocator.allocate(state, weights, chunk_size)
+        assert sum(quotas) == chunk_size and min(quotas) >= 0
+        assert allocator.state_from_json(list(state), len(weights)) == state
+
+
+@example(weights=[0.0625, 0.001, 0.001, 0.0625, 0.0625], chunk_size=5)  # an accumulator of 1.03 at chunk 17
+@given(weights=st.lists(st.sampled_from([0.001, 0.0625, 1.0]) | st.floats(0.001, 1.0), min_size=2, max_size=6),
+       chunk_size=st.integers(1, 8))
+def test_every_checkpoint_of_small_shares_loads(weights, chunk_size):
+    """Shares below one sample leave accumulators above 1 now and then; their checkpoints load."""
+    datasets = [Dataset.from_counts(f"d{i}", [1000]) for i in range(len(weights))]
+    make = lambda: StaticMixtureWorkSource(datasets, {d.name: w for d, w in zip(datasets, weights)},
+                                           chunk_size=chunk_size, exhausted_policy="repeat").clone_for_lane(0, 1)
+    source = make()
+    for _ in range(40):
+        source.next_chunk()
+        make().load_state_dict(source.state_dict())
+
+
+def test_accumulators_that_sum_far_from_zero_are_refused():
+    """They never come from a run, and the first chunk from them would have a negative quota."""
+    with pytest.raises(ValueError, match=r"floats >= -1 whose sum lies in \[-1, 1\)"):
+        AccumulatorAllocator().state_from_json([0.0] * 7 + [-1.0, -1.0], 9)
+    with pytest.raises(ValueError, match="floats >= -1"):
+        AccumulatorAllocator().state_from_json([1.5, -1.5], 2)
 
 
 @given(weights=st.lists(st.floats(0.001, 1.0), min_size=1, max_size=6), chunk_size=st.integers(1, 20000))

@@ -72,10 +72,9 @@ class AccumulatorAllocator(_Settingless):
         return (0.0,) * num_datasets
 
     def state_from_json(self, value: Any, num_datasets: int) -> tuple[float, ...]:
-        if (not isinstance(value, list) or len(value) != num_datasets
-                or not all(type(v) is float and abs(v) <= 1.0 for v in value)):
-            raise ValueError(f"checkpoint alloc must be {num_datasets} accumulators, floats in [-1, 1], "
-                             f"got {show(value)}; the checkpoint is corrupted")
+        if not is_accumulator_state(value, num_datasets):
+            raise ValueError(f"checkpoint alloc must be {num_datasets} accumulators, floats >= -1 whose sum "
+                             f"lies in [-1, 1), got {show(value)}; the checkpoint is corrupted")
         return tuple(value)
 
     def allocate(self, state: Sequence[float], weights: Sequence[float], chunk_size: int) -> tuple[Quotas, tuple[float, ...]]:
@@ -122,6 +121,15 @@ class AccumulatorAllocator(_Settingless):
             quotas[c] += 1
             acc[c] -= 1.0
         return tuple(quotas), tuple(acc)
+
+
+def is_accumulator_state(value: Any, num_datasets: int) -> bool:
+    """``value`` holds accumulators as every chunk leaves them: a list of ``num_datasets``
+    floats, each >= -1, summing to a value in [-1, 1) (a chunk moves the sum only by rounding).
+    From a state outside, a chunk could get a negative quota."""
+    return (isinstance(value, list) and len(value) == num_datasets
+            and all(type(v) is float and math.isfinite(v) and v >= -1.0 for v in value)
+            and -1.0 <= math.fsum(value) < 1.0)
 
 
 def _exact_on_grid(share: Fraction, acc: float) -> bool:

@@ -105,9 +105,7 @@ def _allocs(config: SourceConfig, values: Any, n: int) -> bool:
         return False
     if type(config.allocator) is allocators.FixedAllocator:
         return all(v == [] for v in values)
-    width = len(config.datasets)
-    return all(type(v) is list and len(v) == width and all(type(x) is float and abs(x) <= 1.0 for x in v)
-               for v in values)
+    return all(allocators.is_accumulator_state(v, len(config.datasets)) for v in values)
 
 
 def _read(config: SourceConfig, cursors: Any, n: int) -> list[int] | None:
