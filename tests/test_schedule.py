@@ -177,12 +177,13 @@ def test_every_checkpoint_of_small_shares_loads(weights, chunk_size):
         make().load_state_dict(source.state_dict())
 
 
-def test_accumulators_that_sum_far_from_zero_are_refused():
-    """They never come from a run, and the first chunk from them would have a negative quota."""
-    with pytest.raises(ValueError, match=r"floats >= -1 whose sum lies in \[-1, 1\)"):
-        AccumulatorAllocator().state_from_json([0.0] * 7 + [-1.0, -1.0], 9)
-    with pytest.raises(ValueError, match="floats >= -1"):
-        AccumulatorAllocator().state_from_json([1.5, -1.5], 2)
+@pytest.mark.parametrize("value, n", [([0.0] * 7 + [-1.0, -1.0], 9), ([1.0, 0.0], 2), ([1.5, -1.5], 2),
+                                      ([0.5, float("nan")], 2), ([float("inf"), -1.0], 2), ([0.0, 0], 2), ([0.0], 2)])
+def test_accumulators_no_run_leaves_are_refused(value, n):
+    """A sum outside [-1, 1) or one below -1 never comes from a run (from [0]*7 + [-1, -1] a
+    chunk gets a negative quota); nor do other types, or another count."""
+    with pytest.raises(ValueError, match=rf"{n} accumulators, floats >= -1 whose sum lies in \[-1, 1\)"):
+        AccumulatorAllocator().state_from_json(value, n)
 
 
 @given(weights=st.lists(st.floats(0.001, 1.0), min_size=1, max_size=6), chunk_size=st.integers(1, 20000))
