@@ -10,7 +10,7 @@ import json
 
 import numpy as np
 import pytest
-from hypothesis import assume, given
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from zephon import Dataset, StaticMixtureWorkSource
@@ -120,8 +120,63 @@ def _positions(template, name: str, ranges) -> set[tuple]:
     return out
 
 
+@st.composite
+def token_migrations(draw):
+    """A one-pass token-mode run whose shards differ in bytes a sample (so which samples a block
+    shuffle puts first changes the schedule), and a new token-mode template over its datasets."""
+    shards = st.lists(st.tuples(st.integers(0, 12), st.integers(0, 4000)), min_size=1, max_size=3)
+    data = [Dataset.from_counts(f"t{i}", [n for n, _ in table], raw_bytes=[n * b for n, b in table])
+            for i, table in enumerate(draw(st.lists(shards, min_size=1, max_size=3)))]
+    assume(all(d.total() for d in data))
+    settings = lambda: dict(  # noqa: E731
+        chunk_size=draw(st.integers(1, 6)), seed=draw(st.integers(0, 9)), shuffle_shards=draw(st.booleans()),
+        shuffle_within_shard=draw(st.booleans()), shuffle_block_size=draw(st.none() | st.integers(1, 9) | st.just("global")),
+        token_estimation=TokenEstimation(primer=0.25))
+    kwargs = _one_pass({"datasets": data, "mixture": {d.name: draw(st.floats(0.1, 1.0)) for d in data}, **settings()})
+    template = StaticMixtureWorkSource(**kwargs)
+    template.prime()
+    try:
+        template.clone_for_lane(0, 1).next_chunk()
+    except ValueError:
+        assume(False)
+    replicas = draw(st.integers(1, 3))
+    entries, read = _progress(draw, template, replicas)
+    checkpoint = make_state(replicas, entries, dataset_fingerprints(template.datasets_by_id), {})
+    new = StaticMixtureWorkSource(data, {d.name: 1.0 for d in data}, exhausted_policy="redistribute", **settings())
+    new.prime()
+    return template, checkpoint, read, new, draw(st.integers(1, 3)), draw(st.booleans())
+
+
 @given(migrations())
 def test_nothing_twice_and_the_unread_report_is_exact(case):
+    _assert_exact(case)
+
+
+@settings(max_examples=60, deadline=None)
+@given(token_migrations())
+def test_a_token_mode_run_migrates_exactly_under_any_shuffle(case):
+    """The old schedule is rebuilt with the run's sample orders: its draws' costs depend on them."""
+    _assert_exact(case)
+
+
+@settings(max_examples=40, deadline=None)
+@given(token_migrations(), st.data())
+def test_a_migrated_token_run_migrates_again_to_where_its_lane_stands(case, data):
+    """The second migration rebuilds the sample orders the first one kept."""
+    _, checkpoint, _, new, _, _ = case
+    lane = new.clone_for_lane(0, 1)
+    lane.load_state_dict(parse_state(migrate_checkpoint(checkpoint, new, canonical_replicas=1).state).entries[0][0])
+    for _ in range(data.draw(st.integers(0, 3))):
+        lane.next_chunk()
+    state, chunk = lane.state_dict(), lane.next_chunk()
+    assume(chunk is not None)
+    entries = {0: (state, data.draw(st.integers(1, len(chunk))), 0)}
+    again = migrate_checkpoint(make_state(1, entries, dataset_fingerprints(new.datasets_by_id), {}), new)
+    assert {name: entry["cut"] for name, entry in again.report["datasets"].items()} == {
+        d.name: {"pass": c.epoch, "position": c.position} for d, c in zip(lane.config.datasets, lane.state.cursors)}
+
+
+def _assert_exact(case):
     template, checkpoint, read, new, replicas, requeue = case
     migration = migrate_checkpoint(checkpoint, new, canonical_replicas=replicas, requeue=requeue)
     assert migration == migrate_checkpoint(checkpoint, new, canonical_replicas=replicas, requeue=requeue)

@@ -59,7 +59,9 @@ def _stand_in(entry: Mapping[str, Any], new: Mapping[str, Dataset]) -> Dataset:
 
 
 def _old_base(fingerprint: Mapping[str, Any], ratios: Any, new: Mapping[str, Dataset]) -> SourceConfig:
-    """The old run's settings as a config (uniform weights; schedule-exact, not pointer-exact)."""
+    """The old run's settings as a config (uniform weights), with each dataset's sample order as
+    the run had it (block size, an order an earlier migration kept): a token-mode schedule
+    draws by the costs of the samples that order takes."""
     names = [d["name"] for d in fingerprint["datasets"]]
     datasets = [_stand_in(d, new) for d in fingerprint["datasets"]]
     estimation = None
@@ -73,7 +75,7 @@ def _old_base(fingerprint: Mapping[str, Any], ratios: Any, new: Mapping[str, Dat
         raise ValueError(f"migrate supports the built-in allocators, this run used {fingerprint['allocation']!r}")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return resolve(
+        base = resolve(
             datasets, {n: 1.0 for n in names}, chunk_size=fingerprint["chunk_size"], seed=fingerprint["seed"],
             shuffle_shards=fingerprint["shuffle_shards"], shuffle_within_shard=fingerprint["shuffle_within_shard"],
             shuffle_block_size=None, exhausted_policy=dict(zip(names, fingerprint["policies"])),
@@ -83,6 +85,11 @@ def _old_base(fingerprint: Mapping[str, Any], ratios: Any, new: Mapping[str, Dat
             allocation=fingerprint["allocation"], token_estimation=estimation,
             pass_tail=dict(zip(names, fingerprint["pass_tail"])), liveness=False,
         )
+    kept = fingerprint.get("orders") or [None] * len(names)
+    orders = {n: [*(order or (base.seed, j, base.shuffle_shards, base.shuffle_within_shard)), blocks, reshuffle]
+              for j, (n, order, blocks, reshuffle) in enumerate(zip(
+                  names, kept, fingerprint["block_sizes"], fingerprint["reshuffle_on_repeat"]))}
+    return checkpoint.with_orders(base, orders)
 
 
 def _weights(entry: Mapping[str, Any], names: list[str]) -> dict[str, float]:
