@@ -7,6 +7,7 @@ ranges (or are re-served when requeued), and the report agrees with what the lan
 from __future__ import annotations
 
 import json
+import re
 
 import numpy as np
 import pytest
@@ -323,6 +324,34 @@ def test_checkpoints_inside_the_requeue_region_replay_exactly():
     for lane, (state, _, _) in parse_state(migration.state).entries.items():
         assert state["state"]["requeue"]
         assert_replay_equivalent(lambda: _loaded(template, state, lane, 2), [0, 1, 2, 3, 5], max_chunks=12)
+
+
+def test_a_requeue_migration_makes_only_loaders_that_resume_from_their_own_checkpoints(monkeypatch):
+    """Every lane holds the requeued ranges until it has served them: a loader state of the new
+    lane count must hold them (the limit lowered here, so that a small run reaches it)."""
+    from zephon.runtime import _migrate, _state
+    from zephon.torch import DataLoader
+    for module in (_migrate, _state):
+        monkeypatch.setattr(module, "MAX_LOADER_STATE_NODES", 6000)
+    template, lanes = _lane_run(1, replicas=12)
+    checkpoint = make_state(12, {lane.lane_id: (lane.state_dict(), 5, 0) for lane in lanes},
+                            dataset_fingerprints(template.datasets_by_id), {})
+    new = StaticMixtureWorkSource(three_datasets(), {"web": 2, "code": 1, "math": 1}, chunk_size=1, seed=9,
+                                  exhausted_policy="repeat")  # one sample a chunk: lanes move on inside the region
+    with pytest.raises(ValueError, match="requeue=True") as refused:
+        migrate_checkpoint(checkpoint, new, canonical_replicas=64, requeue=True)
+    most = int(re.search(r"at most (\d+) lanes", str(refused.value)).group(1))
+    with pytest.raises(ValueError, match="requeue=True"):
+        migrate_checkpoint(checkpoint, new, canonical_replicas=most + 1, requeue=True)
+    loader = DataLoader(new, batch_size=1, canonical_replicas=most, num_workers=0, even_batches=False)
+    loader.load_state_dict(migrate_checkpoint(checkpoint, new, canonical_replicas=most, requeue=True).state)
+    batches = iter(loader)
+    for _ in range(2 * most + 3):
+        next(batches)
+    state = loader.state_dict()
+    lanes_now = [s["state"] for s, _, _ in parse_state(state).entries.values()]
+    assert all(s.get("requeue") for s in lanes_now) and len({s["chunk_index"] for s in lanes_now}) > 1
+    DataLoader(new, batch_size=1, canonical_replicas=most, num_workers=0).load_state_dict(state)
 
 
 def test_migrating_a_phased_run_walks_its_phases():

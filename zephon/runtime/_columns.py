@@ -100,13 +100,13 @@ def _finite(value: Any) -> bool:
     return True
 
 
-def _nodes(value: Any) -> int:
+def nodes(value: Any) -> int:
     """The JSON values in ``value``, itself included, a string counted once per 64 characters
     (as ``zephon.limits.check_json`` counts them): what making a lane's copy of it costs."""
     if isinstance(value, dict):
-        return 1 + sum(map(_nodes, value.values()))
+        return 1 + sum(map(nodes, value.values()))
     if isinstance(value, list):
-        return 1 + sum(map(_nodes, value))
+        return 1 + sum(map(nodes, value))
     return 1 + (len(value) // 64 if isinstance(value, str) else 0)
 
 
@@ -123,7 +123,7 @@ def leaves(column: Any) -> int:
     fields = column.get("fields") if type(column) is dict else None
     if type(fields) is dict and fields:
         return sum(leaves(c) for c in fields.values())
-    return _nodes(column.get("same")) if type(column) is dict else 1
+    return nodes(column.get("same")) if type(column) is dict else 1
 
 
 def decode(column: Any, n: int, where: str) -> list[Any]:

@@ -3,12 +3,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from zephon.limits import MAX_REPLICAS, show
+from zephon.core.checkpoint import KEY_STATE
+from zephon.limits import MAX_LOADER_STATE_NODES, MAX_REPLICAS, show
+from zephon.runtime._columns import nodes
 from zephon.runtime._packed import initial_operator
 from zephon.runtime._state import (
     DatasetRecord, dataset_fingerprints, make_state, missing_lanes, parse_state, run_fingerprint,
 )
 from zephon.work.migration import Migration, lane_state, migrate_lanes
+from zephon.work.phased_mixture import KEY_INNER, KEY_ORIGIN
 
 
 def migrate_checkpoint(checkpoint: Any, new_pipeline_or_source: Any, *, canonical_replicas: int | None = None,
@@ -26,7 +29,9 @@ def migrate_checkpoint(checkpoint: Any, new_pipeline_or_source: Any, *, canonica
     canonical_replicas : int or None, default None
         The new run's lane count; None keeps the checkpoint's.
     requeue : bool, default False
-        Re-serve the assigned-but-unread samples first (see ``zephon.work.migrate``).
+        Re-serve the assigned-but-unread samples first (see ``zephon.work.migrate``). A
+        ``ValueError`` where every lane's state holding their ranges would make a loader state
+        of ``canonical_replicas`` lanes larger than one may be; it names the most lanes allowed.
 
     Returns
     -------
@@ -52,6 +57,9 @@ def migrate_checkpoint(checkpoint: Any, new_pipeline_or_source: Any, *, canonica
     replicas = parsed.canonical_replicas if canonical_replicas is None else canonical_replicas
     new_state, report, history, orders = migrate_lanes(
         {lane: (entry[0], entry[1]) for lane, entry in parsed.entries.items()}, source, requeue)
+    if requeue:
+        _refuse_oversized_region(lane_state(new_state, source.clone_for_lane(0, replicas).config, history, orders),
+                                 replicas)
     entries = {lane: (lane_state(new_state, source.clone_for_lane(lane, replicas).config, history, orders), 0, 0)
                for lane in range(replicas)}
     report["canonical_replicas"] = {"before": parsed.canonical_replicas, "after": replicas}
@@ -78,6 +86,19 @@ def _refuse_renamed(saved: list[DatasetRecord], new: list[DatasetRecord]) -> Non
         raise ValueError(f"migrate_checkpoint: dataset {old!r} of the checkpoint is {now!r} in the new source (the "
                          f"same content fingerprint); under a new name it would start its passes again and repeat "
                          f"what the run read: keep the name {old!r}")
+
+
+def _refuse_oversized_region(state: Any, replicas: int) -> None:
+    """Every lane's state holds the requeued ranges until it has served them: a loader state of
+    ``replicas`` lanes at ``state``'s size must stay within what a loader state holds (loading it
+    checks the same), or the new run could not resume from its own checkpoints."""
+    inner = state.get(KEY_INNER, state)
+    per_lane = nodes(inner[KEY_STATE]) + nodes(state.get(KEY_ORIGIN, [])) + 4  # and lane, phase, read, turn
+    if replicas * per_lane > MAX_LOADER_STATE_NODES:
+        raise ValueError(f"requeue=True puts the unread samples' ranges in each lane's state until it has served "
+                         f"them: {replicas} lanes of {per_lane} values, more than a loader state holds "
+                         f"({MAX_LOADER_STATE_NODES}); migrate with requeue=False (the report lists them) or to at "
+                         f"most {MAX_LOADER_STATE_NODES // per_lane} lanes")
 
 
 def _window(operator: Any) -> int:
