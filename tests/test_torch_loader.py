@@ -623,7 +623,7 @@ def test_pinning_walks_dicts_lists_tuples_and_namedtuples_and_leaves_the_rest(mo
 def test_columnar_bundles_are_sized_by_rows_and_bytes_and_larger_in_the_main_process(row_bytes):
     from zephon.torch._bundles import COLUMNAR_BUNDLE, COLUMNAR_BYTES, HERE_COLUMNAR, Plan
 
-    source = StaticMixtureWorkSource([Dataset.from_counts("a", [10])], {"a": 1.0}, chunk_size=4)
+    source = StaticMixtureWorkSource([Dataset.from_counts("a", [10**6])], {"a": 1.0}, chunk_size=1024)
     plan = Plan(Pipeline(source), 1, {0: [0]}, {}, 256, False, None, None)
     sizes = []
     for _ in range(2):  # as a worker's reader, then as the main process's
@@ -633,3 +633,20 @@ def test_columnar_bundles_are_sized_by_rows_and_bytes_and_larger_in_the_main_pro
     by_bytes = COLUMNAR_BYTES // row_bytes
     assert sizes == [min(COLUMNAR_BUNDLE, by_bytes) // 256 * 256, min(HERE_COLUMNAR, by_bytes) // 256 * 256]
     assert all(size % 256 == 0 and size >= 256 for size in sizes)
+
+
+@pytest.mark.parametrize("chunk_size, batch_size", [(1, 1), (4, 256), (3, 10), (16384, 256)])
+def test_a_bundle_holds_at_most_so_many_chunks_in_whole_batches(chunk_size, batch_size):
+    """A source of small chunks makes its first bundle in milliseconds, on every path."""
+    from zephon.torch._bundles import BUNDLE_CHUNKS, HERE_BUNDLE, POINTER_BUNDLE, Plan
+
+    source = StaticMixtureWorkSource([Dataset.from_counts("a", [10**6])], {"a": 1.0}, chunk_size=chunk_size)
+    plan = Plan(Pipeline(source), 1, {0: [0]}, {}, batch_size, False, None, None)
+    sizes = [plan.bundle_size]
+    plan.read_here()
+    sizes.append(plan.bundle_size)
+    plan.fit_bundles(1.0)
+    sizes.append(plan.bundle_size)
+    most = max(batch_size, BUNDLE_CHUNKS * chunk_size // batch_size * batch_size)
+    assert sizes[:2] == [min(POINTER_BUNDLE // batch_size * batch_size, most), min(HERE_BUNDLE, most)]
+    assert sizes[2] <= most and all(size % batch_size == 0 for size in sizes)
