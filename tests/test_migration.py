@@ -326,7 +326,8 @@ def test_checkpoints_inside_the_requeue_region_replay_exactly():
         assert_replay_equivalent(lambda: _loaded(template, state, lane, 2), [0, 1, 2, 3, 5], max_chunks=12)
 
 
-def test_a_requeue_migration_makes_only_loaders_that_resume_from_their_own_checkpoints(monkeypatch):
+@pytest.mark.parametrize("phased", [False, True])
+def test_a_requeue_migration_makes_only_loaders_that_resume_from_their_own_checkpoints(monkeypatch, phased):
     """Every lane holds the requeued ranges until it has served them: a loader state of the new
     lane count must hold them (the limit lowered here, so that a small run reaches it)."""
     from zephon.runtime import _migrate, _state
@@ -336,8 +337,10 @@ def test_a_requeue_migration_makes_only_loaders_that_resume_from_their_own_check
     template, lanes = _lane_run(1, replicas=12)
     checkpoint = make_state(12, {lane.lane_id: (lane.state_dict(), 5, 0) for lane in lanes},
                             dataset_fingerprints(template.datasets_by_id), {})
-    new = StaticMixtureWorkSource(three_datasets(), {"web": 2, "code": 1, "math": 1}, chunk_size=1, seed=9,
-                                  exhausted_policy="repeat")  # one sample a chunk: lanes move on inside the region
+    settings = dict(chunk_size=1, seed=9, exhausted_policy="repeat")  # one sample a chunk: lanes move on inside
+    mixture = {"web": 2, "code": 1, "math": 1}  # the region
+    new = (PhasedMixtureWorkSource(three_datasets(), [Phase(mixture, until_chunk=50), Phase({"web": 1})], **settings)
+           if phased else StaticMixtureWorkSource(three_datasets(), mixture, **settings))
     with pytest.raises(ValueError, match="requeue=True") as refused:
         migrate_checkpoint(checkpoint, new, canonical_replicas=64, requeue=True)
     most = int(re.search(r"at most (\d+) lanes", str(refused.value)).group(1))
@@ -349,7 +352,7 @@ def test_a_requeue_migration_makes_only_loaders_that_resume_from_their_own_check
     for _ in range(2 * most + 3):
         next(batches)
     state = loader.state_dict()
-    lanes_now = [s["state"] for s, _, _ in parse_state(state).entries.values()]
+    lanes_now = [s.get("inner", s)["state"] for s, _, _ in parse_state(state).entries.values()]
     assert all(s.get("requeue") for s in lanes_now) and len({s["chunk_index"] for s in lanes_now}) > 1
     DataLoader(new, batch_size=1, canonical_replicas=most, num_workers=0).load_state_dict(state)
 
@@ -430,6 +433,9 @@ def test_malformed_states_and_mixed_runs_are_refused_before_anything_else():
         migrate(broken, template)
     with pytest.raises(ValueError, match="malformed"):
         migrate({**state, "fingerprint": {}}, template)
+    for key, value in (("block_sizes", [0]), ("orders", 5), ("reshuffle_on_repeat", [True])):
+        with pytest.raises(ValueError, match="must each list the 3 datasets"):
+            migrate({**state, "fingerprint": {**state["fingerprint"], key: value}}, template)
     other = StaticMixtureWorkSource(three_datasets(), {"web": 1, "code": 1, "math": 1}, chunk_size=12, seed=9,
                                     exhausted_policy="repeat").clone_for_lane(1, 2)
     entries = {0: (state, 0, 0), 1: (other.state_dict(), 0, 0)}

@@ -3,7 +3,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from zephon.core.checkpoint import KEY_STATE
+from zephon.core.checkpoint import (
+    KEY_FINGERPRINT, KEY_KIND, KEY_MIGRATIONS, KEY_ORDERS, KEY_RATIOS, KEY_REPLICAS, KEY_VERSION,
+)
 from zephon.limits import MAX_LOADER_STATE_NODES, MAX_REPLICAS, show
 from zephon.runtime._columns import nodes
 from zephon.runtime._packed import initial_operator
@@ -11,7 +13,10 @@ from zephon.runtime._state import (
     DatasetRecord, dataset_fingerprints, make_state, missing_lanes, parse_state, run_fingerprint,
 )
 from zephon.work.migration import Migration, lane_state, migrate_lanes
-from zephon.work.phased_mixture import KEY_INNER, KEY_ORIGIN
+from zephon.work.phased_mixture import KEY_PHASES
+
+_RUN_KEYS = frozenset((KEY_KIND, KEY_VERSION, KEY_REPLICAS, KEY_FINGERPRINT, KEY_RATIOS, KEY_ORDERS, KEY_MIGRATIONS,
+                       KEY_PHASES))  # what every lane of a run holds alike: a loader state keeps it once
 
 
 def migrate_checkpoint(checkpoint: Any, new_pipeline_or_source: Any, *, canonical_replicas: int | None = None,
@@ -91,9 +96,9 @@ def _refuse_renamed(saved: list[DatasetRecord], new: list[DatasetRecord]) -> Non
 def _refuse_oversized_region(state: Any, replicas: int) -> None:
     """Every lane's state holds the requeued ranges until it has served them: a loader state of
     ``replicas`` lanes at ``state``'s size must stay within what a loader state holds (loading it
-    checks the same), or the new run could not resume from its own checkpoints."""
-    inner = state.get(KEY_INNER, state)
-    per_lane = nodes(inner[KEY_STATE]) + nodes(state.get(KEY_ORIGIN, [])) + 4  # and lane, phase, read, turn
+    checks the same), or the new run could not resume from its own checkpoints. A loader state
+    keeps the run's settings once; the rest of a lane's state counts once per lane."""
+    per_lane = sum(nodes(value) for key, value in state.items() if key not in _RUN_KEYS) + 3  # read, turn, lane
     if replicas * per_lane > MAX_LOADER_STATE_NODES:
         raise ValueError(f"requeue=True puts the unread samples' ranges in each lane's state until it has served "
                          f"them: {replicas} lanes of {per_lane} values, more than a loader state holds "

@@ -85,10 +85,13 @@ def _old_base(fingerprint: Mapping[str, Any], ratios: Any, new: Mapping[str, Dat
             allocation=fingerprint["allocation"], token_estimation=estimation,
             pass_tail=dict(zip(names, fingerprint["pass_tail"])), liveness=False,
         )
-    kept = fingerprint.get("orders") or [None] * len(names)
+    columns = [fingerprint.get("orders") or [None] * len(names), fingerprint["block_sizes"],
+               fingerprint["reshuffle_on_repeat"]]
+    if not all(type(column) is list and len(column) == len(names) for column in columns):
+        raise ValueError(f"checkpoint fingerprint: orders, block_sizes and reshuffle_on_repeat must each list the "
+                         f"{len(names)} datasets; the checkpoint is corrupted")
     orders = {n: [*(order or (base.seed, j, base.shuffle_shards, base.shuffle_within_shard)), blocks, reshuffle]
-              for j, (n, order, blocks, reshuffle) in enumerate(zip(
-                  names, kept, fingerprint["block_sizes"], fingerprint["reshuffle_on_repeat"]))}
+              for j, (n, order, blocks, reshuffle) in enumerate(zip(names, *columns))}
     return checkpoint.with_orders(base, orders)
 
 
