@@ -163,6 +163,9 @@ def test_bad_settings_are_refused():
         pack.config(0)
     with pytest.raises(ValueError, match="strategy"):
         pack.config(8, "greedy")
+    for name in ("pad_id", "bos_id", "eos_id"):
+        with pytest.raises(ValueError, match=rf"pack\({name}=9223372036854775808\).*\[0, 2\*\*63 - 1\]"):
+            pack.config(8, **{name: 2**63})
     names = {"a": 0, "b": 1}
     with pytest.raises(ValueError, match="weights"):
         mixture.config("strict", {"z": 1.0}, names, 0.01, 8)

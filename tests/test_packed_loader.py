@@ -223,6 +223,32 @@ def test_a_packed_run_migrates_to_new_weights():
     assert batches and batches[0]["input_ids"].shape == (3, 32)
 
 
+def _token_spans(batches):
+    """Per document, the token offsets the batches hold."""
+    spans = {}
+    for batch in batches:
+        for doc in batch["_documents"]:
+            for d, s, o, _, a, b in doc:
+                spans.setdefault((d, s, o), set()).update(range(a, b))
+    return spans
+
+
+@settings(max_examples=12, deadline=None)
+@given(packing=st.sampled_from([{}, {"strategy": "best_fit"}, {"mode": "strict"}]), cut=st.integers(1, 12),
+       requeue=st.booleans())
+def test_a_migration_serves_no_document_the_loop_received_whole_again(packing, cut, requeue):
+    whole = _token_spans(run(pipeline(**packing))[0])
+    before, state, _ = run(pipeline(**packing), cut=cut)
+    migration = zt.migrate_checkpoint(state, pipeline(**packing), requeue=requeue)
+    after = _token_spans(run(pipeline(**packing), state=migration.state)[0])
+    received = _token_spans(before)
+    again = [doc for doc in after if doc in received]
+    assert all(received[doc] != whole[doc] for doc in again)  # only documents a packer held
+    assert len(again) <= migration.report["packers"][pipeline(**packing).packing.name]["documents_held"]
+    if requeue:  # a document the loop received in part is served again, whole
+        assert all(after.get(doc) == whole[doc] for doc in received if received[doc] != whole[doc])
+
+
 def test_a_curriculum_packs_and_resumes_exactly():
     from zephon.work import Phase, PhasedMixtureWorkSource
 
@@ -351,6 +377,46 @@ def test_a_checkpoint_holding_the_settings_digest_still_restores_into_the_same_s
     assert [sequence_keys(b) for b in rest] == [sequence_keys(b) for b in full[2:]]
     with pytest.raises(ValueError, match="packed with other settings .seq_len, strategy"):
         run(pipeline(), state=_as_digest(state, pipeline(seq_len=64).packing.digest))
+
+
+def _fast_tokenizers():
+    """Two ``transformers`` tokenizers of one type, name and vocabulary size that encode otherwise."""
+    transformers = pytest.importorskip("transformers")
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+    texts = [record["text"] for dataset in corpus() for shard in range(3) for record in dataset.read(shard, range(8))]
+    made = []
+    for pre in (pre_tokenizers.Whitespace(), pre_tokenizers.Split("", "isolated")):
+        backend = Tokenizer(models.BPE(unk_token="[UNK]"))
+        backend.pre_tokenizer = pre
+        backend.train_from_iterator(texts, trainers.BpeTrainer(vocab_size=60, special_tokens=["[UNK]", "[EOS]"],
+                                                               show_progress=False))
+        made.append(transformers.PreTrainedTokenizerFast(tokenizer_object=backend, eos_token="[EOS]"))
+    return made
+
+
+def _tokenized(tokenizer):
+    return Pipeline(pipeline().source).tokenize(tokenizer).pack(32, pad_id=0)
+
+
+def test_a_checkpoint_tells_transformers_tokenizers_of_one_name_apart():
+    ours, other = _fast_tokenizers()
+    _, state, _ = run(_tokenized(ours), cut=2)
+    with pytest.raises(ValueError, match=r"tokenize\[0\]\.tokenizer: 'transformers\..*:tokenizers:\w+' in the checkpoint"):
+        run(_tokenized(other), state=state)
+    operators = state["operators"]["pack"]["fields"]  # as written before the vocabularies counted:
+    named = {"fields": {key: {"same": value} for key, value in _tokenized(ours).packing.named}}
+    named = sealed({**state, "operators": {"pack": {"fields": {**operators, "packer": named}}}})
+    with pytest.warns(RuntimeWarning, match="only their names were checked"):
+        rest, _, _ = run(_tokenized(ours), state=named)
+    assert [sequence_keys(b) for b in rest] == [sequence_keys(b) for b in run(_tokenized(ours))[0][2:]]
+
+
+def test_a_tokenizer_that_pads_is_refused():
+    ours, _ = _fast_tokenizers()
+    backend = ours.backend_tokenizer
+    backend.enable_padding(pad_id=0)
+    with pytest.raises(ValueError, match=r"the tokenizer pads .*no_padding\(\)"):
+        Pipeline(pipeline().source).tokenize(backend, eos_id=1)
 
 
 def test_a_lambda_tokenizer_reaches_spawned_workers():

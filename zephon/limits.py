@@ -55,6 +55,7 @@ MAX_PHASE_WALK = 2**28  # chunks, walked by the scheduling kernel (about 20 M ch
 MAX_TOKEN_PHASE_WALK = 2**18  # chunks, planned one at a time in token mode (about 30 k chunks/s)
 MAX_CALIBRATION = 2**16
 MAX_RECORD_TOKENS = 2**40
+MAX_TOKEN_ID = 2**63 - 1  # token ids are int64
 MAX_TOKEN_RATIO = 2**10
 MAX_STATE_NODES = 2**16
 STATE_NODES_PER_DATASET = 64

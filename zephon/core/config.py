@@ -13,8 +13,8 @@ from __future__ import annotations
 import hashlib
 import math
 import numbers
-from dataclasses import dataclass, field, fields
-from typing import Any
+from dataclasses import dataclass, field, fields, replace
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -298,6 +298,18 @@ class SourceConfig:
             object.__setattr__(out, f.name, getattr(self, f.name))
         object.__setattr__(out, "lane", lane)
         object.__setattr__(out, "canonical_replicas", replicas)
+        return out
+
+    def with_normalised(self, normalised: Sequence[float]) -> SourceConfig:
+        """This config with the normalised weights a run recorded (its fingerprint's), bit for
+        bit: normalising them again may move a last bit, and with it a rounding tie of the
+        allocator, so the run's chunks would be planned otherwise."""
+        if len(normalised) != len(self.datasets) or any((w > 0.0) != (d.weight > 0.0)
+                                                        for w, d in zip(normalised, self.datasets)):
+            raise ValueError(f"the recorded normalised weights {list(normalised)} do not fit the datasets' weights "
+                             f"{[d.weight for d in self.datasets]}; the record is corrupted")
+        out = replace(self)
+        object.__setattr__(out, "normalised", tuple(float(w) for w in normalised))
         return out
 
     @property

@@ -8,6 +8,10 @@ Every pointer of a global chunk before ``C`` was assigned; those not read are li
 dataset, position ranges of a pass). The run continues from the global state at ``C``: each
 dataset's cursor, so nothing assigned before the cut is served again by the new schedule.
 
+A lane may also have read on past its chunk while some samples before its position stay
+unread (a packer that holds documents back): ``consumed`` then runs into the lane's next chunks,
+and ``held`` names the samples before it that count as unread.
+
 Everything is numbers: no pointer is generated. A static config is walked as a phased config
 with one phase (``as_phased``).
 """
@@ -18,7 +22,7 @@ from dataclasses import dataclass
 from zephon.core import index
 from zephon.core.config import SourceConfig
 from zephon.core.phases import PhasedConfig, PhasedState, bind, plan_phased
-from zephon.core.schedule import CursorState, Ended, SourceState
+from zephon.core.schedule import CursorState, Ended, Planned, SourceState
 
 Range = tuple[int, int, int]  # (pass, start, stop): positions [start, stop) of a dataset's pass
 
@@ -36,11 +40,14 @@ def as_phased(config: SourceConfig | PhasedConfig, state: SourceState | PhasedSt
 
 @dataclass(frozen=True, slots=True)
 class LaneAt:
-    """One lane of the old run: its chunk-start state and the samples of that chunk read."""
+    """One lane of the old run: its chunk-start state, the samples read from that chunk's start
+    on (they may run into the lane's next chunks) and, of those, the ones ``held`` unread
+    (offsets from the chunk's start, ascending)."""
 
     lane: int
     state: PhasedState
     consumed: int
+    held: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,25 +105,34 @@ def cut(config: PhasedConfig, lanes: list[LaneAt]) -> Cut:
     firsts: dict[int, int | None] = {}
     frontier = 0
     for at in lanes:
-        planned, _ = plan_phased(at.state, bind(config, at.lane, replicas))
+        state, planned, consumed = _read_to(bind(config, at.lane, replicas), at)
         if isinstance(planned, Ended):
-            if at.consumed:
-                raise ValueError(f"lane {at.lane} read {at.consumed} samples of a chunk, but its stream has ended; "
-                                 "the checkpoint is corrupted")
             firsts[at.lane] = None
-            frontier = max(frontier, at.state.chunk_index)
+            frontier = max(frontier, state.chunk_index)
             continue
-        if at.consumed > sum(planned.quotas):
-            raise ValueError(f"lane {at.lane} read {at.consumed} samples of a chunk of {sum(planned.quotas)}; "
-                             "the checkpoint is corrupted")
         firsts[at.lane] = planned.chunk_index
-        frontier = max(frontier, planned.chunk_index + 1 if at.consumed else at.state.chunk_index)
+        frontier = max(frontier, planned.chunk_index + 1 if consumed else state.chunk_index)
     ranges: list[list[Range]] = [[] for _ in config.datasets]
     for at in lanes:
         _unread_of_lane(bind(config, at.lane, replicas), at, frontier, ranges)
     cursors = _global_state_at(config, lanes, frontier).inner.cursors
     return Cut(frontier, tuple(_draw_position(cur) for cur in cursors),
                tuple(_merge(r) for r in ranges), firsts, tuple(cur.tails for cur in cursors))
+
+
+def _read_to(config: PhasedConfig, at: LaneAt) -> tuple[PhasedState, Planned | Ended, int]:
+    """The lane's chunk where its reading stands: its start state, its plan, the samples of it
+    read. Raises ``ValueError`` if the lane read more than its stream holds."""
+    state, consumed = at.state, at.consumed
+    while True:
+        planned, p = plan_phased(state, config)
+        size = 0 if isinstance(planned, Ended) else sum(planned.quotas)
+        if consumed <= size:
+            return state, planned, consumed
+        if isinstance(planned, Ended):
+            raise ValueError(f"lane {at.lane} read {at.consumed} samples from a chunk on, more than its stream holds; "
+                             "the checkpoint is corrupted")
+        state, consumed = PhasedState(p, planned.state, state.origin), consumed - size
 
 
 def _draw_position(cursor: CursorState) -> CursorState:
@@ -127,17 +143,32 @@ def _draw_position(cursor: CursorState) -> CursorState:
 
 def _unread_of_lane(config: PhasedConfig, at: LaneAt, frontier: int, ranges: list[list[Range]]) -> None:
     """Add the lane's assigned-but-unread ranges before ``frontier`` to ``ranges``."""
-    state, consumed = at.state, at.consumed
+    state, consumed, held = at.state, at.consumed, at.held
     while True:
         planned, p = plan_phased(state, config)
         if isinstance(planned, Ended) or planned.chunk_index >= frontier:
             return
-        taken = _read_prefix(planned.quotas, consumed)
+        size = sum(planned.quotas)
+        taken = _read_prefix(planned.quotas, min(consumed, size))
         for c, (quota, start) in enumerate(zip(planned.quotas, planned.starts)):
             if quota > taken[c]:
                 total = config.datasets[c].total
                 ranges[c].extend(in_passes(start.epoch, start.position + taken[c], start.position + quota, total))
-        state, consumed = PhasedState(p, planned.state, state.origin), 0
+        _add_held(config, planned, [h for h in held if h < size], ranges)
+        state, consumed, held = PhasedState(p, planned.state, state.origin), max(0, consumed - size), \
+            tuple(h - size for h in held if h >= size)
+
+
+def _add_held(config: PhasedConfig, planned: Planned, held: list[int], ranges: list[list[Range]]) -> None:
+    """Add the draws of the chunk's samples ``held`` (offsets in its read order) to ``ranges``."""
+    if not held:
+        return
+    datasets, _ = index.round_robin(tuple(planned.quotas))
+    for j in held:
+        c = int(datasets[j])
+        start, draw = planned.starts[c], int((datasets[:j] == c).sum())
+        ranges[c].extend(in_passes(start.epoch, start.position + draw, start.position + draw + 1,
+                                   config.datasets[c].total))
 
 
 def _global_state_at(config: PhasedConfig, lanes: list[LaneAt], frontier: int) -> PhasedState:

@@ -11,9 +11,10 @@
 names documents by their place in the lane (pointers and token offsets), never holds tokens.
 """
 from zephon.ops import mixture, pack, tokenize
-from zephon.ops.chain import Packing
+from zephon.ops.chain import Packing, held_documents
 from zephon.ops.mixture import MixtureConfig
 from zephon.ops.pack import Doc, PackConfig, Row
 from zephon.ops.tokenize import TokenizeConfig
 
-__all__ = ["Doc", "MixtureConfig", "PackConfig", "Packing", "Row", "TokenizeConfig", "mixture", "pack", "tokenize"]
+__all__ = ["Doc", "MixtureConfig", "PackConfig", "Packing", "Row", "TokenizeConfig", "held_documents", "mixture", "pack",
+           "tokenize"]

@@ -21,26 +21,36 @@ State = PackState | StrictState
 Settings = tuple[tuple[str, Any], ...]  # (name, JSON scalar) pairs, in a fixed order
 
 
-def settings(packing: PackConfig, mixing: MixtureConfig | None, tokenizers: Sequence[TokenizeConfig]) -> Settings:
+def settings(packing: PackConfig, mixing: MixtureConfig | None, tokenizers: Sequence[TokenizeConfig],
+             content: bool = True) -> Settings:
     """The settings that make a packed stream, one JSON scalar each: a checkpoint's packer state
     restores only where they are the same, and a restore names those that differ. A mixture
-    rule counts only where it drives the packer (``mode="strict"``)."""
+    rule counts only where it drives the packer (``mode="strict"``). ``content=False``: the
+    tokenizers as checkpoints written before their vocabularies counted name them
+    (``tokenizer_identity``)."""
     out: list[tuple[str, Any]] = [(f"pack.{key}", value) for key, value in asdict(packing).items()]
     if mixing is not None and mixing.mode == mixture.STRICT:
         out += [("ensure_mixture.shares", " ".join(repr(s) for s in mixing.shares)),
                 ("ensure_mixture.tolerance", repr(mixing.tolerance)), ("ensure_mixture.queue", mixing.queue)]
     out.append(("tokenize.steps", len(tokenizers)))
     for k, t in enumerate(tokenizers):
-        out += [(f"tokenize[{k}].tokenizer", tokenizer_identity(t.tokenizer)), (f"tokenize[{k}].field", t.field),
+        out += [(f"tokenize[{k}].tokenizer", tokenizer_identity(t.tokenizer, content)), (f"tokenize[{k}].field", t.field),
                 (f"tokenize[{k}].eos_id", t.eos_id)]
     return tuple(out)
 
 
 def legacy_digest(packing: PackConfig, mixing: MixtureConfig | None, tokenizers: Sequence[TokenizeConfig]) -> str:
     """What checkpoints written before the settings were spelled out held instead: 32 hex digits of them."""
-    steps = [{"field": t.field, "eos_id": t.eos_id, "tokenizer": tokenizer_identity(t.tokenizer)} for t in tokenizers]
+    steps = [{"field": t.field, "eos_id": t.eos_id, "tokenizer": tokenizer_identity(t.tokenizer, content=False)}
+             for t in tokenizers]
     old = {"pack": asdict(packing), "mixture": None if mixing is None else asdict(mixing), "tokenize": steps}
     return hashlib.sha256(json.dumps(old, sort_keys=True).encode()).hexdigest()[:32]
+
+
+def held_documents(data: Any) -> tuple[int, ...]:
+    """The documents (from the base) a packing stage's JSON state holds, of either stage,
+    ascending; refuses one of neither form."""
+    return mixture.held(data) if isinstance(data, dict) and "queued" in data else pack.held(data)
 
 
 @dataclass(frozen=True)
@@ -50,12 +60,14 @@ class Packing:
     pack: PackConfig
     mixture: MixtureConfig | None = None
     settings: Settings = ()  # what makes its sequences: its settings and the tokenize steps before it
+    named: Settings = ()  # the same with the tokenizers named as checkpoints before their vocabularies counted did
     digest: str = ""  # the same, as checkpoints before the settings were spelled out held them
 
     @classmethod
     def of(cls, packing: PackConfig, mixing: MixtureConfig | None, tokenizers: Sequence[TokenizeConfig]) -> Packing:
         """The packing stage after ``tokenizers``."""
-        return cls(packing, mixing, settings(packing, mixing, tokenizers), legacy_digest(packing, mixing, tokenizers))
+        return cls(packing, mixing, settings(packing, mixing, tokenizers), settings(packing, mixing, tokenizers, False),
+                   legacy_digest(packing, mixing, tokenizers))
 
     @property
     def strict(self) -> bool:

@@ -183,10 +183,7 @@ def _checked(config: MixtureConfig, data: Any) -> tuple[np.ndarray, dict[int, in
             and len(data["placed"]) == len(data["late"]) == kinds):
         raise ValueError(f"ensure_mixture state must be a dict of {keys} ('placed' and 'late': {kinds} counts), "
                          f"got {show(data)}")
-    try:
-        queued = np.unpackbits(np.frombuffer(base64.b64decode(data["queued"], validate=True), dtype=np.uint8))
-    except ValueError:
-        raise ValueError(f"ensure_mixture state: 'queued' is not a base64 bitmap: {show(data['queued'])}") from None
+    queued = _bitmap(data["queued"])
     heads: dict[int, int] = {}
     for head in data["heads"]:
         if not (isinstance(head, list) and len(head) == 2 and all(type(v) is int for v in head)
@@ -195,6 +192,21 @@ def _checked(config: MixtureConfig, data: Any) -> tuple[np.ndarray, dict[int, in
                              f"once, got {show(head)}")
         heads[head[0]] = head[1]
     return queued, heads
+
+
+def _bitmap(queued: Any) -> np.ndarray:
+    try:
+        return np.unpackbits(np.frombuffer(base64.b64decode(queued, validate=True), dtype=np.uint8))
+    except (ValueError, TypeError):
+        raise ValueError(f"ensure_mixture state: 'queued' is not a base64 bitmap: {show(queued)}") from None
+
+
+def held(data: Any) -> tuple[int, ...]:
+    """The documents (from the base) a JSON state holds, queued or packed, ascending; refuses one
+    not of its form."""
+    if not (isinstance(data, dict) and "pack" in data and "queued" in data):
+        raise ValueError(f"ensure_mixture state must hold 'pack' and 'queued', got {show(data)}")
+    return tuple(sorted(set(np.flatnonzero(_bitmap(data["queued"])).tolist()) | set(pack.held(data["pack"]))))
 
 
 def documents_held(config: MixtureConfig, packing: PackConfig, data: Any) -> tuple[int, int] | None:

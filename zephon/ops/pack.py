@@ -18,7 +18,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from zephon.limits import show
+from zephon.limits import MAX_TOKEN_ID, show
 
 CONCAT, BEST_FIT = "concat", "best_fit"
 PAD, DROP = "pad", "drop"
@@ -80,8 +80,8 @@ class PackState:
 
 
 def _token_id(name: str, value: Any) -> int | None:
-    if value is not None and (type(value) is not int or value < 0):
-        raise ValueError(f"pack({name}={value!r}) must be None or an int >= 0 (a token id)")
+    if value is not None and (type(value) is not int or not 0 <= value <= MAX_TOKEN_ID):
+        raise ValueError(f"pack({name}={value!r}) must be None or an int in [0, 2**63 - 1] (a token id)")
     return value
 
 
@@ -96,8 +96,8 @@ def config(seq_len: int, strategy: str = CONCAT, pad_id: int | None = None, bos_
     if final is None:
         final = PAD if pad_id is not None else DROP
     if final not in (PAD, DROP):
-        raise ValueError(f"pack(final={final!r}) must be {PAD!r} (pad the last partial sequence) or {DROP!r} "
-                         "(drop it, counted)")
+        raise ValueError(f"pack(final={final!r}) must be {PAD!r} (pad the sequences open at the lane's end) or "
+                         f"{DROP!r} (drop them, counted)")
     if pad_id is None and (strategy == BEST_FIT or final == PAD):
         raise ValueError(f"pack(strategy={strategy!r}, final={final!r}) pads sequences: pass pad_id=<a token id>")
     if type(pool) is not int or not 1 <= pool <= MAX_POOL:
@@ -323,6 +323,11 @@ def documents_held(config: PackConfig, data: Any) -> tuple[int, int] | None:
     it holds none; refuses a state this packer could not have made."""
     held = [p[0] for p in _checked(config, data)]
     return (min(held), max(held) + 1) if held else None
+
+
+def held(data: Any) -> tuple[int, ...]:
+    """The documents (from the base) a JSON state holds, ascending; refuses one not of its form."""
+    return tuple(sorted({p[0] for p in _spans(data)}))
 
 
 def state_from_json(config: PackConfig, data: Any, docs: Sequence[Doc | None]) -> PackState:

@@ -12,6 +12,8 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
+from zephon.limits import MAX_TOKEN_ID
+
 KEY_IDS, KEY_COUNT = "input_ids", "num_tokens"
 
 
@@ -30,6 +32,9 @@ def config(tokenizer: Any, field: str = "text", add_eos: bool = True, eos_id: in
     if not (callable(tokenizer) or callable(getattr(tokenizer, "encode", None))):
         raise TypeError(f"tokenize(tokenizer): pass a callable str -> ids or an object with .encode (a Hugging Face "
                         f"tokenizer), got {type(tokenizer).__name__}")
+    if getattr(tokenizer, "padding", None) is not None and hasattr(tokenizer, "no_padding"):
+        raise ValueError(f"tokenize(tokenizer): the tokenizer pads ({tokenizer.padding}), so a text's ids would depend "
+                         "on the texts encoded beside it; call tokenizer.no_padding() first (pack() pads sequences)")
     if not isinstance(field, str):
         raise TypeError(f"tokenize(field={field!r}): the field must be a str, e.g. 'text'")
     if type(add_eos) is not bool:
@@ -39,8 +44,8 @@ def config(tokenizer: Any, field: str = "text", add_eos: bool = True, eos_id: in
         if eos_id is None:
             raise ValueError(f"tokenize(add_eos=True): {type(tokenizer).__name__} has no eos_token_id; pass "
                              "eos_id=<the id of your end-of-document token>, or add_eos=False")
-    if eos_id is not None and (type(eos_id) is not int or eos_id < 0):
-        raise ValueError(f"tokenize(eos_id={eos_id!r}) must be an int >= 0")
+    if eos_id is not None and (type(eos_id) is not int or not 0 <= eos_id <= MAX_TOKEN_ID):
+        raise ValueError(f"tokenize(eos_id={eos_id!r}) must be an int in [0, 2**63 - 1]")
     return TokenizeConfig(tokenizer, field, eos_id if add_eos else None)
 
 

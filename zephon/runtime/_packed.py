@@ -15,6 +15,7 @@ position of the reader (sequences handed out), built from them.
 """
 from __future__ import annotations
 
+import warnings
 from collections import deque
 from dataclasses import dataclass
 from typing import Any, Iterator, Mapping, Sequence
@@ -66,12 +67,18 @@ def _check_settings(packing: Packing, saved: Any, lane: int) -> None:
         return
     if not (type(saved) is dict and all(type(v) in (int, str, bool, type(None)) for v in saved.values())):
         raise ValueError(f"lane {lane}: the {packing.name} settings must be a dict of ints, strings, bools and nulls, got {show(saved)}")
-    now = dict(packing.settings)
-    differ = [f"{key}: {_setting(saved, key)} in the checkpoint, {_setting(now, key)} now"
-              for key in sorted(saved.keys() | now.keys()) if _typed(saved, key) != _typed(now, key)]
-    if differ:
+    differ = _differences(saved, dict(packing.settings))
+    if differ and not _differences(saved, dict(packing.named)):
+        warnings.warn("zephon: the checkpoint names its tokenizers without their vocabularies (an older zephon "
+                      "wrote it), so only their names were checked on restore", RuntimeWarning, stacklevel=2)
+    elif differ:
         raise ValueError(f"lane {lane}: the checkpoint's sequences were packed with other settings ({'; '.join(differ)}); "
                          f"{fix}")
+
+
+def _differences(saved: Mapping[str, Any], now: Mapping[str, Any]) -> list[str]:
+    return [f"{key}: {_setting(saved, key)} in the checkpoint, {_setting(now, key)} now"
+            for key in sorted(saved.keys() | now.keys()) if _typed(saved, key) != _typed(now, key)]
 
 
 def _setting(settings: Mapping[str, Any], key: str) -> str:

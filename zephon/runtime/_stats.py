@@ -61,7 +61,7 @@ class TokensDict(TypedDict):
 
     received: dict[str, int]  # real (not padding) tokens per component
     padding: int  # padding tokens in the sequences received
-    dropped: int  # tokens of lanes' last partial sequences that pack(final="drop") dropped
+    dropped: int  # tokens of the sequences open at lanes' ends that pack(final="drop") dropped
     target: dict[str, float] | None  # ensure_mixture's target shares (None without it)
     late: dict[str, int] | None  # strict ensure_mixture, per component: times it was behind with none of it queued
 

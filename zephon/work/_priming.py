@@ -45,34 +45,52 @@ RATIO_CACHE_VERSION = 2  # 2: a measure's fractional counts are summed as they a
 logger = logging.getLogger("zephon")
 
 
-def tokenizer_identity(thing: Any) -> str:
+def tokenizer_identity(thing: Any, content: bool = True) -> str:
     """A stable name for what counts tokens (part of cache keys and checkpoints).
 
     A function is named by its module, qualified name and a digest of its code and constants
     (so two lambdas differ); a bound method by its object and name; a ``functools.partial`` by
-    its function and arguments; a tokenizer object by its type, its name attributes and
-    vocabulary size, or by a digest of its serialisation when it has one (``tokenizers.Tokenizer``).
+    its function and arguments; a tokenizer object by a digest of its serialisation when it has
+    one (``tokenizers.Tokenizer``, and the backend of a ``transformers`` fast tokenizer), else of
+    its vocabulary (``get_vocab()``), with its type and name attributes: two tokenizers of one
+    name or path but other vocabularies or rules differ. ``content=False`` leaves those two
+    digests out: the identity checkpoints written before them hold.
     """
     if hasattr(thing, "to_str"):
-        return "tokenizers:" + hashlib.sha256(thing.to_str().encode()).hexdigest()[:16]
+        return "tokenizers:" + _digest(thing.to_str())
+    backend = getattr(thing, "backend_tokenizer", None)
+    if content and hasattr(backend, "to_str"):
+        return f"{_named(thing)}:tokenizers:{_digest(backend.to_str())}"
+    if content and callable(getattr(thing, "get_vocab", None)):
+        return f"{_named(thing)}:vocab:{_digest(json.dumps(sorted(thing.get_vocab().items())))}"
     owner = getattr(thing, "__self__", None)
     if owner is not None and not isinstance(owner, types.ModuleType):  # e.g. encoding.encode: whose it is counts
-        return f"{tokenizer_identity(owner)}.{getattr(thing, '__name__', '')}"
+        return f"{tokenizer_identity(owner, content)}.{getattr(thing, '__name__', '')}"
     if isinstance(thing, functools.partial):
-        arguments = [*map(_argument, thing.args), *(f"{k}={_argument(v)}" for k, v in sorted(thing.keywords.items()))]
-        return f"partial({tokenizer_identity(thing.func)}, {', '.join(arguments)})"
+        arguments = [*(_argument(v, content) for v in thing.args),
+                     *(f"{k}={_argument(v, content)}" for k, v in sorted(thing.keywords.items()))]
+        return f"partial({tokenizer_identity(thing.func, content)}, {', '.join(arguments)})"
     code = getattr(thing, "__code__", None)
     if code is not None:
         digest = hashlib.sha256(marshal.dumps((code.co_code, code.co_consts, code.co_names))).hexdigest()[:16]
         return f"{thing.__module__}.{thing.__qualname__}:{digest}"
+    return _named(thing)
+
+
+def _named(thing: Any) -> str:
+    """An object's type, qualified name and name attributes (a tokenizer's path, vocabulary size)."""
     kind = type(thing) if not isinstance(thing, type) else thing
     names = [str(getattr(thing, a, "")) for a in ("name_or_path", "name", "vocab_size", "n_vocab")]
     return f"{kind.__module__}.{kind.__qualname__}:{getattr(thing, '__qualname__', '')}:" + ":".join(names)
 
 
-def _argument(value: Any) -> str:
+def _digest(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def _argument(value: Any, content: bool) -> str:
     """A partial's argument in an identity: plain values as written, others by their identity."""
-    return repr(value) if type(value) in (int, float, str, bool, type(None)) else tokenizer_identity(value)
+    return repr(value) if type(value) in (int, float, str, bool, type(None)) else tokenizer_identity(value, content)
 
 
 def _shards_to_draw(dataset: Dataset, estimation: TokenEstimation) -> int:

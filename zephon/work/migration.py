@@ -8,7 +8,6 @@ cursor: same pass, same order, nothing served twice.
 """
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import json
 import warnings
@@ -95,10 +94,13 @@ def _old_base(fingerprint: Mapping[str, Any], ratios: Any, new: Mapping[str, Dat
     return checkpoint.with_orders(base, orders)
 
 
-def _weights(entry: Mapping[str, Any], names: list[str]) -> dict[str, float]:
-    """A fingerprint's weights by name, in mixture order, positive ones only."""
+def _phase(base: SourceConfig, entry: Mapping[str, Any]) -> SourceConfig:
+    """A phase of the old run (or its static mixture) from its fingerprint ``entry``: weighted
+    by name in mixture order, and normalised exactly as the run was (the entry's weights)."""
+    names = list(base.names)
     by_name = dict(zip(names, entry["weights"]))
-    return {n: by_name[n] for n in entry["mixture_order"] or names if by_name[n] > 0}
+    weights = {n: by_name[n] for n in entry["mixture_order"] or names if by_name[n] > 0}
+    return phased_mixture.phase_config(base, weights).with_normalised(entry["weights"])
 
 
 BaseOf = Callable[[Mapping[str, Any], Any], SourceConfig]  # (fingerprint, token ratios) -> the old run's settings
@@ -116,7 +118,7 @@ def _parse(state: Any, base_of: BaseOf) -> tuple[PhasedConfig, PhasedState, dict
         checkpoint.check_header(inner, base)
         names = list(base.names)
         config = PhasedConfig(
-            phases=tuple(phased_mixture.phase_config(base, _weights(e, names)) for e in phases_),
+            phases=tuple(_phase(base, e) for e in phases_),
             bounds=tuple(tuple(e["until"]) if e["until"] else None for e in phases_))
         p = state[phased_mixture.KEY_PHASE]
         lane, replicas = inner[checkpoint.KEY_LANE], inner[checkpoint.KEY_REPLICAS]
@@ -130,8 +132,8 @@ def _parse(state: Any, base_of: BaseOf) -> tuple[PhasedConfig, PhasedState, dict
     settings = state[checkpoint.KEY_FINGERPRINT]
     base = base_of(settings, state.get(checkpoint.KEY_RATIOS))
     checkpoint.check_header(state, base)
-    static = phased_mixture.phase_config(base, _weights(settings, list(base.names)))
-    static = dataclasses.replace(static, lane=state[checkpoint.KEY_LANE], canonical_replicas=state[checkpoint.KEY_REPLICAS])
+    static = _phase(base, settings)
+    static = static.for_lane(state[checkpoint.KEY_LANE], state[checkpoint.KEY_REPLICAS])  # keeps its normalised weights
     config, phased = as_phased(static, checkpoint.parse_state(state[checkpoint.KEY_STATE], static))
     return config, phased, settings
 
@@ -206,10 +208,14 @@ def _report(result: Cut, old: PhasedConfig, new: SourceConfig | PhasedConfig, la
     }
 
 
-def _lanes_of(states: Mapping[int, tuple[Mapping[str, Any], int]], datasets: Mapping[str, Dataset]
+LaneRead = tuple[Mapping[str, Any], int] | tuple[Mapping[str, Any], int, tuple[int, ...]]
+
+
+def _lanes_of(states: Mapping[int, LaneRead], datasets: Mapping[str, Dataset]
               ) -> tuple[PhasedConfig, list[LaneAt], dict[str, Any]]:
     """The run's config, its lanes and their settings fingerprint, from lane -> (state_dict,
-    samples of its chunk read); ``datasets`` by name replace the count-only stand-ins."""
+    samples read from its chunk's start on[, those of them held unread]: ``LaneAt``);
+    ``datasets`` by name replace the count-only stand-ins."""
     lanes: list[LaneAt] = []
     settings: dict[str, Any] | None = None
     config: PhasedConfig | None = None
@@ -221,7 +227,7 @@ def _lanes_of(states: Mapping[int, tuple[Mapping[str, Any], int]], datasets: Map
             bases[key] = _old_base(fingerprint, ratios, datasets)
         return bases[key]
 
-    for lane, (state, consumed) in sorted(states.items()):
+    for lane, (state, consumed, *held) in sorted(states.items()):
         first = settings
         try:
             config, phased, settings = _parse(state, base_of)
@@ -231,7 +237,7 @@ def _lanes_of(states: Mapping[int, tuple[Mapping[str, Any], int]], datasets: Map
         if first is not None and settings != first:
             raise ValueError(f"lane {lane} was taken with other settings than the lanes before it; migrate the "
                              "lanes of one run together")
-        lanes.append(LaneAt(lane, phased, consumed))
+        lanes.append(LaneAt(lane, phased, consumed, *held))
     if config is None or settings is None:
         raise ValueError("no lane states given; pass at least one lane's state_dict()")
     return config, lanes, settings
@@ -257,12 +263,13 @@ def received(states: Mapping[int, tuple[Mapping[str, Any], int]],
     return out
 
 
-def migrate_lanes(states: Mapping[int, tuple[Mapping[str, Any], int]],
+def migrate_lanes(states: Mapping[int, LaneRead],
                   new_template: StaticMixtureWorkSource | PhasedMixtureWorkSource, requeue: bool = False
                   ) -> tuple[SourceState | PhasedState, dict[str, Any], tuple[MigrationRecord, ...], dict[str, list[Any]]]:
     """The core of :func:`migrate` for several lanes of one run: the new global state, the
     report, the new history and the kept sample orders (see :func:`lane_state`). ``states``
-    maps lane -> (its state_dict, samples of its chunk read)."""
+    maps lane -> (its state_dict, samples read from its chunk's start on[, those of them held
+    unread, ascending offsets])."""
     if not isinstance(new_template, (StaticMixtureWorkSource, PhasedMixtureWorkSource)) \
             or new_template.lane_id is not None:
         raise TypeError(f"new_template must be an unbound StaticMixtureWorkSource or PhasedMixtureWorkSource, "
