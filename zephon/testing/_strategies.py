@@ -45,8 +45,10 @@ def datasets(draw: DrawFn, *, name: Any = "d", max_shards: Any = 6, max_count: A
 
 @st.composite
 def mixtures(draw: DrawFn, *, names: Any) -> dict[str, float]:
-    """Weights for ``names``: positive floats between 0.05 and 1 (shrinks toward equal weights)."""
-    return {n: draw(st.floats(0.05, 1.0)) for n in draw(_strategy(names))}
+    """Weights for ``names``: positive floats between 0.05 and 1, some as users write them (0.6,
+    0.3, 0.1: their sums round, and shares tie; shrinks toward equal weights)."""
+    weight = st.floats(0.05, 1.0) | st.integers(1, 20).map(lambda k: k / 20)
+    return {n: draw(weight) for n in draw(_strategy(names))}
 
 
 def _valid(kwargs: dict[str, Any], kind: type[MixtureSource] = StaticMixtureWorkSource) -> bool:

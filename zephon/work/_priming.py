@@ -58,7 +58,7 @@ def tokenizer_identity(thing: Any, content: bool = True) -> str:
     """
     if hasattr(thing, "to_str"):
         return "tokenizers:" + _digest(thing.to_str())
-    backend = getattr(thing, "backend_tokenizer", None)
+    backend: Any = getattr(thing, "backend_tokenizer", None)
     if content and hasattr(backend, "to_str"):
         return f"{_named(thing)}:tokenizers:{_digest(backend.to_str())}"
     if content and callable(getattr(thing, "get_vocab", None)):
