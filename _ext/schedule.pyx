@@ -225,7 +225,7 @@ cdef Py_ssize_t _plan_chunk(Schedule* s, double* acc, int64_t* epochs, int64_t* 
             if s.max_repeats[c] >= 0 and epochs[c] >= s.max_repeats[c]:
                 return c
             if s.stop_after > 0 and _passes_done(s, epochs, positions, c):
-                return c
+                return ALL_DONE  # every dataset is done, c counting its pass: none ends it
             tails[c] += s.totals[c] - positions[c]
             epochs[c] += 1
             positions[c] = 0

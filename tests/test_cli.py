@@ -5,9 +5,11 @@ import subprocess
 import sys
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import zephon
-from zephon import Pipeline, StaticMixtureWorkSource
+from zephon import Dataset, Pipeline, StaticMixtureWorkSource
 from zephon.cli import main
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -207,13 +209,45 @@ def test_inspect_reads_a_loader_checkpoint_file(small, tmp_path, capsys):
     assert main(["inspect", str(path), "--config", small]) == 0
     out = capsys.readouterr().out
     assert "canonical_replicas 3; lanes held 3" in out and "lane 2:" in out and ": yes" in out
-    rows = out.split("received by the training loop (all lanes):\n")[1].splitlines()
+    rows = out.split("taken from the stream (all lanes; received by the training loop, or dropped by a filter "
+                     "step or drop_last):\n")[1].splitlines()
     for name in set(received):  # what the loop received, the parts of the chunks in flight counted
         row = next(r.split() for r in rows if r.split()[0] == name)
         assert row[1:5] == ["0", "passes", "completed,", str(received.count(name))]
     path.write_bytes(path.read_bytes()[:-5])
     assert main(["inspect", str(path)]) == 2
     assert "truncated" in capsys.readouterr().err
+
+
+@settings(max_examples=20)
+@given(st.integers(1, 40), st.integers(1, 8), st.integers(1, 6), st.booleans())
+def test_inspect_and_stats_count_what_drop_last_and_filters_dropped_as_taken(count, chunk_size, batch_size, keep_all):
+    """A checkpoint holds how much of each chunk a lane's reader took, not why: the figures of
+    ``zephon inspect`` and ``stats()["datasets"]`` are the samples the loop received plus those
+    filter steps and drop_last dropped, and inspect says so."""
+    import contextlib
+    import io
+    import tempfile
+
+    import zephon.torch as zt
+
+    source = StaticMixtureWorkSource([Dataset.from_counts("web", [count])], {"web": 1.0},
+                                     chunk_size=min(chunk_size, count), shuffle_shards=False)
+    pipeline = Pipeline(source) if keep_all else Pipeline(source).filter(lambda item: item["_sample_id"][2] % 2 == 0)
+    loader = zt.DataLoader(pipeline, batch_size=batch_size, canonical_replicas=1, rank=0, world_size=1,
+                           drop_last=True)
+    received = sum(len(batch["_component"]) for batch in loader)
+    stats = loader.stats()
+    figures = stats["datasets"]["web"]
+    taken = figures["passes_completed"] * figures["pass_length"] + figures["position"] - figures["never_read"]
+    assert taken == received + stats["filtered"] + stats["drop_last"]
+    with tempfile.TemporaryDirectory() as directory, contextlib.redirect_stdout(io.StringIO()) as out:
+        path = f"{directory}/data.ckpt"
+        zt.save_checkpoint(path, zt.merge_states([loader.state_dict()]))
+        assert main(["inspect", path]) == 0
+    rows = out.getvalue().split("received by the training loop, or dropped by a filter step or drop_last):\n")[1]
+    row = next(r.split() for r in rows.splitlines() if r.split()[0] == "web")
+    assert row[1] == str(figures["passes_completed"]) and row[4] == str(figures["position"])
 
 
 def _phased(small):

@@ -6,7 +6,7 @@ import json
 import numpy as np
 import pytest
 from helpers import three_datasets
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 from test_tokens import pinned_source
 
@@ -91,6 +91,31 @@ def test_replay_and_random_access_under_either_tail(kwargs, replicas, cuts, data
         restored = StaticMixtureWorkSource(**kwargs).clone_for_lane(lane_id, replicas)
         read = sum(len(c) for c in collect(restored, cut))
         assert restored.remaining_samples() == len(expected) - read
+
+
+def said_to_be_the_same():
+    """What the ``pass_tail`` docstring says "carry" and "drop" share (its sentences saying "same")."""
+    doc = " ".join(StaticMixtureWorkSource.__doc__.split())
+    section = doc[doc.index("pass_tail :"):]
+    return " ".join(sentence for sentence in section.split(". ") if "same" in sentence)
+
+
+@given(source_configs(), st.data())
+@example({"datasets": [Dataset.from_counts("big", [10]), Dataset.from_counts("small", [7])],
+          "mixture": {"big": 0.5, "small": 0.5}, "chunk_size": 4, "exhausted_policy": "repeat", "max_repeats": 1},
+         None)
+def test_the_pass_tail_docstring_calls_the_same_only_what_is(kwargs, data):
+    if data is not None:
+        kwargs = with_tails(kwargs, data)
+    carry = collect(StaticMixtureWorkSource(**kwargs).clone_for_lane(0, 1), 10**6)
+    drop = collect(StaticMixtureWorkSource(**dict(kwargs, pass_tail="drop")).clone_for_lane(0, 1), 10**6)
+    both = min(len(carry), len(drop))
+    differ = {"quotas": [c.counts for c in carry[:both]] != [c.counts for c in drop[:both]],
+              "target_mixture": [c.target_mixture for c in carry[:both]] != [c.target_mixture for c in drop[:both]],
+              "number of chunks": len(carry) != len(drop), "end of the stream": len(carry) != len(drop),
+              "source_exhausted": [c.source_exhausted for c in carry] != [c.source_exhausted for c in drop]}
+    claimed = said_to_be_the_same()
+    assert not [what for what, differs in differ.items() if differs and what in claimed], claimed
 
 
 @given(st.integers(1, 40), st.integers(0, 3), st.data())

@@ -11,8 +11,9 @@ import warnings
 
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
+from test_tokens import pinned_source
 
 from zephon import Dataset, StaticMixtureWorkSource
 from zephon.core.schedule import Ended, active_weights
@@ -128,6 +129,88 @@ def test_lanes_of_one_template_end_where_each_lanes_own_walk_ends(made, replicas
         restored = kind(**kwargs).clone_for_lane(lane, replicas)
         restored.load_state_dict(source.state_dict())
         assert source.coverage() == alone.coverage() and source.ended_by() == restored.ended_by()
+
+
+def ends_by_its_own_rule(plan):
+    """Whether a dataset's own rule can end a stream: "stop", or a capped repeat."""
+    return plan.policy == "stop" or (plan.policy == "repeat" and plan.max_repeats is not None)
+
+
+@given(source_configs(), st.integers(1, 4), st.data())
+@example({"datasets": [Dataset.from_counts("big", [10]), Dataset.from_counts("small", [7])],
+          "mixture": {"big": 0.5, "small": 0.5}, "chunk_size": 4, "stop_after_passes": 1,
+          "pass_tail": "drop"}, 1, None)
+def test_ended_by_names_a_dataset_only_where_its_own_rule_ends_the_stream(kwargs, replicas, data):
+    """Under either pass tail, a stream that ends because every dataset has done its
+    ``stop_after_passes`` names none (in ``ended_by()``, the end's log line and the loader's
+    ``exhausted``); a named dataset is a "stop" or capped one."""
+    lane_id = 0 if data is None else data.draw(st.integers(0, replicas - 1))
+    lane = StaticMixtureWorkSource(**kwargs).clone_for_lane(lane_id, replicas)
+    collect(lane, 10**6)
+    plans = {d.name: d for d in lane.config.datasets}
+    if lane.config.stop_after_passes is not None:
+        assert lane.ended_by() is None
+    else:
+        assert lane.ended_by() is None or ends_by_its_own_rule(plans[lane.ended_by()])
+
+
+@given(st.integers(0, 2**32), st.integers(1, 64), st.integers(1, 2), st.sampled_from(["carry", "drop"]))
+@example(0, 50, 1, "drop")
+def test_a_token_stream_that_ends_with_every_dataset_done_names_none(seed, chunk_size, passes, tail):
+    lane = pinned_source(seed=seed, chunk_size=chunk_size, stop_after_passes=passes, pass_tail=tail)
+    lane = lane.clone_for_lane(0, 1)
+    collect(lane, 10**6)
+    assert lane.next_chunk() is None and lane.ended_by() is None
+
+
+def chunks_and_states(lane):
+    """A lane's chunks and its state after each (a lane of one: every chunk is a global one)."""
+    chunks, states = [], []
+    while (chunk := lane.next_chunk()) is not None:
+        chunks.append(chunk)
+        states.append(lane.state.inner if isinstance(lane, PhasedMixtureWorkSource) else lane.state)
+    return chunks, states
+
+
+def assert_source_exhausted_follows_the_rules(lane):
+    """``source_exhausted`` (SPEC §4), chunk by chunk of a whole stream: cumulative; a "stop" or
+    "redistribute" dataset once drained; a capped repeating one only in its last allowed pass,
+    and then either drained there or on the stream's last chunk; and the capped dataset that
+    ends the stream is on its last chunk."""
+    chunks, states = chunks_and_states(lane)
+    datasets = lane.config.datasets
+    for k, (chunk, state) in enumerate(zip(chunks, states)):
+        listed = set(chunk.source_exhausted)
+        assert k == 0 or set(chunks[k - 1].source_exhausted) <= listed, "source_exhausted is cumulative"
+        for d, cursor in zip(datasets, state.cursors):
+            drained = cursor.position >= d.total
+            if d.policy != "repeat":
+                assert (d.name in listed) == drained
+            elif d.max_repeats is None:
+                assert d.name not in listed
+            elif d.name in listed:
+                assert cursor.epoch >= d.max_repeats, "listed before its last allowed pass"
+                assert drained or k == len(chunks) - 1, "listed, but it supplied the next chunk's quota"
+    by = lane.ended_by()
+    if chunks and by is not None and lane.config.datasets[lane.config.names.index(by)].policy == "repeat":
+        assert by in chunks[-1].source_exhausted, f"{by!r} ends the stream by its cap, the last chunk does not say so"
+
+
+@given(st.one_of(source_configs().map(lambda kwargs: (StaticMixtureWorkSource, kwargs)),
+                 phased_source_configs().map(lambda kwargs: (PhasedMixtureWorkSource, kwargs))))
+@example((StaticMixtureWorkSource, {
+    "datasets": [Dataset.from_counts("big", [1_000] * 4), Dataset.from_counts("small", [97] * 3)],
+    "mixture": {"big": 0.7, "small": 0.3}, "chunk_size": 100, "exhausted_policy": "repeat", "max_repeats": 2}))
+def test_source_exhausted_lists_a_capped_dataset_that_cannot_supply_its_next_quota(made):
+    kind, kwargs = made
+    assert_source_exhausted_follows_the_rules(kind(**kwargs).clone_for_lane(0, 1))
+
+
+@given(st.integers(0, 2**32), st.integers(1, 64), st.integers(0, 2), st.sampled_from(["carry", "drop"]))
+def test_token_streams_list_the_capped_dataset_that_ends_them(seed, chunk_size, cap, tail):
+    source = pinned_source(seed=seed, chunk_size=chunk_size, stop_after_passes=None, exhausted_policy="repeat",
+                           max_repeats={"a": 9, "b": cap, "c": 9}, pass_tail=tail)
+    assert_source_exhausted_follows_the_rules(source.clone_for_lane(0, 1))
 
 
 @dataclasses.dataclass(frozen=True)

@@ -193,7 +193,7 @@ def loader_summary(state: dict[str, Any]) -> str:
         chunk = static.get(source_checkpoint.KEY_STATE, {}).get(source_checkpoint.KEY_CHUNK)
         phase = f" (phase {source_state.get(phased.KEY_PHASE)})" if static is not source_state else ""
         lines.append(f"  lane {lane}: chunk in flight is its first from global chunk {chunk}{phase}, {consumed:,} of its "
-                     "samples received; before it:")
+                     "samples taken; before it:")
         lines.extend("  " + row for row in _cursor_rows(static))
     if len(lanes) > LANES_SHOWN:
         lines.append(f"  ... and {len(lanes) - LANES_SHOWN} more lanes")
@@ -210,14 +210,17 @@ def loader_summary(state: dict[str, Any]) -> str:
 
 
 def _received_rows(entries: Mapping[int, Any], replicas: int) -> list[str]:
-    """What the readers of these lanes received, per dataset (``zephon.work.received``)."""
+    """What the readers of these lanes took from the stream, per dataset (``zephon.work.received``):
+    the samples the training loop received and those a filter step or ``drop_last`` dropped (a
+    checkpoint does not tell them apart)."""
     held = "all lanes" if len(entries) == replicas else f"{len(entries)} of {replicas} lanes (the others' chunks " \
         "before the cut counted as read)"
     try:
         covered = received({lane: (state, consumed) for lane, (state, consumed, _) in entries.items()})
     except ValueError as error:
         return [f"  received: not computed ({error})"]
-    lines = [f"  received by the training loop ({held}):"]
+    lines = [f"  taken from the stream ({held}; received by the training loop, or dropped by a filter step or "
+             "drop_last):"]
     for name, figures in covered.items():
         total = figures["pass_length"]
         lines.append(f"    {name:<16} {figures['passes_completed']:,} passes completed, {figures['position']:,} of "

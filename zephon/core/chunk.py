@@ -53,7 +53,8 @@ class WorkChunk:
         The shares the chunk was aiming for, name -> weight ``>= 0`` with a positive sum;
         stored scaled to sum to 1.
     source_exhausted : Iterable[str], default ()
-        The datasets that can give nothing more; stored sorted, each name once.
+        The datasets that can give the stream nothing more (drained, or capped and short of
+        their next quota); stored sorted, each name once.
     """
 
     __slots__ = ("_names", "_counts", "_buffer", "_seed", "_target", "_exhausted",
@@ -192,7 +193,8 @@ class WorkChunk:
 
     @property
     def source_exhausted(self) -> tuple[str, ...]:
-        """The datasets that can give nothing more, sorted."""
+        """The datasets that can give the stream nothing more (drained, or capped and short of
+        their next quota), sorted."""
         return self._exhausted
 
     def __eq__(self, other: object) -> bool:

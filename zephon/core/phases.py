@@ -351,7 +351,12 @@ def step_phased(state: PhasedState, config: PhasedConfig) -> tuple[WorkChunk | N
         if planned.chunk_index == 0 and at_start(state.inner):
             raise ValueError(first_chunk_error(config.phases[p], planned))
         return None, before
-    return materialize(planned, config.phases[p]), PhasedState(p, planned.state, state.origin)
+    following, after = config.phases[p], planned.state
+    end = phase_end(config, p, state.origin)
+    if end is not None and planned.chunk_index + 1 >= end:  # the next global chunk is the next phase's first
+        following = config.phases[p + 1]
+        after = restart(following, after)
+    return materialize(planned, config.phases[p], following, after), PhasedState(p, planned.state, state.origin)
 
 
 def stream_end_phased(state: PhasedState, config: PhasedConfig) -> tuple[PhasedState, int | None]:

@@ -169,14 +169,15 @@ def passes_done(config: SourceConfig, cursors: list[CursorState], counting: int 
 
 def start_next_pass(config: SourceConfig, now: list[CursorState], c: int) -> Ended | None:
     """Move "drop" dataset ``c`` to its next pass in ``now`` (skipping its tail), or say why the
-    stream ends."""
+    stream ends: ``c`` when its own rule does (a pass too short, ``max_repeats``), None when
+    every dataset has done its ``stop_after_passes`` (``c`` counting its pass as completed)."""
     d = config.datasets[c]
     if now[c].position == 0:  # a whole pass cannot serve one chunk: end rather than loop
         return Ended(-1, c)
     if d.max_repeats is not None and now[c].epoch >= d.max_repeats:
         return Ended(-1, c)
     if config.stop_after_passes is not None and passes_done(config, now, counting=c):
-        return Ended(-1, c)
+        return Ended(-1, None)  # every dataset is done (c with the pass it cannot finish): none ends it
     now[c] = CursorState(epoch=now[c].epoch + 1, position=0, tails=now[c].tails + d.total - now[c].position)
     return None
 

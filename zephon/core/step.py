@@ -8,12 +8,12 @@ import numpy as np
 
 from zephon.core.cache import derived_table
 from zephon.core.chunk import WorkChunk
-from zephon.core.config import REDISTRIBUTE, REPEAT, SourceConfig
+from zephon.core.config import CARRY, REDISTRIBUTE, REPEAT, DatasetPlan, SourceConfig
 from zephon.core.cursor import take
 from zephon.core.keys import derive
 from zephon.core.requeue import step_region
-from zephon.core.schedule import CursorState, Ended, Planned, SourceState, plan_next
-from zephon.core.tokens import plan_next_tokens
+from zephon.core.schedule import CursorState, Ended, Planned, SourceState, active_weights, can_carry, plan_next
+from zephon.core.tokens import plan_next_tokens, plan_token_chunk
 
 
 class _Positioned(Protocol):
@@ -98,8 +98,14 @@ def walk_to_end(state: S, following: Callable[[S], S | Ended], known: dict[int, 
     return end
 
 
-def materialize(planned: Planned, config: SourceConfig) -> WorkChunk:
-    """Write the pointers of a planned chunk into one ``(n, 3)`` buffer and wrap it."""
+def materialize(planned: Planned, config: SourceConfig, following: SourceConfig | None = None,
+                after: SourceState | None = None) -> WorkChunk:
+    """Write the pointers of a planned chunk into one ``(n, 3)`` buffer and wrap it.
+
+    ``following`` and ``after``: the config and the state the next global chunk is planned
+    from (default: ``config`` and the planned state; a curriculum's next phase differs), which
+    say which capped datasets cannot supply their next quota (``source_exhausted``).
+    """
     pointers = np.empty((sum(planned.quotas), 3), dtype=np.int64)
     names, counts, row = [], [], 0
     for c, (quota, start) in enumerate(zip(planned.quotas, planned.starts)):
@@ -115,19 +121,54 @@ def materialize(planned: Planned, config: SourceConfig) -> WorkChunk:
         names, pointers, counts,
         seed=derive(config.chunk_key, planned.chunk_index) >> 1,
         target_mixture=target,
-        source_exhausted=exhausted_names(config, planned.state.cursors),
+        source_exhausted=exhausted_names(following or config, after or planned.state),
     )
 
 
-def exhausted_names(config: SourceConfig, cursors: tuple[CursorState, ...]) -> tuple[str, ...]:
-    """Datasets that can give nothing more: drained non-repeating ones, drained last passes."""
+def exhausted_names(config: SourceConfig, state: SourceState) -> tuple[str, ...]:
+    """``source_exhausted`` of the chunk that left ``state`` (planned next under ``config``):
+    drained "stop" and "redistribute" datasets, and capped repeating ones that cannot supply
+    their next quota in their last allowed pass (drained there, or with fewer samples left of it
+    than the quota). Sorted; the stream ends at the next chunk once a capped one is listed."""
     names = []
-    for d, cur in zip(config.datasets, cursors):
-        if cur.position < d.total:
-            continue
-        if d.policy != REPEAT or (d.max_repeats is not None and cur.epoch >= d.max_repeats):
+    short = _short_of_next_quota(config, state)
+    for c, (d, cur) in enumerate(zip(config.datasets, state.cursors)):
+        if d.policy != REPEAT:
+            if cur.position >= d.total:
+                names.append(d.name)
+        elif d.max_repeats is not None and (c in short or (cur.epoch >= d.max_repeats and cur.position >= d.total)):
             names.append(d.name)
     return tuple(sorted(names))
+
+
+def _in_last_pass(plan: DatasetPlan, cursor: CursorState, quota: int) -> bool:
+    """Whether capped repeating ``plan`` cannot draw ``quota`` from ``cursor`` without a pass past
+    ``max_repeats`` (a "carry" draw runs on into its allowed passes, a "drop" one starts the next)."""
+    if plan.total - cursor.position >= quota:
+        return False
+    if plan.pass_tail == CARRY:
+        return not can_carry(plan, cursor, quota)
+    return plan.max_repeats is not None and cursor.epoch >= plan.max_repeats
+
+
+def _short_of_next_quota(config: SourceConfig, state: SourceState) -> set[int]:
+    """The capped repeating datasets that cannot supply their quota of the chunk planned from
+    ``state``: quotas of the allocator in sample mode; in token mode, the dataset whose
+    shortage ends that chunk, planned only when a capped dataset has fewer than ``chunk_size``
+    samples left (a chunk draws at most that many of one)."""
+    near = [c for c, (d, cur) in enumerate(zip(config.datasets, state.cursors))
+            if d.policy == REPEAT and d.max_repeats is not None
+            and (d.max_repeats - cur.epoch + 1) * d.total - cur.position < config.chunk_size]  # samples it may still read
+    if not near:
+        return set()
+    weights = active_weights(config, state.cursors)
+    if not any(weights):
+        return set()
+    if config.token_mode:
+        ended = plan_token_chunk(config, state.alloc, state.cursors)
+        return {ended.dataset} & set(near) if isinstance(ended, Ended) and ended.dataset is not None else set()
+    quotas, _ = config.allocator.allocate(state.alloc, weights, config.chunk_size)
+    return {c for c in near if _in_last_pass(config.datasets[c], state.cursors[c], int(quotas[c]))}
 
 
 def at_start(state: SourceState) -> bool:

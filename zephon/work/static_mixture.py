@@ -85,8 +85,11 @@ class StaticMixtureWorkSource(MixtureShell):
         chunk. ``"carry"``: the chunk takes them all, then the rest of its quota from the start
         of the next pass, so its stream is its passes back to back and every pass the stream
         moves past is read completely, exactly once. ``"drop"``: the tail is skipped and the
-        next pass begins (the earlier rule's streams, kept exactly). Quotas, the number of chunks,
-        ``target_mixture``, ``source_exhausted`` and the end of the stream are the same in both.
+        next pass begins (the earlier rule's streams, kept exactly). Both give the same quotas
+        and ``target_mixture`` on every chunk both produce; they differ where the stream ends.
+        ``"carry"`` ends by what was read, so under ``stop_after_passes`` or ``max_repeats`` its
+        stream can hold more chunks than ``"drop"``'s (never fewer), and ``source_exhausted``
+        can name a capped dataset at a later chunk.
         A mapping sets it per dataset (omitted datasets take ``"carry"``). ``coverage()``
         reports what each dataset has read and skipped.
     """
