@@ -132,3 +132,30 @@ def test_from_hf_says_what_it_expected(hf, tmp_path):
         Dataset.from_hf("hf", hf.Dataset.from_dict({"a": [1, 2]}))
     with pytest.raises(TypeError, match="from_hf needs"):
         Dataset.from_hf("hf", 42)
+
+
+def test_from_hf_refuses_a_dataset_that_shows_other_rows_or_columns_than_its_files(hf, tmp_path):
+    """A slice or a change of columns made in memory is refused (zephon would read whole files),
+    and what the error says to do (flatten_indices) gives exactly the rows and columns shown."""
+    loaded = hf.load_from_disk(str(saved(hf, tmp_path / "s", shards=1)))
+    parquet = tmp_path / "pq"
+    parquet.mkdir()
+    import pyarrow.parquet as pq
+    pq.write_table(pa.table({"text": [f"d{i}" for i in range(20)]}), parquet / "a.parquet")
+    sliced = [loaded.select(range(10)), loaded.shard(4, 1, contiguous=True)]
+    sliced += [hf.load_dataset("parquet", data_files=str(parquet / "*.parquet"), split=split,
+                               cache_dir=str(tmp_path / "hf")) for split in ("train[:10]", "train[50%:]")]
+    for view in sliced:
+        with pytest.raises(ValueError, match=rf"shows {len(view)} of the \d+ rows.*flatten_indices"):
+            Dataset.from_hf("hf", view)
+    renamed = [loaded.rename_column("text", "body"), loaded.remove_columns(["id"]), loaded.select_columns(["id"]),
+               loaded.cast_column("id", hf.Value("int32"))]
+    for view in renamed[:3]:
+        with pytest.raises(ValueError, match=r"shows the columns \(.*\) but its Arrow files hold \(id: int64, text: "
+                                             r"string\).*flatten_indices"):
+            Dataset.from_hf("hf", view)
+    for view in sliced[:2] + renamed:
+        flat = view.flatten_indices()
+        d = Dataset.from_hf("hf", flat)
+        assert d.columns() == tuple(flat.column_names)
+        assert [r for s in range(d.shard_count()) for r in d.read(s, list(range(d.counts()[s])))] == flat.to_list()

@@ -271,3 +271,41 @@ def test_reading_jsonl_shards_in_turn_leaves_no_file_open(tmp_path):
         d.clear_cache()
         gc.collect()
     assert [w for w in caught if issubclass(w.category, ResourceWarning)] == []
+
+
+@pytest.mark.parametrize("compression", ["gzip", "snappy", "zstd", "brotli"])
+def test_a_corrupted_compressed_row_group_is_named_at_once_not_retried(tmp_path, compression, caplog):
+    (tmp_path / "d").mkdir()
+    path = tmp_path / "d" / "a.parquet"
+    pq.write_table(pa.table({"s": [f"text number {i} " * 20 for i in range(2000)], "i": list(range(2000))}), path,
+                   compression=compression, row_group_size=1000)
+    stat = os.stat(path)
+    with open(path, "r+b") as file:
+        file.seek(200)
+        file.write(b"\xff" * 300)
+    os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    d = Dataset.from_path("c", tmp_path / "d")
+    with caplog.at_level(logging.WARNING, logger="zephon"):
+        with pytest.raises(ValueError, match=r"'c', shard 0 \(.*a.parquet\): cannot read row group 0 .* the file is "
+                                             "corrupted") as raised:
+            d.read(0, [0])
+    assert not isinstance(raised.value, StorageError) and "retry" not in caplog.text.lower()
+
+
+@pytest.mark.parametrize("fmt", ["parquet", "jsonl"])
+def test_a_shard_cut_short_after_its_first_read_is_a_changed_shard(tmp_path, fmt, caplog):
+    (tmp_path / "d").mkdir()
+    path = tmp_path / "d" / f"a.{fmt}"
+    if fmt == "parquet":
+        pq.write_table(pa.table({"text": [f"row-{i:03d}" for i in range(10)]}), path)
+    else:
+        path.write_text("".join(json.dumps({"text": f"row-{i:03d}"}) + "\n" for i in range(10)))
+    d = Dataset.from_path("p", tmp_path / "d")
+    assert d.read(0, [0, 5]) == [{"text": "row-000"}, {"text": "row-005"}]
+    d.clear_cache()
+    with open(path, "r+b") as file:
+        file.truncate(30)
+    with caplog.at_level(logging.WARNING, logger="zephon"):
+        with pytest.raises(ShardChangedError, match=r"'p', shard 0 \(.*a\.\w+\): the file changed since its catalog"):
+            d.read(0, [0, 5, 9])
+    assert "retry" not in caplog.text.lower()

@@ -10,6 +10,7 @@
 | :func:`fetch` | pointers ``(dataset_id, shard_id, offset)`` → records, in pointer order |
 | :func:`fetch_table` | the same as one Arrow table (the columnar form) |
 | :func:`fetch_rows` | the decoded row groups those rows are in, uncopied, and each pointer's row there |
+| :class:`UnevenRecordsError` | ``fetch_rows(exact=True)``: records one table cannot hold as they are |
 | :func:`take_rows` | rows of a table or column of many row groups, taken from each row group on its own |
 | :func:`gather_columns`, :func:`take_records` | the same rows column by column (strings as bytes), or as dicts |
 | :func:`block_span` | how many shards a fetch cache must hold under block shuffle |
@@ -23,6 +24,7 @@
 from zephon.io._cache import CacheInfo
 from zephon.io._fetch import block_span, fetch, fetch_rows, fetch_table
 from zephon.io._readahead import Readahead, ReadaheadStats
+from zephon.io._shards import UnevenRecordsError
 from zephon.io._shared import PieceStore
 from zephon.io._store import Store
 from zephon.io._take import gather_columns, take_records, take_rows
@@ -33,5 +35,5 @@ from zephon.io.local import open_regular
 from zephon.io.retry import RetryPolicy, ShardChangedError, StorageError, StorageTimeoutError
 
 __all__ = ["AtomicWriteError", "CacheInfo", "Dataset", "PieceStore", "Readahead", "ReadaheadStats", "RetryPolicy", "ShardChangedError",
-           "Store", "StorageError", "StorageTimeoutError", "block_span", "build_catalog", "fetch", "fetch_rows", "fetch_table",
+           "Store", "StorageError", "StorageTimeoutError", "UnevenRecordsError", "block_span", "build_catalog", "fetch", "fetch_rows", "fetch_table",
            "gather_columns", "open_regular", "take_records", "take_rows", "write_atomically"]

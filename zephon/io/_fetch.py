@@ -17,6 +17,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import pyarrow as pa
 
+from zephon.io._shards import UnevenRecordsError, widened
 from zephon.io._take import take_rows
 from zephon.io.dataset import Dataset
 
@@ -99,17 +100,25 @@ def fetch_table(datasets_by_id: Mapping[int, Dataset], pointers: Any,
                 columns: Sequence[str] | None = None) -> pa.Table:
     """Like :func:`fetch`, as one Arrow table in pointer order (the columnar form).
 
-    Tables of different datasets are combined by column name; a column missing from one
-    dataset is null in its rows.
+    Tables of different datasets or shards are combined by column name: a column missing from
+    one is null in its rows, and a column's types are widened where no value changes (int32
+    and int64 to int64, float32 to float64, string to large_string); other differences raise
+    ``ValueError`` naming the column.
     """
     table, rows = fetch_rows(datasets_by_id, pointers, columns)
     return take_rows(table, rows)
 
 
-def fetch_rows(datasets_by_id: Mapping[int, Dataset], pointers: Any,
-               columns: Sequence[str] | None = None) -> tuple[pa.Table, np.ndarray]:
+def fetch_rows(datasets_by_id: Mapping[int, Dataset], pointers: Any, columns: Sequence[str] | None = None, *,
+               exact: bool = False) -> tuple[pa.Table, np.ndarray]:
     """:func:`fetch_table` before it takes the rows: a table whose chunks are the decoded row
-    groups (record batches) the pointers fall in, uncopied, and each pointer's row in it."""
+    groups (record batches) the pointers fall in, uncopied, and each pointer's row in it.
+
+    ``exact`` (default False): raise :class:`UnevenRecordsError` instead of filling a column
+    missing from some rows with nulls, or where a reader of records (JSONL) cannot give a table
+    whose rows are its records (see ``Dataset.gather``); the table's rows are then exactly the
+    records :func:`fetch` gives, up to widened types.
+    """
     array = _pointers(pointers)
     groups, run_order = _plan(array)
     tables: list[pa.Table] = []
@@ -118,17 +127,39 @@ def fetch_rows(datasets_by_id: Mapping[int, Dataset], pointers: Any,
     for g in run_order:
         positions = groups[g]
         dataset = _dataset(datasets_by_id, int(array[positions[0], 0]))
-        pieces, local = dataset.gather(int(array[positions[0], 1]), array[positions, 2], columns)
+        pieces, local = dataset.gather(int(array[positions[0], 1]), array[positions, 2], columns, exact=exact)
         rows[positions] = local + held
         held += sum(piece.num_rows for piece in pieces)
         tables += pieces
     if not tables:
         return pa.table({}), rows
-    try:
-        return pa.concat_tables(tables, promote_options="default"), rows
-    except (pa.ArrowException, TypeError) as error:
-        raise ValueError(f"fetch_table: the datasets' columns do not combine into one table ({error}); "
-                         "pass columns= with columns of one type everywhere") from error
+    return combined(tables, exact), rows
+
+
+def combined(tables: list[pa.Table], exact: bool = False) -> pa.Table:
+    """``tables`` as one table (uncopied where they share a schema, the usual case). Otherwise
+    by column name, each column of its :func:`widened` type; a column missing from a table is
+    null there (``exact``: :class:`UnevenRecordsError`). ``ValueError`` naming a column whose
+    types do not widen (``exact``: :class:`UnevenRecordsError`)."""
+    first = tables[0].schema
+    if all(table.schema.equals(first) for table in tables):
+        return pa.concat_tables(tables)
+    kinds: dict[str, list[pa.DataType]] = {}
+    for table in tables:
+        for field in table.schema:
+            kinds.setdefault(field.name, []).append(field.type)
+    problem = UnevenRecordsError if exact else ValueError
+    if exact and any(len(found) < len(tables) for found in kinds.values()):
+        raise problem("some rows lack a column the others have")
+    schema = pa.schema([(name, widened(name, found, problem)) for name, found in kinds.items()])
+    return pa.concat_tables([_cast(table, schema) for table in tables])
+
+
+def _cast(table: pa.Table, schema: pa.Schema) -> pa.Table:
+    """``table`` with ``schema``'s columns in its order, cast, a missing one all nulls."""
+    columns = [table.column(field.name).cast(field.type) if field.name in table.column_names
+               else pa.nulls(table.num_rows, field.type) for field in schema]
+    return pa.Table.from_arrays(columns, schema=schema)
 
 
 def block_span(counts: Any, block_size: int | None) -> int:

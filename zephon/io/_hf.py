@@ -3,12 +3,17 @@
 A ``save_to_disk`` directory lists its Arrow files in ``state.json`` (``_data_files``); a loaded
 ``datasets.Dataset`` names them in ``cache_files``. Both become one shard per file, in that
 order. Nothing here imports ``datasets``: a loaded dataset is recognised by its attributes.
+
+A loaded dataset may show less than its files hold: ``select`` and ``shuffle`` leave an
+indices mapping, ``shard(contiguous=True)`` and split slices (``split="train[:10]"``) a slice
+of the files' rows, ``rename_column``, ``remove_columns`` and ``select_columns`` other columns.
+Those are refused (:func:`check_view`): zephon reads whole files, so it would read other rows.
 """
 from __future__ import annotations
 
 import json
 import os
-from typing import Any
+from typing import Any, Sequence
 
 from zephon.io._fs import locate
 
@@ -40,6 +45,30 @@ def hf_files(name: str, dataset_or_path: Any, filesystem: Any) -> tuple[str, lis
         raise ValueError(f"Dataset {name!r}: {source.uri_of(STATE)} lists no Arrow files ({files!r}); "
                          f"from_hf needs {_EXPECTED}")
     return source.uri, files, filesystem
+
+
+def check_view(name: str, dataset_or_path: Any, rows: int, schema: Sequence[tuple[str, str]] | None) -> None:
+    """Raise ``ValueError`` when a loaded dataset shows other rows or columns than its Arrow
+    files hold (``rows`` in all, columns ``schema``: the catalog's): a slice, or columns renamed
+    or removed in memory. A saved directory is its files, so it always passes."""
+    if not _is_loaded(dataset_or_path):
+        return
+    table = dataset_or_path.data
+    shown = tuple((field.name, str(field.type)) for field in table.schema)
+    fix = ("call dataset.flatten_indices(), which writes what it shows to a new Arrow file, and pass that, or "
+           "save_to_disk(path) and pass the path")
+    if table.num_rows != rows:
+        raise ValueError(f"Dataset {name!r}: this datasets.Dataset shows {table.num_rows} of the {rows} rows of its "
+                         "Arrow files (a slice: from select of a range, shard(contiguous=True), a split like "
+                         f"'train[:10]', ...), and zephon reads whole files; {fix}")
+    if shown != tuple(schema or ()):
+        raise ValueError(f"Dataset {name!r}: this datasets.Dataset shows the columns {_columns(shown)} but its Arrow "
+                         f"files hold {_columns(schema or ())} (from rename_column, remove_columns, select_columns, "
+                         f"...), and zephon reads the files; {fix}")
+
+
+def _columns(schema: Sequence[tuple[str, str]]) -> str:
+    return "(" + ", ".join(f"{column}: {kind}" for column, kind in schema) + ")"
 
 
 def _not_saved(name: str, source: Any) -> str:

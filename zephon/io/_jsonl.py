@@ -209,9 +209,9 @@ class JsonlReader(ShardReader[_Meta]):
             try:
                 record = json.loads(line)
             except (ValueError, UnicodeDecodeError):
-                record = _decode(line, self.uri(k), self._line(k, content, base, s))  # raises with the line
+                record = self._bad(k, line, content, base, s)
             if type(record) is not dict:
-                _decode(line, self.uri(k), self._line(k, content, base, s))
+                self._bad(k, line, content, base, s)
             if columns is not None:
                 try:
                     record = {c: record[c] for c in columns}
@@ -220,6 +220,12 @@ class JsonlReader(ShardReader[_Meta]):
                                      f"{missing.args[0]!r} (the record has {sorted(record)})") from None
             out.append(record)
         return out
+
+    def _bad(self, k: int, line: bytes, content: Content, base: int, start: int) -> Any:
+        """Raise what is wrong with ``line``: :class:`ShardChangedError` when the file changed since
+        its catalog was built (its lines then lie elsewhere), else ``ValueError`` naming the line."""
+        self.unchanged(k)
+        return _decode(line, self.uri(k), self._line(k, content, base, start))
 
     def _line(self, k: int, content: Content, base: int, start: int) -> int | str:
         """The physical line at ``start`` (known exactly when the content starts at the file's start)."""

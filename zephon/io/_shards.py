@@ -33,7 +33,7 @@ import pyarrow.fs as pafs
 from zephon.io._cache import Piece, PieceKey, ShardCache
 from zephon.io._fs import Entry, Location
 from zephon.io._shared import SharedPieces, piece_name
-from zephon.io._take import chunk_of, take_rows
+from zephon.io._take import chunk_of, no_columns, take_rows
 from zephon.io.retry import RetryPolicy, ShardChangedError, StorageError, in_background
 
 T = TypeVar("T")
@@ -148,6 +148,53 @@ class Format:
 
 
 Rows = Any  # rows taken from a piece: an Arrow table (a columnar format) or a list of records
+
+
+class UnevenRecordsError(ValueError):
+    """Records that one Arrow table cannot hold as they are: their fields differ (a table fills
+    missing ones with nulls), or a column's values differ in type (a table makes ints floats).
+    A reader that batches from tables reads them as records instead."""
+
+
+_AS_IS = (pa.types.is_int64, pa.types.is_boolean, pa.types.is_string, pa.types.is_null)  # Python values kept exactly
+
+
+def _kept(kind: pa.DataType) -> bool:
+    """Whether a column of ``kind`` inferred from Python values gives those very values back
+    (ints, bools, strings, ``None`` and lists of them; not floats, which ints among them turn
+    into, nor structs, which take every record's fields)."""
+    if pa.types.is_list(kind) or pa.types.is_large_list(kind):
+        return _kept(kind.value_type)
+    return any(test(kind) for test in _AS_IS)
+
+
+def records_table(where: str, records: list[Any], exact: bool = False) -> pa.Table:
+    """``records`` (dicts) as one Arrow table: a column per field any record has, in order of
+    first appearance, null where a record lacks it. ``exact``: raise
+    :class:`UnevenRecordsError` unless the table's rows are the records themselves (the same
+    fields in every record, each column's values of one type): what a batch made from the
+    table's columns needs to equal the records' batch."""
+    fields = records[0].keys() if records else {}.keys()
+    even = all(record.keys() == fields for record in records)
+    if exact and not even:
+        raise UnevenRecordsError(f"{where}: these records have different fields")
+    if even and not fields:  # Arrow makes no rows of empty dicts
+        return no_columns(len(records))
+    try:
+        if even:
+            table = pa.Table.from_pylist(records)
+        else:  # from_pylist takes its columns from the first record alone
+            names = dict.fromkeys(name for record in records for name in record)
+            table = pa.table({name: [record.get(name) for record in records] for name in names})
+    except (pa.ArrowException, TypeError, OverflowError) as error:
+        kind = UnevenRecordsError if exact else ValueError
+        raise kind(f"{where}: these records do not form one Arrow table ({error})") from error
+    if exact:
+        for name, column in zip(table.column_names, table.columns):
+            if not _kept(column.type) and not (pa.types.is_float64(column.type)
+                                               and not any(type(r[name]) is int for r in records)):
+                raise UnevenRecordsError(f"{where}: column {name!r} becomes {column.type} in a table, not its values")
+    return table
 FORMATS: dict[str, Format] = {}
 _READERS: weakref.WeakSet[ShardReader[Any]] = weakref.WeakSet()
 
@@ -194,11 +241,39 @@ def _each(fn: Callable[[Any], T], items: list[Any], threads: int) -> list[T]:
     return results
 
 
+def widened(name: str, kinds: Sequence[pa.DataType], problem: type[ValueError] = ValueError) -> pa.DataType:
+    """The type that holds every value of column ``name`` typed ``kinds`` unchanged, and batches
+    as each of them does (``zephon.torch`` makes every int an int64 and every float a float64):
+    the widest of ints of one signedness (or signed ints wider than the unsigned ones), of
+    floats, or of strings or binaries; ``null`` goes with any type. Else ``problem``."""
+    distinct = list(dict.fromkeys(kind for kind in kinds if not pa.types.is_null(kind)))
+    if len(distinct) <= 1:
+        return distinct[0] if distinct else pa.null()
+    ints = [kind for kind in distinct if pa.types.is_integer(kind)]
+    if len(ints) == len(distinct):
+        signed = [kind.bit_width for kind in ints if pa.types.is_signed_integer(kind)]
+        unsigned = [kind.bit_width for kind in ints if pa.types.is_unsigned_integer(kind)]
+        if not signed:
+            return pa.from_numpy_dtype(np.dtype(f"uint{max(unsigned)}"))
+        if not unsigned or max(unsigned) < max(signed):
+            return pa.from_numpy_dtype(np.dtype(f"int{max(signed)}"))
+    elif all(pa.types.is_floating(kind) for kind in distinct):
+        return max(distinct, key=lambda kind: kind.bit_width)
+    elif all(pa.types.is_string(kind) or pa.types.is_large_string(kind) for kind in distinct):
+        return pa.large_string()
+    elif all(pa.types.is_binary(kind) or pa.types.is_large_binary(kind) for kind in distinct):
+        return pa.large_binary()
+    raise problem(f"the rows do not combine into one table: column {name!r} is "
+                  f"{' in some rows, '.join(map(str, distinct))} in others, and no one type holds them all unchanged; "
+                  "read its rows with fetch() (as records), or leave it out with columns=")
+
+
 class ShardReader(Generic[Meta]):
     """Reads rows of a dataset's shards piece by piece (see the module docstring); ``Meta`` is
     what the format keeps of an open shard."""
 
     columnar = True  # pieces are Arrow tables, read by ``gather`` (False: ``_take`` returns records)
+    tabular = True  # not columnar: the records are plain values a table can hold (False: numpy arrays, as tokens)
     piece_name = "piece"  # what a piece is called in messages
     decodes = False  # loading a piece is work (a Parquet row group's decoding): ``gather`` loads its misses at once
 
@@ -268,10 +343,14 @@ class ShardReader(Generic[Meta]):
                 f"{where}: the file changed since its catalog was built ({size:,} -> {info.size:,} bytes, mtime "
                 f"{mtime} -> {now} ns); build the Dataset again", dataset=self.shards.name, shard=k, uri=self.uri(k))
 
-    def recheck(self, k: int, error: BaseException, what: str) -> None:
-        """After a decoding error: raise ShardChangedError if the shard changed meanwhile, else ValueError."""
+    def unchanged(self, k: int) -> None:
+        """After a read failed: raise :class:`ShardChangedError` if shard ``k`` changed since its catalog was built."""
         info = self.call(k, "stat", lambda: self.shards.location.fs.get_file_info(self.path(k)))
         self.check_identity(k, info)
+
+    def recheck(self, k: int, error: BaseException, what: str) -> None:
+        """After a decoding error: raise ShardChangedError if the shard changed meanwhile, else ValueError."""
+        self.unchanged(k)
         raise ValueError(f"Dataset {self.shards.name!r}, shard {k} ({self.uri(k)}): cannot read {what} ({error}); "
                          "the file is corrupted") from error
 
@@ -326,7 +405,9 @@ class ShardReader(Generic[Meta]):
         try:
             return self.call(k, f"read {self.piece_name} {piece}", lambda: self._load(k, meta, piece, columns))
         except (pa.ArrowException, ValueError, OSError) as error:
-            if isinstance(error, StorageError):
+            if isinstance(error, StorageError):  # retried in vain: a file cut or rewritten since fails so too
+                if not isinstance(error, ShardChangedError):
+                    self.unchanged(k)
                 raise
             self.recheck(k, error, f"{self.piece_name} {piece}")
             raise
@@ -383,15 +464,14 @@ class ShardReader(Generic[Meta]):
     def empty(self, k: int, columns: tuple[str, ...] | None) -> pa.Table:
         raise NotImplementedError
 
-    def read_table(self, k: int, offsets: np.ndarray, columns: Sequence[str] | None) -> pa.Table:
-        """Rows ``offsets`` of shard ``k`` (validated by the caller), in that order."""
+    def read_table(self, k: int, offsets: np.ndarray, columns: Sequence[str] | None, exact: bool = False
+                   ) -> pa.Table:
+        """Rows ``offsets`` of shard ``k`` (validated by the caller), in that order. A reader of
+        records makes them one table by :func:`records_table` (``exact``: or raises
+        :class:`UnevenRecordsError`)."""
         columns = None if columns is None else tuple(columns)
         if not self.columnar:
-            records = self.read(k, offsets, columns)
-            try:
-                return pa.Table.from_pylist(records)
-            except (pa.ArrowException, TypeError) as error:
-                raise ValueError(f"{self.uri(k)}: these records do not form one Arrow table ({error})") from error
+            return records_table(self.uri(k), self.read(k, offsets, columns), exact)
         if not len(offsets):
             return self.empty(k, columns)
         tables, rows = self.gather(k, offsets, columns)

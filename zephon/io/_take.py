@@ -32,6 +32,8 @@ def take_rows(data: Data, rows: np.ndarray) -> Data:
     order with one ``take`` of the rows taken. Arrow's own ``take`` first joins every chunk (a
     copy of all the row groups, for however few rows)."""
     rows = np.asarray(rows, dtype=np.int64)
+    if isinstance(data, pa.Table) and not data.num_columns:  # Arrow's take of it gives no rows
+        return no_columns(len(rows))
     chunks = data.column(0).chunks if isinstance(data, pa.Table) and data.num_columns else \
         getattr(data, "chunks", [])
     if len(chunks) <= 1 or not len(rows):
@@ -50,6 +52,11 @@ def take_rows(data: Data, rows: np.ndarray) -> Data:
     inverse = np.empty_like(order)
     inverse[order] = np.arange(len(order))
     return joined.take(pa.array(inverse))
+
+
+def no_columns(rows: int) -> pa.Table:
+    """A table of ``rows`` rows and no columns (what ``columns=[]`` reads)."""
+    return pa.table({"": pa.nulls(rows)}).drop_columns([""])
 
 
 def gather_columns(table: pa.Table, rows: np.ndarray) -> dict[str, tuple[np.ndarray, np.ndarray] | pa.ChunkedArray]:

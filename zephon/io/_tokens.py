@@ -25,7 +25,7 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 
 from zephon.io._fs import Location, listing, locate
-from zephon.io._shards import Handles, ShardReader
+from zephon.io._shards import Handles, ShardReader, UnevenRecordsError
 
 KEY_IDS, KEY_COUNT = "input_ids", "num_tokens"  # the names zephon.ops.tokenize gives its items
 PIECE_DOCUMENTS = 1024  # documents per piece
@@ -111,6 +111,7 @@ class TokenReader(ShardReader[TokenMeta]):
     """Reads documents of token files, :data:`PIECE_DOCUMENTS` at a time (see the module docstring)."""
 
     columnar = False
+    tabular = False  # a record's tokens are a numpy array, which a batch stacks and a table would make a list
     piece_name = "span of documents"
 
     def _open(self, k: int, info: pafs.FileInfo) -> TokenMeta:
@@ -168,8 +169,13 @@ class TokenReader(ShardReader[TokenMeta]):
             raise ValueError(f"{self.uri(k)}: no column {unknown[0]!r} in a token file (columns: {KEY_IDS}, {KEY_COUNT})")
         return [{c: record[c] for c in columns} for record in records]
 
-    def read_table(self, k: int, offsets: np.ndarray, columns: Sequence[str] | None) -> pa.Table:
-        """The documents at ``offsets`` as ``input_ids`` (a list column of the file's dtype) and ``num_tokens``."""
+    def read_table(self, k: int, offsets: np.ndarray, columns: Sequence[str] | None, exact: bool = False
+                   ) -> pa.Table:
+        """The documents at ``offsets`` as ``input_ids`` (a list column of the file's dtype) and
+        ``num_tokens``; ``exact``: :class:`UnevenRecordsError` (a record's tokens are a numpy
+        array, which a batch stacks, where a table makes them a list)."""
+        if exact:
+            raise UnevenRecordsError(f"{self.uri(k)}: a token document's input_ids is a numpy array, not a list")
         records = self.read(k, offsets, columns)
         names = [KEY_IDS, KEY_COUNT] if columns is None else list(columns)
         out: dict[str, pa.Array] = {}

@@ -51,14 +51,14 @@ import os
 import time
 import warnings
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable, Sequence, TypedDict
+from typing import Any, Callable, Iterable, Sequence, TypedDict
 
 import numpy as np
 import pyarrow as pa
 
 from zephon.io import _parquet, _jsonl, _arrow, _megatron, _datatrove  # noqa: F401, I001 - they register their formats, in this order
 from zephon.io._fs import Entry, Location, entries_of, listing, locate
-from zephon.io._shards import FORMATS, Scan, Shards
+from zephon.io._shards import FORMATS, Scan, Shards, widened
 from zephon.io.atomic import write_atomically
 from zephon.io.progress import Progress
 from zephon.io.retry import DEFAULT_POLICY, RetryPolicy, StorageError
@@ -143,6 +143,26 @@ class Catalog:
                 raise ValueError(
                     f"Dataset {name!r}: shards disagree on column {column!r}: {a} in {self.files[first]} but {b} in "
                     f"{self.files[second]} (in {self.directory}); every file of a dataset must have the same columns")
+
+
+def uncombined(schemas: Iterable[Schema]) -> str | None:
+    """Why the rows of shards with these catalog schemas (``(column, type name)`` pairs) do not
+    make one table of :func:`widened` columns, in words; None when they do."""
+    kinds: dict[str, set[str]] = {}
+    names = set()
+    for schema in schemas:
+        names.add(frozenset(name for name, _ in schema))
+        for name, kind in schema:
+            kinds.setdefault(name, set()).add(kind)
+    if len(names) > 1:
+        return "their shards have different columns"
+    for name, found in kinds.items():
+        if len(found) > 1:
+            try:
+                widened(name, [pa.type_for_alias(kind) for kind in sorted(found)])
+            except (ValueError, KeyError):  # no such alias: a nested type, which only its very self holds
+                return f"column {name!r} is {', '.join(sorted(found))} in different shards"
+    return None
 
 
 def _difference(a: Schema, b: Schema) -> tuple[str, str, str] | None:

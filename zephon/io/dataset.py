@@ -26,9 +26,9 @@ import pyarrow as pa
 from zephon.io import _datatrove, _flat, _megatron
 from zephon.io import catalog as _catalog
 from zephon.io._cache import CacheInfo, ShardCache
-from zephon.io._hf import hf_files
+from zephon.io._hf import check_view, hf_files
 from zephon.io._fs import Location, on_local_disk
-from zephon.io._shards import FORMATS, ShardReader
+from zephon.io._shards import FORMATS, ShardReader, records_table
 from zephon.io._shared import SharedPieces
 from zephon.io._tokens import TokenReader, token_dtype, token_paths
 from zephon.io.retry import DEFAULT_POLICY, LOCAL_DISK_POLICY, RetryPolicy
@@ -272,20 +272,26 @@ class Dataset:
         name : str
             The dataset's name.
         dataset_or_path : datasets.Dataset, str or os.PathLike
-            A loaded ``datasets.Dataset`` backed by Arrow files (not in memory, no pending
-            ``select``/``shuffle`` indices: call ``flatten_indices()`` first), or the directory
-            ``Dataset.save_to_disk`` wrote (local or a URI, as in :meth:`from_path`; for a
-            ``DatasetDict``, one split's directory).
+            A loaded ``datasets.Dataset`` backed by Arrow files that shows exactly their rows
+            and columns, or the directory ``Dataset.save_to_disk`` wrote (local or a URI, as in
+            :meth:`from_path`; for a ``DatasetDict``, one split's directory). A dataset changed
+            in memory (``select``, ``shuffle``, ``filter``, ``shard``, a split slice such as
+            ``split="train[:10]"``, ``rename_column``, ``remove_columns``, ``select_columns``,
+            ...) is refused: call its ``flatten_indices()`` first, which writes what it shows
+            to a new Arrow file.
         filesystem, catalog_dir, progress, cache_shards, cache_bytes, retry
             As in :meth:`from_path`.
 
-        Raises ``ValueError`` saying what was expected when ``dataset_or_path`` is neither.
+        Raises ``ValueError`` saying what was expected when ``dataset_or_path`` is neither, and
+        saying what to do when a loaded dataset shows other rows or columns than its files hold.
         """
         cls(name, [], [])  # check the name first
         uri, files, filesystem = hf_files(name, dataset_or_path, filesystem)
-        return cls._from_catalog(name, uri, "arrow", filesystem=filesystem, catalog_dir=catalog_dir,
-                                 progress=progress, cache_shards=cache_shards, cache_bytes=cache_bytes,
-                                 check_schema=True, retry=retry, files=files)
+        dataset = cls._from_catalog(name, uri, "arrow", filesystem=filesystem, catalog_dir=catalog_dir,
+                                    progress=progress, cache_shards=cache_shards, cache_bytes=cache_bytes,
+                                    check_schema=True, retry=retry, files=files)
+        check_view(name, dataset_or_path, dataset.total(), dataset.catalog.schema() if dataset.catalog else None)
+        return dataset
 
     @classmethod
     def _from_catalog(cls, name: str, uri: Any, fmt: str | None, *, filesystem: Any, catalog_dir: Any,
@@ -497,25 +503,33 @@ class Dataset:
         return records if columns is None else [self._project(r, columns) for r in records]
 
     def read_table(self, shard_id: int, offsets: Sequence[int] | np.ndarray, columns: Sequence[str] | None = None) -> pa.Table:
-        """Like :meth:`read`, as an Arrow table (rows in the order asked)."""
+        """Like :meth:`read`, as an Arrow table (rows in the order asked). Records (JSONL, in
+        memory) give a column per field any of them has, in order of first appearance, null in
+        the rows of records that lack it."""
+        return self._table(shard_id, offsets, columns, False)
+
+    def _table(self, shard_id: int, offsets: Any, columns: Any, exact: bool) -> pa.Table:
+        """:meth:`read_table`; ``exact``: as :meth:`gather` says."""
         k, rows, columns = self._prepare(shard_id, offsets, columns)
         if self._reader is not None:
-            return self._reader.read_table(k, rows, columns)
+            return self._reader.read_table(k, rows, columns, exact)
         records = self.read(shard_id, rows, columns)
         if not all(isinstance(r, dict) for r in records):
             raise TypeError(f"Dataset {self._name!r}: read_table needs dict records, this dataset holds "
                             f"{type(records[0]).__name__}")
-        return pa.Table.from_pylist(records)
+        return records_table(f"Dataset {self._name!r}, shard {shard_id}", records, exact)
 
-    def gather(self, shard_id: int, offsets: Sequence[int] | np.ndarray, columns: Sequence[str] | None = None
-               ) -> tuple[list[pa.Table], np.ndarray]:
+    def gather(self, shard_id: int, offsets: Sequence[int] | np.ndarray, columns: Sequence[str] | None = None,
+               *, exact: bool = False) -> tuple[list[pa.Table], np.ndarray]:
         """The tables that hold rows ``offsets`` of shard ``shard_id`` and each offset's row in
         their concatenation: ``read_table(shard_id, offsets, columns)`` equals
         ``pa.concat_tables(tables).take(rows)``. A Parquet or Arrow dataset hands out its
         decoded row groups (record batches) uncopied, so a reader of many shards gathers all its
-        rows at once; any other dataset gives its ``read_table`` as the one table."""
+        rows at once; any other dataset gives its ``read_table`` as the one table. ``exact``
+        (default False): raise ``zephon.io.UnevenRecordsError`` where that table's rows are not
+        the records themselves (JSONL records whose fields, or a field's value types, differ)."""
         if self._reader is None or not self._reader.columnar:
-            table = self.read_table(shard_id, offsets, columns)
+            table = self._table(shard_id, offsets, columns, exact)
             return [table], np.arange(table.num_rows, dtype=np.int64)
         k, rows, names = self._prepare(shard_id, offsets, columns)
         if not len(rows):

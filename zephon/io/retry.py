@@ -31,7 +31,8 @@ from typing import Any, Callable, TypeVar
 T = TypeVar("T")
 LOG = logging.getLogger("zephon")
 _CONTENT = ("deserialize", "magic", "corrupt", "Invalid", "invalid", "out of bounds", "Unexpected end",
-            "Parquet", "IPC", "flatbuffer", "inflate", "compress", "ZSTD", "zstd", "LZ4", "Snappy")  # what a damaged file, not the storage, makes pyarrow say
+            "Parquet", "IPC", "flatbuffer", "inflate", "compress", "ZSTD", "zstd", "LZ4", "Snappy", "GZip", "Brotli",
+            "BZ2", "Codec", "too short")  # what a damaged file, not the storage, makes pyarrow say
 _PERMANENT = ("NoSuchBucket", "NoSuchKey", "AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch",
               "ACCESS_DENIED", "RESOURCE_NOT_FOUND", "NO_SUCH_BUCKET", "INVALID_ACCESS_KEY_ID")
 

@@ -21,6 +21,7 @@ shard. This module never imports torch.
 """
 from __future__ import annotations
 
+import logging
 import numbers
 from dataclasses import replace
 from typing import Any, Callable, Iterator, Mapping, Sequence
@@ -29,6 +30,7 @@ import numpy as np
 
 from zephon._ext.labels import BatchNames
 from zephon.io import Readahead, fetch, fetch_rows, take_records
+from zephon.io.catalog import uncombined
 from zephon.ops import MixtureConfig, PackConfig, Packing, mixture, pack, tokenize
 from zephon.runtime._packed import initial_operator, packed_items
 from zephon.runtime._stream import DROPPED, ItemStream, component_table, initial_entries
@@ -38,6 +40,7 @@ KEY_SAMPLE_ID, KEY_COMPONENT, KEY_RECORD = "_sample_id", "_component", "record"
 PREFETCH_BYTES = 256 << 20  # readahead bound per reader when data is not on a local disk
 PREFETCH_THREADS = 8
 MAP, FILTER, TOKENIZE = "map", "filter", "tokenize"
+LOG = logging.getLogger("zephon")
 
 
 def _map_all(fn: Callable[[Any], Any], items: list[Any]) -> list[Any]:
@@ -100,15 +103,30 @@ def _kept_keys(fn: Callable[[Any], Any], item: Any, out: Any) -> Any:
     return out
 
 
+def _all_paths(datasets: Any) -> bool:
+    """Whether every dataset is a path dataset (its reads give new dicts, nothing shared to copy)."""
+    return bool(datasets) and all(getattr(d, "catalog", None) is not None for d in datasets)
+
+
 def _same_columns(datasets: Any, columns: tuple[str, ...] | None) -> bool:
-    """Whether every dataset is a path dataset with the same (selected) columns: batches can then
-    be read as Arrow columns; otherwise items are collated (which names mixed fields clearly)."""
-    catalogs = [c for c in (getattr(d, "catalog", None) for d in datasets) if c is not None]
-    if not catalogs or len(catalogs) < len(datasets):
+    """Whether batches can be read as Arrow columns: every dataset is a path dataset whose
+    records a table holds (not token files), and every shard has the same (selected) columns,
+    of types that combine into one without changing a value (``zephon.io.fetch_table``).
+    Otherwise items are collated (which names mixed fields clearly); a reason other than token
+    files is logged."""
+    datasets = list(datasets)
+    if not _all_paths(datasets):
         return False
-    schemas = {tuple(sorted((n, t) for n, t in (c.schema() or ()) if columns is None or n in columns))
-               for c in catalogs}
-    return len(schemas) == 1
+    readers = [getattr(d, "reader", None) for d in datasets]
+    if not all(r is not None and (r.columnar or r.tabular) for r in readers):
+        return False
+    schemas = [tuple((n, t) for n, t in c.schemas[k] if columns is None or n in columns)
+               for c in (d.catalog for d in datasets) for k in np.unique(c.schema_of[c.schema_of >= 0]).tolist()]
+    problem = uncombined(schemas)
+    if problem is not None:
+        LOG.info("zephon: batches are collated from records, not read as columns: %s (%s)", problem,
+                 ", ".join(d.name for d in datasets))
+    return problem is None
 
 
 def _one_arrow_schema(datasets: Any) -> bool:
@@ -177,7 +195,8 @@ class Pipeline:
             readable[dataset_id] = dataset.has_records
         self._readable = readable
         self._any_records = bool(readable.any())
-        self._all_paths = _same_columns(datasets.values(), self._columns)
+        self._all_paths = _all_paths(list(datasets.values()))
+        self._columnar = _same_columns(datasets.values(), self._columns)
         self._gathers = _one_arrow_schema(datasets.values())  # see _records
         if prefetch_bytes is None:
             remote = any((reader := getattr(d, "reader", None)) is not None and not reader.shards.location.is_local
@@ -240,8 +259,9 @@ class Pipeline:
         ``seq_len`` whole (longer ones are cut into ``seq_len`` pieces), placing each into the
         fullest of at most ``pool`` (default 8) open sequences it fits, padded with ``pad_id``.
         ``bos_id`` / ``eos_id`` (default None): put before / after every document.
-        ``final``: the lane's last partial sequence is ``"pad"``-ded or ``"drop"``-ped (counted
-        in ``stats()["tokens"]["dropped"]``); default ``"pad"`` when there is a ``pad_id``.
+        ``final``: at the lane's end, the sequences still open (one with ``"concat"``, up to
+        ``pool`` with ``"best_fit"``) are ``"pad"``-ded or ``"drop"``-ped (counted in
+        ``stats()["tokens"]["dropped"]``); default ``"pad"`` when there is a ``pad_id``.
 
         An item is a sequence: ``input_ids``, ``segment_ids`` (1, 2, … per document piece, 0
         on padding) and ``position_ids`` (from 0 in each piece), each ``(seq_len,)`` int64, for
@@ -305,7 +325,7 @@ class Pipeline:
     def _copy(self, steps: tuple[tuple[str, Any], ...]) -> Pipeline:
         new = object.__new__(Pipeline)
         for slot in ("_source", "_columns", "_vocabulary", "_names", "_datasets", "_readable", "_any_records",
-                     "_all_paths", "_gathers", "_prefetch", "_packing", "_name_tuple"):
+                     "_all_paths", "_columnar", "_gathers", "_prefetch", "_packing", "_name_tuple"):
             setattr(new, slot, getattr(self, slot))
         new._steps = steps
         return new
@@ -372,8 +392,9 @@ class Pipeline:
 
     @property
     def columnar(self) -> bool:
-        """Every dataset is a path dataset and there are no map steps: batches can be read as columns."""
-        return self._all_paths and not self._steps and self._packing is None
+        """Every dataset is a path dataset of records a table holds, every shard has columns that
+        combine into one table, and there are no steps: batches can be read as columns."""
+        return self._columnar and not self._steps and self._packing is None
 
     @property
     def prefetch_bytes(self) -> int:

@@ -41,7 +41,7 @@ import pyarrow as pa
 import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
-from zephon.io import PieceStore, fetch_rows
+from zephon.io import PieceStore, UnevenRecordsError, fetch_rows
 from zephon.runtime import (
     DROPPED, KEY_COMPONENT, KEY_SAMPLE_ID, Entry, Event, LaneMux, Pipeline, Segment, Snapshot, paused_gc,
 )
@@ -363,12 +363,13 @@ def _columnar_bundles(mux: LaneMux, plan: Plan, worker: int, background: bool) -
     ahead = FETCHES if background else 0  # bundles taken and fetching beyond the one in hand
     finalizing = sys.is_finalizing  # held here: at exit this module's globals may be gone before the generator
 
-    def take() -> tuple[Bundle, np.ndarray, np.ndarray, Callable[[], tuple[dict[str, Any], float]]]:
+    def take() -> tuple[Bundle, np.ndarray, np.ndarray, Callable[[], tuple[dict[str, Any] | str, float]]]:
         bundle, pointers, components = _taken(mux, plan, worker)
         fetch = functools.partial(_fetch_columns, pipeline, pointers)
         return bundle, pointers, components, fetch if fetcher is None else fetcher.submit(fetch).result
 
-    pending: deque[tuple[Bundle, np.ndarray, np.ndarray, Callable[[], tuple[dict[str, Any], float]]]] = deque()
+    pending: deque[tuple[Bundle, np.ndarray, np.ndarray, Callable[[], tuple[dict[str, Any] | str, float]]]] = deque()
+    said = False  # whether this reader logged that it collates some bundles from their records
     error: Exception | None = None  # taking a bundle failed: raised once those taken before it are handed on
     try:
         while True:
@@ -382,7 +383,15 @@ def _columnar_bundles(mux: LaneMux, plan: Plan, worker: int, background: bool) -
                     error = taking
             columns, row_bytes = fetched()
             assert bundle.bounds is not None  # _framed cut the samples into batches
-            bundle.units = columnar_batches(pipeline, columns, pointers, components, bundle.bounds)
+            if isinstance(columns, str):  # records a table cannot hold as they are: collated, as a map step's are
+                if not said:
+                    said = True
+                    log.info("zephon: batches of records one table cannot hold as they are are collated from the "
+                             "records, which is slower than reading columns (%s)", columns)
+                with paused_gc():
+                    _batches(bundle, plan, pointers, components)
+            else:
+                bundle.units = columnar_batches(pipeline, columns, pointers, components, bundle.bounds)
             del columns  # the batches hold their rows: none stay here while the next fetch is awaited
             # their strings are made by land(): in this process, a batch at a time as it is handed out (made a
             # bundle at once, the garbage collector swept the bundle's lists again and again)
@@ -398,11 +407,16 @@ def _columnar_bundles(mux: LaneMux, plan: Plan, worker: int, background: bool) -
             fetcher.shutdown(cancel_futures=True)  # after the fetches in progress, if any
 
 
-def _fetch_columns(pipeline: Pipeline, pointers: np.ndarray) -> tuple[dict[str, Any], float]:
+def _fetch_columns(pipeline: Pipeline, pointers: np.ndarray) -> tuple[dict[str, Any] | str, float]:
     """The rows of ``pointers``, read (``zephon.io.fetch_rows``) and gathered column by column
     (``zephon.torch._collate.gathered_columns``), and the decoded bytes per row of the row
-    groups they lie in."""
-    table, rows = fetch_rows(pipeline.datasets_by_id, pointers, pipeline.columns)
+    groups they lie in; in place of the columns, why not, where the rows' table would not be
+    their records (``zephon.io.UnevenRecordsError``: JSONL records whose fields or value types
+    differ): their batches are then collated from the records."""
+    try:
+        table, rows = fetch_rows(pipeline.datasets_by_id, pointers, pipeline.columns, exact=True)
+    except UnevenRecordsError as error:
+        return str(error), 0.0
     return gathered_columns(table, rows), table.get_total_buffer_size() / max(table.num_rows, 1)
 
 

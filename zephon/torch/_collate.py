@@ -5,6 +5,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import torch
 from torch.utils.data import default_collate
 
@@ -35,6 +36,13 @@ def collate_rows(items: Sequence[Any], sample_ids: np.ndarray | None) -> Any:
     first = items[0]
     if not isinstance(first, Mapping) or KEY_SAMPLE_ID not in first:
         return default_collate(list(items))
+    width = len(first)
+    try:
+        uneven = any(len(item) != width for item in items)  # with each of first's keys found below: the same fields
+    except TypeError:  # an item without a length: not a mapping
+        uneven = True
+    if uneven:
+        raise ValueError(_MIXED)
     out: dict[str, Any] = {}
     for key in first:
         if key == KEY_SAMPLE_ID and sample_ids is not None:
@@ -43,9 +51,7 @@ def collate_rows(items: Sequence[Any], sample_ids: np.ndarray | None) -> Any:
         try:
             values = [item[key] for item in items]
         except (KeyError, TypeError):
-            raise ValueError(f"collate: the items of one batch have different fields ({key!r} is missing from some; "
-                             "components with other fields are mixed): make them uniform with a map step, or "
-                             "pass your own collate_fn") from None
+            raise ValueError(f"{_MIXED} ({key!r} is missing from some)") from None
         if key == KEY_SAMPLE_ID:
             out[key] = torch.tensor(values, dtype=torch.int64).reshape(-1, 3)
         elif key == KEY_COMPONENT:
@@ -53,6 +59,10 @@ def collate_rows(items: Sequence[Any], sample_ids: np.ndarray | None) -> Any:
         else:
             out[key] = collate_values(values)
     return out
+
+
+_MIXED = ("collate: the items of one batch have different fields (records with other fields, or components "
+          "with other fields, are mixed): make them uniform with a map step, or pass your own collate_fn")
 
 
 def collate_values(values: list[Any]) -> Any:
@@ -75,7 +85,8 @@ def collate_values(values: list[Any]) -> Any:
 
 
 def column_batch(column: pa.ChunkedArray) -> Any:
-    """One column as ``default_collate`` would batch its Python values (without making them)."""
+    """One column as ``default_collate`` would batch its Python values (without making them):
+    integers as int64 (a ``uint64`` column is checked by :func:`column_batches` first)."""
     kind = column.type
     if column.null_count == 0:
         if pa.types.is_integer(kind):
@@ -97,14 +108,26 @@ def gathered_columns(table: pa.Table, rows: np.ndarray) -> dict[str, Any]:
             for name, column in gather_columns(table, rows).items()}
 
 
-def column_batches(column: Any, bounds: Sequence[int]) -> list[Any]:
+def column_batches(column: Any, bounds: Sequence[int], name: str = "") -> list[Any]:
     """What ``column_batch`` makes of rows ``bounds[k]:bounds[k + 1]`` of a gathered column
-    (:func:`gathered_columns`), for each ``k``; strings as :class:`Strings`, which become their
-    list when the batch is handed out."""
+    ``name`` (:func:`gathered_columns`), for each ``k``; strings as :class:`Strings`, which
+    become their list when the batch is handed out. A ``uint64`` value past int64 raises
+    ``ValueError`` (as the record path's ``default_collate`` raises for it), never wraps."""
     spans = zip(bounds[:-1], bounds[1:])
     if type(column) is Strings:
         return [column.rows(a, b) for a, b in spans]
+    if pa.types.is_uint64(column.type):
+        _check_int64(name, column)
     return [column_batch(column.slice(a, b - a)) for a, b in spans]
+
+
+def _check_int64(name: str, column: pa.ChunkedArray) -> None:
+    """Raise ``ValueError`` if the unsigned ``column`` holds a value an int64 tensor cannot."""
+    largest = pc.max(column).as_py()
+    if largest is not None and largest > np.iinfo(np.int64).max:
+        raise ValueError(f"column {name!r} holds the uint64 value {largest}, past the int64 a batch tensor holds (it "
+                         "would wrap to a negative number); turn it into what you need with a map step (e.g. "
+                         "str(value), or value - 2**63), or pass your own collate_fn")
 
 
 class Strings:
@@ -139,7 +162,7 @@ def columnar_batches(pipeline: Any, columns: Mapping[str, Any], pointers: np.nda
     ``collate(pipeline.materialize(...))`` of its samples once landed (see :class:`Strings`).
     The batches' ``_sample_id`` tensors are views of one copy of ``pointers`` (a batch kept
     keeps the whole copy, 24 bytes a sample of the bundle)."""
-    per_column = {name: column_batches(column, bounds) for name, column in columns.items()}
+    per_column = {name: column_batches(column, bounds, name) for name, column in columns.items()}
     names = pipeline.batch_names(components, bounds)
     sample_ids = torch.split(torch.from_numpy(np.array(pointers, dtype=np.int64)), np.diff(bounds).tolist())
     batches = []
