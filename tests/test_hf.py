@@ -84,3 +84,54 @@ def test_a_tensor_parallel_group_trains_on_the_stream_of_one_process_and_resumes
     assert train(crashed, 2, "--tensor-parallel", "2", "--crash-at", "7", check=False).returncode != 0
     train(crashed, 2, "--tensor-parallel", "2", "--resume")
     assert seen(crashed, 0) == seen(crashed, 1) == seen(single, 0)
+
+
+def _tiny_run(out, *, endless=False, save_steps=10, max_steps=-1):
+    """A zephon.hf.Trainer over a linear model of the sample ids (what the steps see is the point)."""
+    import torch
+    from transformers import TrainingArguments
+    import zephon.torch as zt
+    from zephon import Dataset, Pipeline, StaticMixtureWorkSource
+    from zephon.hf import Trainer
+
+    class Linear(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.layer = torch.nn.Linear(3, 1)
+
+        def forward(self, sample=None):
+            return {"loss": self.layer(sample).pow(2).mean()}
+
+    def collate(items):
+        batch = zt.collate(items)
+        batch["sample"] = batch["_sample_id"].float()
+        return batch
+
+    kw = dict(exhausted_policy="repeat", stop_after_passes=None) if endless else {}
+    source = StaticMixtureWorkSource([Dataset.from_counts("web", [30] * 3)], {"web": 1.0}, chunk_size=8, **kw)
+    loader = zt.DataLoader(Pipeline(source), batch_size=4, canonical_replicas=4, collate_fn=collate,
+                           even_batches=not endless)
+    args = TrainingArguments(output_dir=str(out), use_cpu=True, report_to=[], disable_tqdm=True, save_steps=save_steps,
+                             max_steps=max_steps, num_train_epochs=3)
+    return Trainer(model=Linear(), args=args, train_loader=loader)
+
+
+def test_the_epoch_after_a_resume_counts_the_batches_before_the_checkpoint(tmp_path):
+    whole = _tiny_run(tmp_path / "whole")
+    whole.train()
+    assert whole.state.global_step == 24 and whole.state.epoch == 1.0  # 24 batches: one epoch
+    resumed = _tiny_run(tmp_path / "whole")
+    resumed.train(resume_from_checkpoint=str(tmp_path / "whole" / "checkpoint-10"))
+    assert resumed.state.global_step == 24 and resumed.state.epoch == 1.0
+    assert [h["epoch"] for h in resumed.state.log_history] == [h["epoch"] for h in whole.state.log_history]
+
+
+def test_misuse_says_what_to_do(tmp_path):
+    with pytest.raises(ValueError, match="cannot count.*set max_steps"):
+        _tiny_run(tmp_path / "endless", endless=True).train()
+    foreign = tmp_path / "foreign" / "checkpoint-2"
+    foreign.mkdir(parents=True)
+    (foreign / "trainer_state.json").write_text("{}")
+    with pytest.raises(FileNotFoundError, match="has no zephon_loader.ckpt or zephon_run.json: it was not saved by "
+                                                "zephon.hf.Trainer.*start without resume_from_checkpoint"):
+        _tiny_run(tmp_path / "foreign").train(resume_from_checkpoint=True)

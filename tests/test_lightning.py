@@ -2,6 +2,7 @@
 resumed from step 8's checkpoint, the steps train on the uninterrupted run's batches, on one
 device and on two, and a run killed on two devices resumes on one without repeating a sample."""
 import json
+import logging
 import os
 import shutil
 import subprocess
@@ -106,3 +107,146 @@ def test_a_stream_that_ends_before_max_steps_ends_the_run(tmp_path):
     done = train(tmp_path / "short", "--steps", "1000")
     assert sorted(seen(tmp_path / "short", 0)) == list(range(1, 101))
     assert "the training stream has ended" in done.stderr
+
+
+DDP_SCRIPT = '''
+import json, sys
+import lightning.pytorch as pl, torch
+from zephon import Dataset, Pipeline, StaticMixtureWorkSource
+from zephon.lightning import DataModule
+
+class M(pl.LightningModule):
+    def __init__(self):
+        super().__init__(); self.layer = torch.nn.Linear(3, 1)
+    def training_step(self, batch, i):
+        with open(f"{sys.argv[1]}/seen.{self.global_rank}", "a") as f:
+            f.write(json.dumps(batch["_sample_id"].tolist()) + "\\n")
+        return self.layer(batch["_sample_id"].float()).mean()
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.0)
+
+source = StaticMixtureWorkSource([Dataset.from_counts("web", [30] * 3), Dataset.from_counts("code", [20] * 3)],
+                                 {"web": 0.6, "code": 0.4}, chunk_size=8, seed=3)
+data = DataModule(Pipeline(source), batch_size=4, canonical_replicas=4)
+data.train_dataloader()  # before fit: Lightning has not started its processes yet
+steps = data.remaining(world_size=2)
+trainer = pl.Trainer(max_steps=steps, accelerator="cpu", devices=2, strategy="ddp", logger=False,
+                     enable_progress_bar=False, enable_model_summary=False, enable_checkpointing=False,
+                     default_root_dir=sys.argv[1])
+trainer.fit(M(), datamodule=data)
+with open(f"{sys.argv[1]}/end.{trainer.global_rank}", "w") as f:
+    json.dump({"steps": steps, "lanes": data.loader.lanes(), "global_step": trainer.global_step}, f)
+'''
+
+
+def test_ddp_from_lightnings_launcher_reads_each_ranks_lanes_even_when_built_before_fit(tmp_path):
+    """Lightning's DDP launcher sets no RANK, and a loader built before fit sees one process:
+    fit builds it again per rank, each rank reads its own lanes, and remaining(world_size=2)
+    before fit is every rank's step count."""
+    script = tmp_path / "ddp.py"
+    script.write_text(DDP_SCRIPT)
+    done = subprocess.run([sys.executable, str(script), str(tmp_path)], capture_output=True, text=True, timeout=300,
+                          cwd=ROOT, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert done.returncode == 0, done.stderr[-3000:]
+    ends = [json.loads((tmp_path / f"end.{rank}").read_text()) for rank in range(2)]
+    assert [end["lanes"] for end in ends] == [[0, 1], [2, 3]]
+    seen = [[tuple(p) for line in (tmp_path / f"seen.{rank}").read_text().splitlines() for p in json.loads(line)]
+            for rank in range(2)]
+    assert not set(seen[0]) & set(seen[1])
+    assert ends[0]["steps"] == ends[1]["steps"] == ends[0]["global_step"] == len(seen[0]) // 4 == len(seen[1]) // 4
+
+
+def test_the_models_own_batch_hook_runs_and_the_steps_are_still_counted(tmp_path):
+    """The data module counts steps with a callback: a model's on_before_batch_transfer is
+    not replaced by a data module hook, and the saved state is that of the last step's batch."""
+    import lightning.pytorch as pl
+    import torch
+
+    import zephon.torch as zt
+    from zephon import Dataset, Pipeline, StaticMixtureWorkSource
+    from zephon.lightning import DataModule
+
+    def pipeline():
+        return Pipeline(StaticMixtureWorkSource([Dataset.from_counts("a", [40] * 2)], {"a": 1.0}, chunk_size=8))
+
+    class Hooked(pl.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.layer = torch.nn.Linear(3, 1)
+
+        def on_before_batch_transfer(self, batch, dataloader_idx):
+            return {**batch, "x": batch["_sample_id"].float()}
+
+        def training_step(self, batch, batch_idx):
+            return self.layer(batch["x"]).mean()
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.0)
+
+    data = DataModule(pipeline(), batch_size=4, canonical_replicas=2)
+    pl.Trainer(max_steps=3, accelerator="cpu", logger=False, enable_progress_bar=False, enable_model_summary=False,
+               enable_checkpointing=False, default_root_dir=tmp_path).fit(Hooked(), datamodule=data)
+    reference = zt.DataLoader(pipeline(), batch_size=4, canonical_replicas=2)
+    it = iter(reference)
+    for _ in range(3):
+        next(it)
+    saved = zt.merge_states([next(iter(data.state_dict().values()))])
+    assert saved["lanes"] == reference.state_dict()["lanes"]
+
+
+def test_remaining_before_fit_counts_for_the_ranks_asked(caplog):
+    import zephon.torch as zt
+    from zephon import Dataset, Pipeline, StaticMixtureWorkSource
+    from zephon.lightning import DataModule
+
+    source = StaticMixtureWorkSource([Dataset.from_counts("a", [40] * 2)], {"a": 1.0}, chunk_size=8)
+    data = DataModule(Pipeline(source), batch_size=4, canonical_replicas=4)
+    assert data.remaining(world_size=1) == 20
+    second = zt.DataLoader(Pipeline(source), batch_size=4, canonical_replicas=4, rank=1, world_size=2)
+    assert data.remaining(world_size=2) == second.remaining() < 20  # with even_batches, every rank's count
+    assert data.loader is None  # counting builds no loader of the data module's
+    with caplog.at_level(logging.WARNING, logger="zephon"):
+        assert data.remaining() == 20
+    assert "world_size=<devices x nodes>" in caplog.text
+    with pytest.raises(ValueError, match="world_size=0"):
+        data.remaining(world_size=0)
+
+
+def test_a_bare_finite_loader_resumed_mid_epoch_trains_the_rest_of_the_epoch(tmp_path):
+    """Lightning counts the batches of its epoch and ends it at len(loader): a loader resumed
+    mid-epoch is as long as the whole epoch, so max_epochs=1 trains every batch left."""
+    import lightning.pytorch as pl
+    import torch
+    from lightning.pytorch.callbacks import ModelCheckpoint
+
+    import zephon.torch as zt
+    from zephon import Dataset, Pipeline, StaticMixtureWorkSource
+
+    class Bare(pl.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.layer, self.seen = torch.nn.Linear(3, 1), []
+
+        def train_dataloader(self):
+            source = StaticMixtureWorkSource([Dataset.from_counts("a", [30] * 2)], {"a": 1.0}, chunk_size=8)
+            return zt.DataLoader(Pipeline(source), batch_size=4, canonical_replicas=2)
+
+        def training_step(self, batch, batch_idx):
+            self.seen.append(batch["_sample_id"].tolist())
+            return self.layer(batch["_sample_id"].float()).mean()
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.0)
+
+    def fit(ckpt=None):
+        model = Bare()
+        callbacks = [] if ckpt else [ModelCheckpoint(dirpath=tmp_path, every_n_train_steps=5, save_top_k=-1,
+                                                     filename="{step}")]
+        pl.Trainer(max_epochs=1, accelerator="cpu", logger=False, enable_progress_bar=False,
+                   enable_model_summary=False, callbacks=callbacks, default_root_dir=tmp_path).fit(model, ckpt_path=ckpt)
+        return model.seen
+
+    whole = fit()
+    assert len(whole) == 16  # the lanes' last batches are short
+    assert fit(tmp_path / "step=5.ckpt") == whole[5:]
+    assert fit(tmp_path / "step=10.ckpt") == whole[10:]

@@ -24,6 +24,7 @@ from zephon.runtime import (
     merge_states,
     parse_state,
     save_checkpoint,
+    split_state,
     write,
 )
 from zephon.core.checkpoint import sealed
@@ -377,17 +378,34 @@ def test_a_version_1_state_still_loads():
     assert dict(parse_state(old).entries) == entries
 
 
-@pytest.mark.parametrize("version", [2, 3])
-def test_versions_2_and_3_still_load(version):
-    """Version 3 only added a column form (a list every lane has, kept once) and version 4 the
-    ``nested`` seals (none for a static source): a state of either reads as it did."""
+@pytest.mark.parametrize("version", [2, 3, 4])
+def test_versions_2_to_4_still_load(version):
+    """Version 3 only added a column form (a list every lane has, kept once), version 4 the
+    ``nested`` seals (none for a static source) and version 5 ``in_epoch``: a state of any of
+    them reads as it did, its count of batches in the epoch unknown (None)."""
     state = state_of([0, 1, 2, 3], consumed=3)
-    assert state["version"] == 4 and state["lanes"]["nested"] == []
-    lanes = {k: v for k, v in state["lanes"].items() if k != "nested"}
-    old = sealed({**{k: v for k, v in state.items() if k != "digest"}, "version": version, "lanes": lanes})
+    assert state["version"] == 5 and state["lanes"]["nested"] == [] and state["in_epoch"] == 0
+    lanes = state["lanes"] if version == 4 else {k: v for k, v in state["lanes"].items() if k != "nested"}
+    old = sealed({**{k: v for k, v in state.items() if k not in ("digest", "in_epoch")}, "version": version,
+                  "lanes": lanes})
     assert dict(parse_state(old).entries) == dict(parse_state(state).entries)
-    with pytest.raises(ValueError, match="'lanes' must be a dict of"):
-        parse_state(sealed({**old, "version": 4}))
+    assert parse_state(old).in_epoch is None and parse_state(state).in_epoch == 0
+    with pytest.raises(ValueError, match="missing \\['in_epoch'\\]"):
+        parse_state(sealed({**old, "version": 5}))
+    if version < 4:
+        with pytest.raises(ValueError, match="'lanes' must be a dict of"):
+            parse_state(sealed({**old, "version": 4}))
+
+
+def test_in_epoch_is_checked_and_merged_as_the_furthest():
+    state = state_of([0, 1, 2, 3])
+    for bad in (-1, 1.0, True, None, 2**48 + 1):
+        with pytest.raises(ValueError, match="in_epoch="):
+            parse_state(sealed({**{k: v for k, v in state.items() if k != "digest"}, "in_epoch": bad}))
+    parts = split_state(sealed({**{k: v for k, v in state.items() if k != "digest"}, "in_epoch": 7}))
+    assert {parse_state(part).in_epoch for part in parts.values()} == {7}
+    behind = sealed({**{k: v for k, v in parts[0].items() if k != "digest"}, "in_epoch": 6})
+    assert merge_states([behind, *list(parts.values())[1:]])["in_epoch"] == 7
 
 
 def test_version_4_refuses_nested_seals_it_cannot_use():

@@ -140,7 +140,7 @@ def _as_version_3(state):
     old = make_state(parsed.canonical_replicas, entries, parsed.datasets, parsed.topology, run=parsed.run,
                      sealed_by_source=True)
     lanes = {k: v for k, v in old["lanes"].items() if k != "nested"}
-    return sealed({**{k: v for k, v in old.items() if k != "digest"}, "version": 3, "lanes": lanes})
+    return sealed({**{k: v for k, v in old.items() if k not in ("digest", "in_epoch")}, "version": 3, "lanes": lanes})
 
 
 @pytest.mark.parametrize("cut", [0, 5, 23, 60])
@@ -452,6 +452,41 @@ def test_the_main_process_fetches_two_bundles_at_once(tmp_path, monkeypatch):
     assert [batch["text"] for batch in zt.DataLoader(pipeline, batch_size=8, num_workers=0)] == alone
 
 
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_resumed_loader_has_the_length_of_the_epoch_it_resumes_into(workers, caplog, monkeypatch):
+    """Lightning and transformers count the batches of their epoch and end it at ``len()``: a
+    loader restored mid-epoch is as long as the whole epoch (what it delivered before the
+    state, at any lag, plus what is left); the iteration after that one starts a new epoch."""
+    def make():
+        return zt.DataLoader(Pipeline(make_source()), batch_size=7, num_workers=workers, canonical_replicas=3)
+
+    loader = make()
+    total = len(loader)
+    it = iter(loader)
+    for _ in range(5):
+        next(it)
+    for lag in (0, 2):
+        resumed = make()
+        resumed.load_state_dict(loader.state_dict(lag=lag))
+        assert len(resumed) == total and resumed.remaining() == total - 5 + lag
+        again = make()
+        again.load_state_dict(resumed.state_dict())  # a state saved before iterating keeps the count
+        assert len(again) == total
+        assert len(list(resumed)) == total - 5 + lag and len(resumed) == total
+        after_end = make()
+        after_end.load_state_dict(resumed.state_dict())
+        assert len(after_end) == total and len(list(after_end)) == 0 and len(after_end) == total  # its end
+        assert len(list(after_end)) == 0 and len(after_end) == 0  # a new epoch
+    state = loader.state_dict()
+    old = sealed({**{k: v for k, v in state.items() if k not in ("digest", "in_epoch")}, "version": 4})
+    resumed = make()
+    monkeypatch.setattr(zephon.runtime._book, "_logged", set())  # said once per process
+    with caplog.at_level(logging.WARNING, logger="zephon"):
+        resumed.load_state_dict(old)
+    assert len(resumed) == total - 5  # a version 4 state does not say how far into its epoch it was
+    assert "predates the count of batches delivered in its epoch" in caplog.text
+
+
 def test_len_is_the_iterations_total_and_remaining_what_is_still_to_come():
     loader = zt.DataLoader(Pipeline(make_source()), batch_size=7, num_workers=2, canonical_replicas=3)
     total = len(loader)
@@ -464,7 +499,7 @@ def test_len_is_the_iterations_total_and_remaining_what_is_still_to_come():
     state = loader.state_dict()
     assert len(list(loader)) == 0 and len(loader) == 0  # a new iteration after the end has nothing
     loader.load_state_dict(state)
-    assert len(loader) == 0
+    assert len(loader) == total and loader.remaining() == 0  # the state's epoch, which had ended
     with pytest.raises(TypeError):
         len(zt.DataLoader(Pipeline(make_source(policy="repeat")), batch_size=7))
     lanes = lane_streams(make_source(), 3)
@@ -528,6 +563,34 @@ def test_topology_detection(monkeypatch):
     monkeypatch.setenv("WORLD_SIZE", "four")
     with pytest.raises(ValueError, match="WORLD_SIZE"):
         zt.detect_topology()
+
+
+def test_a_launcher_without_rank_gives_the_rank_by_node_or_an_error(monkeypatch):
+    """Lightning's own DDP launcher sets WORLD_SIZE, NODE_RANK and LOCAL_RANK but no RANK: the
+    rank is LOCAL_RANK on node 0, NODE_RANK x LOCAL_WORLD_SIZE + LOCAL_RANK where the processes
+    per node are known, and never a guess (every rank would be rank 0 and read its lanes)."""
+    for name in ("RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("NODE_RANK", "0")
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    assert zt.detect_topology() == zt.Topology(1, 2, 1, "environment")
+    assert zt.DataLoader(Pipeline(make_source()), canonical_replicas=4).lanes() == [2, 3]
+    monkeypatch.setenv("WORLD_SIZE", "4")
+    monkeypatch.setenv("NODE_RANK", "1")
+    with pytest.raises(ValueError, match="WORLD_SIZE=4 but RANK is not set.*NODE_RANK='1'.*pass rank="):
+        zt.detect_topology()
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
+    assert zt.detect_topology() == zt.Topology(3, 4, 1, "environment")
+    monkeypatch.delenv("NODE_RANK")
+    monkeypatch.setenv("GROUP_RANK", "1")  # torchrun's name for the node's rank
+    assert zt.detect_topology() == zt.Topology(3, 4, 1, "environment")
+    monkeypatch.delenv("GROUP_RANK")
+    with pytest.raises(ValueError, match="RANK is not set"):
+        zt.detect_topology()
+    assert zt.detect_topology(rank=2, world_size=4).rank == 2  # an explicit rank needs none of them
+    monkeypatch.setenv("WORLD_SIZE", "1")
+    assert zt.detect_topology() == zt.Topology(0, 1, 1, "environment")
 
 
 def test_all_gather_state_without_a_process_group_merges_locally():

@@ -52,7 +52,7 @@ def test_filtered_batches_resume_exactly_and_drops_are_counted(workers):
         head = [ids(next(it)) for _ in range(cut)]
         again = make()
         again.load_state_dict(json.loads(json.dumps(first.state_dict())))
-        assert len(again) == len(full) - cut
+        assert len(again) == len(full) and again.remaining() == len(full) - cut  # the epoch it resumes into
         assert head + [ids(b) for b in again] == full, cut
 
 

@@ -39,9 +39,12 @@ class Trainer(transformers.Trainer):
         out of its inputs, as ``remove_unused_columns`` does for datasets.
 
     ``args.max_steps`` defaults to ``train_loader.remaining()`` batches at the run's start, in
-    optimizer steps (with ``even_batches``, the same on every process), kept across resumes.
+    optimizer steps (with ``even_batches``, the same on every process), kept across resumes; a
+    loader that cannot count what is left (an endless stream) needs ``max_steps`` set.
     ``args.ignore_data_skip`` is set: the loader's own checkpoint places the data, nothing is
-    replayed. Trainer's tokens-per-second estimate is 0 (it would read a batch of the loader).
+    replayed, and ``state.epoch`` after a resume counts the batches the epoch had delivered
+    before the checkpoint. Trainer's tokens-per-second estimate is 0 (it would read a batch of
+    the loader).
     """
 
     def __init__(self, *args: Any, train_loader: zt.DataLoader, **kwargs: Any):
@@ -57,6 +60,8 @@ class Trainer(transformers.Trainer):
         self.train_loader = train_loader
         self.args.ignore_data_skip = True
         self._zephon_steps: int | None = None
+        self._zephon_epoch = _EpochOffset()
+        self.callback_handler.callbacks.insert(0, self._zephon_epoch)  # before any callback reads state.epoch
 
     def get_train_dataloader(self) -> Any:
         """The loader as it is: accelerate's preparation would dispatch or split its batches."""
@@ -68,15 +73,41 @@ class Trainer(transformers.Trainer):
         folder = get_last_checkpoint(self.args.output_dir) if resume_from_checkpoint is True else resume_from_checkpoint
         if resume_from_checkpoint is True and folder is None:
             raise ValueError(f"resume_from_checkpoint=True: no checkpoint-* directory in {self.args.output_dir}")
+        self._zephon_epoch.delivered = 0
         if isinstance(folder, str) and folder:
-            self.train_loader.load_state_dict(zt.load_checkpoint(os.path.join(folder, HF_STATE_FILE)))
-            with open(os.path.join(folder, RUN_FILE)) as f:
-                self._zephon_steps = int(json.load(f)["max_steps"])
+            self._restore(folder)
         if self.args.max_steps <= 0:  # optimizer steps: one per gradient_accumulation_steps batches
-            self.args.max_steps = self._zephon_steps or -(-self.train_loader.remaining()
+            self.args.max_steps = self._zephon_steps or -(-self._remaining()
                                                           // max(1, self.args.gradient_accumulation_steps))
         self._zephon_steps = self.args.max_steps
         return super().train(folder or None, *args, **kwargs)
+
+    def _restore(self, folder: str) -> None:
+        """Restore the loader's state and the run's ``max_steps`` from checkpoint ``folder``;
+        ``FileNotFoundError`` where zephon's files are not there (a plain Trainer's checkpoint)."""
+        missing = [name for name in (HF_STATE_FILE, RUN_FILE) if not os.path.isfile(os.path.join(folder, name))]
+        if missing:
+            raise FileNotFoundError(f"checkpoint {folder!r} has no {' or '.join(missing)}: it was not saved by "
+                                    "zephon.hf.Trainer (a plain transformers.Trainer does not save the loader's "
+                                    "position), so the data cannot resume from it. Resume from a checkpoint that "
+                                    "zephon.hf.Trainer saved, or start without resume_from_checkpoint")
+        self.train_loader.load_state_dict(zt.load_checkpoint(os.path.join(folder, HF_STATE_FILE)))
+        with open(os.path.join(folder, RUN_FILE)) as f:
+            self._zephon_steps = int(json.load(f)["max_steps"])
+        try:  # the batches of the resumed epoch delivered before the checkpoint (an endless loader has no epochs)
+            self._zephon_epoch.delivered = len(self.train_loader) - self.train_loader.remaining()
+        except TypeError:
+            self._zephon_epoch.delivered = 0
+
+    def _remaining(self) -> int:
+        """``train_loader.remaining()``, or a ``ValueError`` that says to set ``max_steps`` where
+        the loader cannot count what is left."""
+        try:
+            return self.train_loader.remaining()
+        except TypeError as error:
+            raise ValueError(f"zephon.hf.Trainer: TrainingArguments(max_steps=...) is not set, and it defaults to the "
+                             f"batches train_loader has left, which it cannot count ({error}); set max_steps, the "
+                             "optimizer steps to train") from error
 
     @staticmethod
     def num_tokens(train_dl: Any, max_steps: int | None = None) -> int:
@@ -112,3 +143,26 @@ class Trainer(transformers.Trainer):
             zt.save_checkpoint(os.path.join(folder, HF_STATE_FILE), state)
             write_atomically(os.path.join(folder, RUN_FILE), json.dumps({"max_steps": self._zephon_steps}).encode())
         super()._save_checkpoint(model, trial)
+
+
+class _EpochOffset(transformers.TrainerCallback):
+    """Adds to ``state.epoch`` the batches the epoch in progress had delivered before the
+    checkpoint a run resumed from: Trainer counts an epoch's batches from its own start (it
+    skips none, ``ignore_data_skip``), over ``len(loader)``, the whole epoch's length. Applies
+    to the first epoch of a resumed run only."""
+
+    def __init__(self) -> None:
+        self.delivered = 0  # batches of the resumed epoch delivered before the checkpoint, until it begins
+        self._offset = 0.0  # what the epoch in progress adds to state.epoch; 0 once it is over
+
+    def on_epoch_begin(self, args: Any, state: Any, control: Any, train_dataloader: Any = None,
+                       **kwargs: Any) -> None:
+        length = len(train_dataloader) if self.delivered and train_dataloader is not None else 0
+        self._offset = self.delivered / length if length else 0.0
+        self.delivered = 0
+
+    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        state.epoch += self._offset
+
+    def on_epoch_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self._offset = 0.0

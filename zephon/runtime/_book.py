@@ -196,8 +196,10 @@ class LaneBook:
         self._entries = ChainMap(moved, base)  # type: ignore[arg-type]  # ChainMap writes to its first map only
 
     def state(self, entries: Mapping[int, Entry], num_workers: int | None,
-              operators: Mapping[int, Any] | None = None, batch_size: int | None = None) -> LoaderStateDict:
-        """The JSON state of ``entries`` and, packed, the lanes' ``operators`` (default: the book's)."""
+              operators: Mapping[int, Any] | None = None, batch_size: int | None = None,
+              in_epoch: int = 0) -> LoaderStateDict:
+        """The JSON state of ``entries`` and, packed, the lanes' ``operators`` (default: the
+        book's), ``in_epoch`` batches into the loader's iteration."""
         topology: dict[str, Any] = {"world_size": self.world_size, "ranks": [self.rank], "mapping": self.mapping,
                                     "num_workers": num_workers}
         if batch_size is not None:
@@ -211,7 +213,7 @@ class LaneBook:
             named = {packing.name: states}
         nested = SEALING_SOURCES.get(type(self.pipeline.source))
         return make_state(self.canonical_replicas, entries, self._datasets, topology, run=self.run, operators=named,
-                          sealed_by_source=nested is not None, nested=nested or ())
+                          sealed_by_source=nested is not None, nested=nested or (), in_epoch=in_epoch)
 
     @property
     def run(self) -> str:

@@ -4,7 +4,7 @@ A state covers some lanes (a worker's, a rank's, or all of them: the global chec
 :func:`merge_states` builds). Its size depends only on how many lanes it covers: the chunk in
 flight is regenerated on restore, never stored. Plain JSON, tagged, versioned and sealed::
 
-    {"kind": "zephon.LoaderState", "version": 4,
+    {"kind": "zephon.LoaderState", "version": 5,
      "canonical_replicas": 4,
      "datasets": [{"id": 0, "name": "web", "fingerprint": null}, ...],
      "run": "9f2c…",                          # the run: its source's settings, lanes and datasets
@@ -15,6 +15,7 @@ flight is regenerated on restore, never stored. Plain JSON, tagged, versioned an
                "nested": ["inner"]},          # and those of the states these keys hold (a phase's state)
      "operators": {},                         # per-lane states of a pipeline's operators, by name: columns
      "topology": {"world_size": 2, "ranks": [0, 1], "mapping": "contiguous", "num_workers": 2},
+     "in_epoch": 5,                           # batches the loop received of the iteration in progress
      "digest": "…"}                           # sha256 of the rest: any edit is refused
 
 A *column* holds one value per lane (``zephon.runtime._columns``), in ascending lane order.
@@ -23,15 +24,18 @@ that state starts which the training loop received. ``turn`` (0–3) holds two f
 resume on the same topology exact batch for batch (bit 0: the lane gave its turn, a batch, of
 its reader's current round; bit 1: its reader gave its batch of the loader's current cycle; see
 ``zephon.runtime._stream``). ``topology`` says where the state was taken; it is
-informational: any topology restores the state. Versions 2 and 3 (no ``nested``: only the
-lanes' own digests were left out) and version 1 (one ``[lane, consumed, turn, state]`` row per
-lane, no digest of its own) are still read.
+informational: any topology restores the state. ``in_epoch`` counts the batches (items when
+unbatched) the training loop received of the loader's iteration in progress, its epoch, so
+that a resumed loader's ``len()`` is the length of the whole epoch it resumes into. Version 4
+(no ``in_epoch``: read as unknown, counted as 0), versions 2 and 3 (no ``nested`` either: only
+the lanes' own digests were left out) and version 1 (one ``[lane, consumed, turn, state]`` row
+per lane, no digest of its own) are still read.
 """
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Iterator, Mapping, Sequence, TypedDict
+from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence, TypedDict
 
 from zephon.core.checkpoint import KEY_DIGEST, canonical, digest, sealed
 from zephon.limits import MAX_LOADER_STATE_NODES, MAX_REPLICAS, MAX_SAMPLES, check_json, show
@@ -43,11 +47,13 @@ from zephon.runtime._lanes import MAPPINGS
 from zephon.runtime._sealing import Entry, LaneColumns, SealingLedger
 
 KIND = "zephon.LoaderState"
-VERSION = 4  # 4: lanes.nested; 3: a column may hold a list that every lane has ({"same": [...]}); else as 2
+VERSION = 5  # 5: in_epoch; 4: lanes.nested; 3: a column may hold a list that every lane has ({"same": [...]})
 KEY_KIND, KEY_VERSION, KEY_REPLICAS, KEY_DATASETS = "kind", "version", "canonical_replicas", "datasets"
 KEY_RUN, KEY_SOURCE, KEY_LANES, KEY_OPERATORS, KEY_TOPOLOGY = "run", "source", "lanes", "operators", "topology"
-KEYS = (KEY_KIND, KEY_VERSION, KEY_REPLICAS, KEY_DATASETS, KEY_RUN, KEY_SOURCE, KEY_LANES, KEY_OPERATORS,
-        KEY_TOPOLOGY, KEY_DIGEST)
+KEY_IN_EPOCH = "in_epoch"
+KEYS_V2 = (KEY_KIND, KEY_VERSION, KEY_REPLICAS, KEY_DATASETS, KEY_RUN, KEY_SOURCE, KEY_LANES, KEY_OPERATORS,
+           KEY_TOPOLOGY, KEY_DIGEST)  # versions 2 to 4
+KEYS = KEYS_V2 + (KEY_IN_EPOCH,)
 KEYS_V1 = (KEY_KIND, KEY_VERSION, KEY_REPLICAS, KEY_DATASETS, KEY_SOURCE, KEY_LANES, KEY_TOPOLOGY)
 LANE_KEYS = ("count", "lane", "consumed", "turn", "state", "sealed", "nested")  # version 4; 2 and 3 lack "nested"
 _HEX32, _HEX16 = re.compile(r"[0-9a-f]{32}"), re.compile(r"[0-9a-f]{16}")
@@ -87,6 +93,7 @@ class LoaderStateDict(TypedDict):
     lanes: LanesDict
     operators: dict[str, Any]  # operator name -> column of per-lane states
     topology: dict[str, Any]  # where it was taken (informational)
+    in_epoch: int  # batches (items) the loop received of the iteration in progress, >= 0
     digest: str  # sha256 of the rest (32 hex digits)
 
 
@@ -94,7 +101,9 @@ class LoaderStateDict(TypedDict):
 class LoaderState:
     """A parsed and validated loader state: ``canonical_replicas``, the ledger ``entries`` of
     the lanes it covers, the ``datasets`` it was taken over, the ``run`` it belongs to, the
-    ``operators``' per-lane states and the ``topology`` it was taken on."""
+    ``operators``' per-lane states, the ``topology`` it was taken on and ``in_epoch``, the
+    batches the loop received of the iteration in progress (None: a state of version 4 or
+    earlier, which does not say)."""
 
     canonical_replicas: int
     entries: Ledger  # lane -> (source state, consumed, turn flags): Entry
@@ -102,6 +111,7 @@ class LoaderState:
     topology: dict[str, Any] = field(default_factory=dict)
     run: str | None = None
     operators: dict[str, dict[int, Any]] = field(default_factory=dict)  # operator -> lane -> its state
+    in_epoch: int | None = None  # batches (items), >= 0; None: not recorded (version <= 4)
 
 
 def run_fingerprint(source: Any, canonical_replicas: int, datasets: list[DatasetRecord]) -> str:
@@ -141,9 +151,10 @@ def _all_sealed(states: list[Mapping[str, Any]], shared: Mapping[str, str]) -> b
 def make_state(canonical_replicas: int, entries: Mapping[int, Entry], datasets: list[DatasetRecord],
                topology: Mapping[str, Any], *, run: str | None = None,
                operators: Mapping[str, Mapping[int, Any]] | None = None, sealed_by_source: bool = False,
-               nested: tuple[str, ...] = ()) -> LoaderStateDict:
+               nested: tuple[str, ...] = (), in_epoch: int = 0) -> LoaderStateDict:
     """The JSON state of ``entries`` (lane -> (source state, consumed, turn flags)), of ``run``
-    (:func:`run_fingerprint`), with ``operators`` (name -> lane -> JSON state) for its lanes.
+    (:func:`run_fingerprint`), with ``operators`` (name -> lane -> JSON state) for its lanes and
+    ``in_epoch``, the batches the loop received of the loader's iteration in progress.
     ``sealed_by_source``: every state is known to carry its source's seal (a loader's own
     entries: made by its source, or restored from a state whose digest was checked), so the
     seals need not be checked before they are left out, nor those of the states sealed in
@@ -154,7 +165,8 @@ def make_state(canonical_replicas: int, entries: Mapping[int, Entry], datasets: 
     if fields is not None:
         common, columns = fields
         encoded = columns._replace(state=encode_fields(columns.state))
-        return _assembled(canonical_replicas, datasets, run, common, encoded, nested, operators or {}, topology)
+        return _assembled(canonical_replicas, datasets, run, common, encoded, nested, operators or {}, topology,
+                          in_epoch)
     lanes = sorted(entries)
     rows = [entries[lane] for lane in lanes]
     states = [row[0] for row in rows]
@@ -165,11 +177,11 @@ def make_state(canonical_replicas: int, entries: Mapping[int, Entry], datasets: 
     if not states or not (sealed_by_source or _all_sealed(states, {k: canonical(v) for k, v in common.items()})):
         rests = [{k: v for k, v in state.items() if k not in common} for state in states]
         return _assembled(canonical_replicas, datasets, run, common, _columns(lanes, rows, rests), None,
-                          operators or {}, topology)
+                          operators or {}, topology, in_epoch)
     seals = nested if sealed_by_source else ()
     rests = [_unsealed({k: v for k, v in state.items() if k not in common}, seals) for state in states]
     return _assembled(canonical_replicas, datasets, run, _unsealed(common, seals), _columns(lanes, rows, rests),
-                      seals, operators or {}, topology)
+                      seals, operators or {}, topology, in_epoch)
 
 
 def _unsealed(state: dict[str, Any], nested: tuple[str, ...]) -> dict[str, Any]:
@@ -188,11 +200,12 @@ def _columns(lanes: list[int], rows: Sequence[tuple[Any, int, int]], rests: list
 
 def _assembled(canonical_replicas: int, datasets: list[DatasetRecord], run: str | None, common: dict[str, Any],
                columns: LaneColumns, seals: tuple[str, ...] | None, operators: Mapping[str, Mapping[int, Any]],
-               topology: Mapping[str, Any]) -> LoaderStateDict:
+               topology: Mapping[str, Any], in_epoch: int) -> LoaderStateDict:
     """The sealed state of lanes' ``columns`` (the rests of their source states past ``common``)
-    and their ``operators``' states. ``seals``: None where the lanes keep their seals, else the
+    and their ``operators``' states, ``in_epoch`` batches into the loader's iteration. ``seals``: None where the lanes keep their seals, else the
     keys of the nested states whose seals were left out with the lanes' own."""
     lanes = columns.lanes
+    _check_in_epoch(in_epoch, TypeError)
     for name, by_lane in operators.items():
         if sorted(by_lane) != lanes:
             raise ValueError(f"operator {name!r} has states for lanes {sorted(by_lane)}, the state covers {lanes}")
@@ -208,6 +221,7 @@ def _assembled(canonical_replicas: int, datasets: list[DatasetRecord], run: str 
                              nested=list(seals or ())),
         KEY_OPERATORS: {name: encode([by_lane[k] for k in lanes]) for name, by_lane in sorted(operators.items())},
         KEY_TOPOLOGY: dict(topology),
+        KEY_IN_EPOCH: in_epoch,
     }
     return sealed(body)  # type: ignore[return-value]  # sealed adds the digest: the keys are KEYS
 
@@ -229,7 +243,7 @@ def parse_state(state: Any) -> LoaderState:
     if type(version) is not int or not 1 <= version <= VERSION:
         raise ValueError(f"loader state version {show(version)} is not supported (this zephon reads versions 1 to "
                          f"{VERSION}); restore it with the zephon version that wrote it")
-    keys = KEYS if version >= 2 else KEYS_V1
+    keys = KEYS if version >= 5 else KEYS_V2 if version >= 2 else KEYS_V1
     missing, unknown = [k for k in keys if k not in state], sorted(set(state) - set(keys))
     if missing or unknown:
         raise _bad(f"a version {version} state has keys {list(keys)}: missing {missing}, unknown keys {show(unknown)}")
@@ -255,8 +269,18 @@ def parse_state(state: Any) -> LoaderState:
     if run is not None and not (type(run) is str and _HEX32.fullmatch(run)):
         raise _bad(f"run={show(run)} must be 32 hex digits or null")
     columns, seals = _lane_columns(state[KEY_LANES], replicas, version)
+    in_epoch = state[KEY_IN_EPOCH] if version >= 5 else None
+    if version >= 5:
+        _check_in_epoch(in_epoch, _bad)
     return LoaderState(replicas, _entries(columns, common, replicas, seals), datasets, topology, run,
-                       _operators(state[KEY_OPERATORS], columns.lanes))
+                       _operators(state[KEY_OPERATORS], columns.lanes), in_epoch)
+
+
+def _check_in_epoch(in_epoch: Any, error: Callable[[str], Exception]) -> None:
+    """Refuse an ``in_epoch`` that is not an int in ``[0, MAX_SAMPLES]`` (raising ``error(what)``)."""
+    if type(in_epoch) is not int or not 0 <= in_epoch <= MAX_SAMPLES:
+        raise error(f"in_epoch={show(in_epoch)} must be an int in [0, {MAX_SAMPLES}] (batches received of the "
+                    "iteration in progress)")
 
 
 def _check_datasets(datasets: list[dict[str, Any]]) -> None:
@@ -483,7 +507,8 @@ def merge_states(states: Iterable[Any]) -> LoaderStateDict:
 
     The states must agree on ``canonical_replicas``, the datasets and the run; a lane may
     appear in several only with identical entries. The result is global when the lanes cover
-    ``range(canonical_replicas)`` (see :func:`missing_lanes`). The collector is paused while
+    ``range(canonical_replicas)`` (see :func:`missing_lanes`). Its ``in_epoch`` is the largest
+    of theirs (ranks that train in step received as many batches). The collector is paused while
     it runs (``paused_gc``): the parsed states of 2,048 ranks set off full collections that
     took a third of the merge.
     """
@@ -517,6 +542,7 @@ def _merge(parsed: list[LoaderState]) -> LoaderStateDict:
     if ranks:
         topology["ranks"] = sorted(ranks)
     run = next((p.run for p in parsed if p.run is not None), None)  # version 1 states name no run
+    in_epoch = max((p.in_epoch or 0 for p in parsed), default=0)  # ranks in step agree; else the furthest
     sealed_alike = [p.entries for p in parsed if p.entries.shared is not None]
     alike = (first.entries.shared, first.entries.seals)
     if len(sealed_alike) == len(parsed) and all((ledger.shared, ledger.seals) == alike for ledger in sealed_alike):
@@ -525,12 +551,12 @@ def _merge(parsed: list[LoaderState]) -> LoaderStateDict:
         ordered = [rows[lane] for lane in lanes]
         return _assembled(first.canonical_replicas, first.datasets, run, sealed_alike[0].common,
                           _columns(lanes, ordered, [row[0] for row in ordered]), first.entries.seals, operators,
-                          topology)
+                          topology, in_epoch)
     entries = _merged(dict(p.entries.items()) for p in parsed)
     seals = {p.entries.seals for p in parsed}  # where all left out the same seals, so does the merge
     nested = seals.pop() if len(seals) == 1 else None
     return make_state(first.canonical_replicas, entries, first.datasets, topology, run=run, operators=operators,
-                      sealed_by_source=nested is not None, nested=nested or ())
+                      sealed_by_source=nested is not None, nested=nested or (), in_epoch=in_epoch)
 
 
 def _merged(parts: Iterable[Mapping[int, Any]]) -> dict[int, Any]:
@@ -553,7 +579,7 @@ def split_state(state: Any) -> dict[int, LoaderStateDict]:
     return {lane: make_state(parsed.canonical_replicas, {lane: parsed.entries[lane]}, parsed.datasets,
                              parsed.topology, run=parsed.run,
                              operators={name: {lane: by_lane[lane]} for name, by_lane in parsed.operators.items()},
-                             sealed_by_source=seals is not None, nested=seals or ())
+                             sealed_by_source=seals is not None, nested=seals or (), in_epoch=parsed.in_epoch or 0)
             for lane in parsed.entries}
 
 

@@ -189,6 +189,8 @@ class DataLoader(tud.DataLoader[Bundle]):
         self._zephon_batch = (batch_size, bool(drop_last), collate_fn)
         self._zephon_cache_bytes = cache_bytes
         self._zephon_live: LoaderIterator | None = None
+        self._zephon_before = 0  # units of the epoch delivered before the live iteration started
+        self._zephon_loaded = 0  # units of the epoch a loaded state had delivered: the next iteration's start
         self._zephon_even_batches = even_batches
         self._zephon_even: Even | None = None
         self._zephon_stats = LoaderStats(pipeline.source, list(pipeline.component_names(np.arange(pipeline.kinds))),
@@ -373,6 +375,7 @@ class DataLoader(tud.DataLoader[Bundle]):
         even = self._even_after_fork(base)
         self._log_config(plan, even)
         live = LoaderIterator(base, plan, self._zephon_stats, even, self._counter(), relay)
+        self._zephon_before, self._zephon_loaded = self._zephon_loaded, 0  # a later iter() starts a new epoch
         if self.num_workers > 0 and base is not None:
             widen_pipe(base)
             watch_workers(live)
@@ -380,14 +383,20 @@ class DataLoader(tud.DataLoader[Bundle]):
         return live
 
     def __len__(self) -> int:
-        """The batches (or items) of the current iteration, as torch users expect: what a
-        learning-rate schedule or a progress bar reads before iterating, unchanged while it runs
-        and after it ends (from where ``iter()`` or ``load_state_dict`` started it; a new
-        ``iter()`` after the end has 0). :meth:`remaining` is what is still to come. With
-        ``even_batches``, the same number on every rank; it needs a finite source that can
-        count what is left, else ``TypeError``."""
+        """The batches (or items) of the current iteration, its epoch, as torch users expect:
+        what a learning-rate schedule or a progress bar reads before iterating, unchanged while
+        it runs and after it ends (a new ``iter()`` after the end has 0). A loader resumed by
+        ``load_state_dict`` has the length of the epoch it resumes into: the batches delivered
+        of it before the checkpoint plus what is left, as a training framework that counts the
+        batches of its epoch (Lightning, transformers) expects. :meth:`remaining` is what is
+        still to come. With ``even_batches``, the same number on every rank; it needs a finite
+        source that can count what is left, else ``TypeError``."""
+        return self.remaining() + self._in_epoch(0)
+
+    def _in_epoch(self, lag: int) -> int:
+        """The units of the current epoch delivered, as of ``lag`` units before the last one."""
         live = self._zephon_live
-        return self.remaining() + (live.yielded if live is not None else 0)
+        return self._zephon_loaded if live is None else self._zephon_before + live.yielded - lag
 
     def remaining(self) -> int:
         """Batches (or items) still to come from the loader's position (with ``even_batches``,
@@ -415,8 +424,9 @@ class DataLoader(tud.DataLoader[Bundle]):
         ``ended``; ``even_batches``: ``steps`` (this run's equal step count from where it was
         set), ``given``, ``held_back_batches`` and ``held_back_samples`` (None without it);
         ``tokens`` (packed pipelines, else None): ``received`` (real tokens per component),
-        ``padding``, ``dropped`` (a final partial sequence ``pack(final="drop")`` dropped),
-        ``target`` (``ensure_mixture``'s shares) and ``late`` (strict mode's forced picks).
+        ``padding``, ``dropped`` (tokens of the sequences open at a lane's end that
+        ``pack(final="drop")`` dropped), ``target`` (``ensure_mixture``'s shares) and ``late``
+        (strict mode's forced picks).
         For a packed pipeline ``samples`` counts the documents whose first token the loop
         received, and ``drop_last`` counts sequences. ``shared_decoding`` (None until workers
         shared a store of decoded Parquet row groups): the row groups they ``decoded``, those
@@ -469,9 +479,10 @@ class DataLoader(tud.DataLoader[Bundle]):
         with paused_gc():
             if live is None:
                 return book.state(book.saved_entries(), num_workers=self.num_workers, operators=self._operators(),
-                                  batch_size=self.batch_size)
-            return book.state(live.entries(lag), num_workers=self.num_workers, operators=live.operators(lag),
-                              batch_size=self.batch_size)
+                                  batch_size=self.batch_size, in_epoch=self._in_epoch(0))
+            entries, operators = live.entries(lag), live.operators(lag)  # these check lag
+            return book.state(entries, num_workers=self.num_workers, operators=operators,
+                              batch_size=self.batch_size, in_epoch=self._in_epoch(lag))
 
     def check_state_dict(self, state: Any) -> None:
         """Raise ``ValueError`` unless ``state`` restores into this loader (nothing changes)."""
@@ -482,10 +493,16 @@ class DataLoader(tud.DataLoader[Bundle]):
         topology with the same ``canonical_replicas``. Checks everything before changing anything.
         An iterator already running keeps going but no longer moves the loader's position.
         With ``even_batches`` the step count is counted again from the loaded positions.
-        Also takes what ``torch.distributed.checkpoint.load`` loaded for this loader."""
+        Also takes what ``torch.distributed.checkpoint.load`` loaded for this loader. The next
+        iteration continues the state's epoch: ``len()`` counts the batches it had delivered (0,
+        logged once, for a state of loader state version 4 or earlier, which does not record them)."""
         if is_dcp_form(state):
             state = from_dcp(state)
-        self._zephon_book.load(state)
+        parsed = self._zephon_book.load(state)
+        if parsed.in_epoch is None:
+            log_once("zephon: the loaded state predates the count of batches delivered in its epoch (loader state "
+                     "version 4 or earlier): len(loader) counts the resumed epoch from the checkpoint")
+        self._zephon_loaded, self._zephon_before = parsed.in_epoch or 0, 0
         if self._zephon_live is not None:
             self._zephon_live.settle()
             self._zephon_live.close_pieces()

@@ -54,14 +54,45 @@ def _checked_ints(**values: Any) -> None:
             raise ValueError(f"{name}={value!r} must be an int >= 0")
 
 
-def _world() -> tuple[int, int, str]:
-    """The process's global rank and world size, and where they were found."""
+def _world() -> tuple[int | None, int, str]:
+    """The process's global rank (None where the environment cannot tell it: see
+    :func:`_rank_from_node`) and world size, and where they were found."""
     if dist.is_available() and dist.is_initialized():
         return dist.get_rank(), dist.get_world_size(), "torch.distributed"
     world = _env_int("WORLD_SIZE")
-    if world is not None:
-        return _env_int("RANK") or 0, world, "environment"
-    return 0, 1, "single process"
+    if world is None:
+        return 0, 1, "single process"
+    rank = _env_int("RANK")
+    if rank is None and world > 1:
+        return _rank_from_node(), world, "environment"
+    return rank or 0, world, "environment"
+
+
+def _rank_from_node() -> int | None:
+    """The global rank of a process whose launcher set ``WORLD_SIZE`` but no ``RANK``, as
+    Lightning's own DDP launcher does (it sets ``NODE_RANK`` and ``LOCAL_RANK``): ranks are
+    numbered node by node, as torchrun and Lightning number them, so it is ``LOCAL_RANK`` on
+    node 0 and ``NODE_RANK x LOCAL_WORLD_SIZE + LOCAL_RANK`` where ``LOCAL_WORLD_SIZE`` says
+    how many processes a node runs. Anything less would be a guess, and a wrong guess makes
+    two ranks read the same lanes: None (:func:`_unknown_rank` says why)."""
+    local, per_node = _env_int("LOCAL_RANK"), _env_int("LOCAL_WORLD_SIZE")
+    node = _env_int("NODE_RANK")
+    node = _env_int("GROUP_RANK") if node is None else node
+    if local is not None and node == 0:
+        return local
+    if local is not None and node is not None and per_node is not None:
+        return node * per_node + local
+    return None
+
+
+def _unknown_rank(world: int) -> ValueError:
+    """The error for a rank the environment does not tell (see :func:`_rank_from_node`)."""
+    shown = ", ".join(f"{name}={os.environ.get(name)!r}"
+                      for name in ("LOCAL_RANK", "NODE_RANK", "GROUP_RANK", "LOCAL_WORLD_SIZE"))
+    return ValueError(f"WORLD_SIZE={world} but RANK is not set ({shown}), so zephon cannot tell which rank this "
+                      "process is, and a guess could make two ranks read the same data. Build the loader after "
+                      "torch.distributed is initialised (zephon.lightning.DataModule builds it in Trainer.fit), set "
+                      "RANK (or LOCAL_RANK with NODE_RANK and LOCAL_WORLD_SIZE), or pass rank= and world_size=")
 
 
 def dp_dim_names(dp_dims: str | Sequence[str]) -> tuple[str, ...]:
@@ -112,7 +143,11 @@ def detect_topology(rank: int | None = None, world_size: int | None = None, *, d
     (with them zephon cannot tell a replica's first rank, so every rank writes its replica's
     checkpoint files, the same bytes); ``rank`` / ``world_size`` (the same as ``dp_rank`` /
     ``dp_size``); else the world: ``torch.distributed`` when it is initialised, else torchrun's
-    ``RANK`` / ``WORLD_SIZE`` / ``LOCAL_RANK``, else a single process.
+    ``RANK`` / ``WORLD_SIZE`` / ``LOCAL_RANK``, else a single process. Without ``RANK`` (Lightning's
+    DDP launcher sets ``WORLD_SIZE``, ``NODE_RANK`` and ``LOCAL_RANK``) the rank is ``LOCAL_RANK``
+    on node 0 and ``NODE_RANK x LOCAL_WORLD_SIZE + LOCAL_RANK`` where ``LOCAL_WORLD_SIZE`` is set;
+    otherwise, with ``WORLD_SIZE`` above 1, ``ValueError`` (a guessed rank could read another
+    rank's data).
     """
     _checked_ints(rank=rank, world_size=world_size, dp_rank=dp_rank, dp_size=dp_size)
     given = [name for name, value in (("device_mesh", device_mesh), ("dp_group", dp_group),
@@ -127,6 +162,7 @@ def detect_topology(rank: int | None = None, world_size: int | None = None, *, d
     local_rank = _env_int("LOCAL_RANK") or 0
     world_rank, world, origin = _world()
     peers, writes = 1, True
+    r: int | None  # None: the environment cannot tell it (see _rank_from_node)
     if device_mesh is not None:
         r, w, peers, writes = _from_mesh(device_mesh, dp_dims)
         origin = "device_mesh"
@@ -142,6 +178,8 @@ def detect_topology(rank: int | None = None, world_size: int | None = None, *, d
             peers = world // w
     else:
         r, w = world_rank, world
+    if r is None:
+        raise _unknown_rank(world)
     if w < 1 or not 0 <= r < w:
         raise ValueError(f"rank={r} and world_size={w} do not fit: need 0 <= rank < world_size and world_size >= 1")
     return Topology(r, w, local_rank, origin, peers, writes)
