@@ -59,6 +59,17 @@ def test_transient_errors_are_retried_with_a_log_line(tmp_path, caplog):
     assert len(retried) == 2 and "'web', shard 1" in retried[0] and "part-1.parquet" in retried[0]
 
 
+def test_a_short_read_of_an_unchanged_file_is_retried(tmp_path):
+    """An object store's body cut off mid-way makes pyarrow say "File too short": the storage's
+    fault, not the file's, as long as the file is unchanged."""
+    directory = shards(tmp_path / "d")
+    rule = Failing("part-1", error=lambda: OSError("File too short: expected to be able to read 100 bytes, got 50"))
+    fs, _ = faulty_filesystem(pafs.LocalFileSystem(), rule=rule)
+    d = Dataset.from_path("web", directory, filesystem=fs, retry=QUICK)
+    rule.left = 1
+    assert [r["id"] for r in d.read(1, [7, 0])] == [27, 20] and rule.left == 0
+
+
 def test_a_read_that_keeps_failing_names_the_dataset_shard_and_uri(tmp_path):
     directory = shards(tmp_path / "d")
     d = Dataset.from_path("web", directory, retry=QUICK)

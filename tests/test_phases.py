@@ -11,6 +11,7 @@ from hypothesis import assume, example, given
 from hypothesis import strategies as st
 
 from zephon import Dataset, StaticMixtureWorkSource
+from zephon.core import phases
 from zephon.testing import assert_lanes_partition, assert_replay_equivalent, collect, phased_source_configs
 from zephon.work import Phase, PhasedMixtureWorkSource, TokenEstimation
 
@@ -51,10 +52,12 @@ def test_boundaries_fall_where_configured_on_every_lane(kwargs, replicas):
     samples = np.cumsum([0] + [len(c) for c in single])
     for k, phase in enumerate(kwargs["phases"][:-1]):
         end = starts[k + 1]
-        if end is None or end >= len(samples):
+        if end >= len(samples):
             continue
         kind, value = phase.bound()
-        if kind == "chunk":
+        if phases.ended_early(template.config, k):  # it could not go on: the next phase starts there
+            assert (end < value) if kind == "chunk" else (samples[end] < value)
+        elif kind == "chunk":
             assert end == max(value, starts[k])
         else:
             assert samples[end] >= value and (end == starts[k] or samples[end - 1] < value)
@@ -67,6 +70,21 @@ def test_boundaries_fall_where_configured_on_every_lane(kwargs, replicas):
             weights = kwargs["phases"][template.phase_of_chunk(g)].weights([d.name for d in kwargs["datasets"]])
             assert set(chunk.components) <= set(weights)
             assert chunk == single[g]
+
+
+@pytest.mark.parametrize("bound", [{"until_chunk": 5}, {"until_sample": 20}])
+def test_a_phase_whose_datasets_run_out_hands_over_to_the_next(bound, caplog):
+    """Only the last phase ends the stream: phase 0 reads all 10 samples of 'a' in 3 chunks of 4,
+    short of its bound, and phase 1 then reads 'b' whole."""
+    data = [Dataset.from_counts("a", [10]), Dataset.from_counts("b", [100])]
+    source = PhasedMixtureWorkSource(data, [Phase({"a": 1}, **bound), Phase({"a": 1, "b": 1})], chunk_size=4,
+                                     exhausted_policy="redistribute")
+    with caplog.at_level("INFO", logger="zephon"):
+        chunks = collect(source.clone_for_lane(0, 1), 100)
+    read = Counter((name, *p[1:]) for c in chunks for p, name in c)
+    assert sorted(read) == sorted([("a", 0, i) for i in range(10)] + [("b", 0, i) for i in range(100)])
+    assert set(read.values()) == {1} and len(source) == 110 and source.phase_starts() == [0, 3]
+    assert "phase 0 could not go on to its bound" in caplog.text
 
 
 SMALL_WEIGHTS = st.floats(0.001, 1.0) | st.sampled_from([1.0, 0.1, 0.02, 0.005, 0.001]) | st.integers(1, 20).map(

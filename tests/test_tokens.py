@@ -323,6 +323,20 @@ def test_the_node_cache_tells_measure_functions_apart():
     assert tokenizer_identity(encodings[0].encode) == tokenizer_identity(_Encoding("small").encode)
     split = [functools.partial(_split, limit=n) for n in (2, 3, 3)]
     assert tokenizer_identity(split[0]) != tokenizer_identity(split[1]) == tokenizer_identity(split[2])
+    vocabularies = [_Vocabulary({b"a": 0, b"b": 1}), _Vocabulary({b"a": 1, b"b": 0}), _Vocabulary({b"a": 0, b"b": 1})]
+    assert tokenizer_identity(vocabularies[0]) != tokenizer_identity(vocabularies[1])  # one name, other vocabularies
+    assert tokenizer_identity(vocabularies[0].encode) == tokenizer_identity(vocabularies[2].encode)
+
+
+class _Vocabulary(_Encoding):
+    """A tokenizer whose ``get_vocab()`` keys are bytes (as tiktoken-style ones give)."""
+
+    def __init__(self, vocabulary):
+        super().__init__("one-name")
+        self._vocabulary = vocabulary
+
+    def get_vocab(self):
+        return self._vocabulary
 
 
 def test_a_cache_that_cannot_be_written_is_said_and_skipped(short_and_long, tmp_path, monkeypatch):

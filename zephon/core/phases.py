@@ -232,8 +232,10 @@ def _reached(bound: tuple[str, int], g: int, samples: int, tokens: int) -> bool:
 
 
 def _resolve_next(config: PhasedConfig, p: int, start: Start, first_chunk: int) -> Start | None:
-    """Walk phase ``p`` (whole stream) from its start to its bound: the next phase's start, or
-    None if the stream ends first. Chunk bounds count from ``first_chunk`` (phase 0's start)."""
+    """Walk phase ``p`` (whole stream) from its start to its bound: the next phase's start. A
+    phase that cannot go on before its bound (its datasets ran out, or its rules end it) hands
+    over there: only the last phase ends the stream. Chunk bounds count from ``first_chunk``
+    (phase 0's start)."""
     phase = config.phases[p].for_lane(None, None)
     ends = config.bounds[p]
     assert ends is not None  # only the last phase is open-ended, and nothing follows it
@@ -248,7 +250,7 @@ def _resolve_next(config: PhasedConfig, p: int, start: Start, first_chunk: int) 
             raise _too_far(p, ends, MAX_TOKEN_PHASE_WALK, "MAX_TOKEN_PHASE_WALK")
         planned = plan(state, phase)
         if isinstance(planned, Ended):
-            return None
+            break
         g, state = planned.chunk_index + 1, planned.state
         samples += sum(planned.quotas)
         tokens += chunk_cost(phase, planned)
@@ -287,12 +289,10 @@ def _resolve_in_kernel(following: SourceConfig, phase: SourceConfig, kernel: Sch
     while True:
         filled, g, own, samples, ended = kernel.index(g, *arrays, own, samples, 1, ints, accs, _BATCH)
         k = int(np.searchsorted(ints[:filled, column], bound[1], side="left"))
-        if k < filled:
-            row = ints[k].tolist()
+        if k < filled or ended:  # the bound, or the phase's end: the state before the chunk it cannot make
+            row = ints[min(k, filled - 1)].tolist()
             state = SourceState(chunk_index=row[0], alloc=(), cursors=_cursors_of_row(row, len(phase.datasets)))
             return Start(row[0], row[1], 0, restart(following, state))
-        if ended:
-            return None
         if g - start.chunk_index > MAX_PHASE_WALK:
             raise _too_far(p, ends, MAX_PHASE_WALK, "MAX_PHASE_WALK")
 
@@ -329,7 +329,7 @@ def plan_phased(state: PhasedState, config: PhasedConfig) -> tuple[Planned | End
     while True:
         planned = plan(inner, config.phases[p])
         end = phase_end(config, p, state.origin)
-        if end is None or planned.chunk_index < end:
+        if end is None or (not isinstance(planned, Ended) and planned.chunk_index < end):
             return planned, p
         following = phase_start(config, p + 1, state.origin)
         assert following is not None  # the phase ends: the next one starts
@@ -368,6 +368,15 @@ def stream_end_phased(state: PhasedState, config: PhasedConfig) -> tuple[PhasedS
         return planned if isinstance(planned, Ended) else PhasedState(p, planned.state, state.origin)
 
     return walk_to_end(state, following, config.starts.ends, 2 * config.lane_binding[1] + 1)
+
+
+def ended_early(config: PhasedConfig, p: int, origin: SourceState | None = None) -> bool:
+    """Whether phase ``p`` (not the last) handed over before its bound: it could not go on."""
+    first, following = phase_start(config, 0, origin), phase_start(config, p + 1, origin)
+    assert first is not None and following is not None  # every phase starts
+    kind, value = config.bounds[p] or (CHUNK, 0)
+    bound = (kind, value + first.chunk_index if kind == CHUNK else value)
+    return not _reached(bound, following.chunk_index, following.samples, following.tokens)
 
 
 def phase_of_chunk(config: PhasedConfig, g: int) -> int:

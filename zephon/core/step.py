@@ -6,6 +6,7 @@ from typing import Callable, Protocol, TypeVar
 
 import numpy as np
 
+from zephon.core.alloc import AccumulatorAllocator, FixedAllocator
 from zephon.core.cache import derived_table
 from zephon.core.chunk import WorkChunk
 from zephon.core.config import CARRY, REDISTRIBUTE, REPEAT, DatasetPlan, SourceConfig
@@ -13,7 +14,7 @@ from zephon.core.cursor import take
 from zephon.core.keys import derive
 from zephon.core.requeue import step_region
 from zephon.core.schedule import CursorState, Ended, Planned, SourceState, active_weights, can_carry, plan_next
-from zephon.core.tokens import plan_next_tokens, plan_token_chunk
+from zephon.core.tokens import plan_next_tokens, plan_token_chunk_once
 
 
 class _Positioned(Protocol):
@@ -153,19 +154,24 @@ def _in_last_pass(plan: DatasetPlan, cursor: CursorState, quota: int) -> bool:
 
 def _short_of_next_quota(config: SourceConfig, state: SourceState) -> set[int]:
     """The capped repeating datasets that cannot supply their quota of the chunk planned from
-    ``state``: quotas of the allocator in sample mode; in token mode, the dataset whose
-    shortage ends that chunk, planned only when a capped dataset has fewer than ``chunk_size``
-    samples left (a chunk draws at most that many of one)."""
-    near = [c for c, (d, cur) in enumerate(zip(config.datasets, state.cursors))
-            if d.policy == REPEAT and d.max_repeats is not None
-            and (d.max_repeats - cur.epoch + 1) * d.total - cur.position < config.chunk_size]  # samples it may still read
-    if not near:
-        return set()
+    ``state``: quotas of the allocator in sample mode; in token mode, the dataset whose shortage
+    ends that chunk (planned once: the next step takes the plan). Asked only when a capped
+    dataset may read fewer samples than a chunk draws of it at most: ``chunk_size``, or for the
+    built-in allocators its share of a chunk, its accumulator and 1 (their rounding adds one)."""
     weights = active_weights(config, state.cursors)
     if not any(weights):
         return set()
+    most = [float(config.chunk_size)] * len(weights)
+    if not config.token_mode and type(config.allocator) in (AccumulatorAllocator, FixedAllocator):
+        carried = state.alloc or (0.0,) * len(weights)
+        most = [w * config.chunk_size + max(0.0, a) + 1.0 for w, a in zip(weights, carried)]
+    near = [c for c, (d, cur) in enumerate(zip(config.datasets, state.cursors))
+            if d.policy == REPEAT and d.max_repeats is not None
+            and (d.max_repeats - cur.epoch + 1) * d.total - cur.position < most[c]]  # samples it may still read
+    if not near:
+        return set()
     if config.token_mode:
-        ended = plan_token_chunk(config, state.alloc, state.cursors)
+        ended = plan_token_chunk_once(config, state.alloc, state.cursors)
         return {ended.dataset} & set(near) if isinstance(ended, Ended) and ended.dataset is not None else set()
     quotas, _ = config.allocator.allocate(state.alloc, weights, config.chunk_size)
     return {c for c in near if _in_last_pass(config.datasets[c], state.cursors[c], int(quotas[c]))}

@@ -245,6 +245,20 @@ def _draw_chunk(config: SourceConfig, saved: list[int], weights: Sequence[float]
         return c
 
 
+def plan_token_chunk_once(config: SourceConfig, deficits: tuple[int, ...], cursors: tuple[CursorState, ...]
+                          ) -> ChunkPlan | Ended:
+    """:func:`plan_token_chunk`, remembered for the last state it was asked (on the config): a
+    chunk's ``source_exhausted`` plans the chunk after it, which the next step plans again."""
+    key, last = config.derived.get(_LAST_PLAN, (None, None))
+    if key != (deficits, cursors):
+        last = plan_token_chunk(config, deficits, cursors)
+        config.derived[_LAST_PLAN] = ((deficits, cursors), last)
+    return last
+
+
+_LAST_PLAN = "last token plan"
+
+
 def plan_next_tokens(state: SourceState, config: SourceConfig) -> Planned | Ended:
     """Walk the token-mode schedule from ``state`` to the lane's next chunk (pure)."""
-    return walk_to_lane(state, config, plan_token_chunk)
+    return walk_to_lane(state, config, plan_token_chunk_once)

@@ -348,6 +348,15 @@ class ShardReader(Generic[Meta]):
         info = self.call(k, "stat", lambda: self.shards.location.fs.get_file_info(self.path(k)))
         self.check_identity(k, info)
 
+    def _unchanged_now(self, k: int) -> None:
+        """Inside a read's failed attempt: :class:`ShardChangedError` (never retried) if shard
+        ``k`` changed, from one stat; a stat that fails too leaves the read's error to the policy."""
+        try:
+            info = self.shards.location.fs.get_file_info(self.path(k))
+        except OSError:
+            return
+        self.check_identity(k, info)
+
     def recheck(self, k: int, error: BaseException, what: str) -> None:
         """After a decoding error: raise ShardChangedError if the shard changed meanwhile, else ValueError."""
         self.unchanged(k)
@@ -402,12 +411,17 @@ class ShardReader(Generic[Meta]):
     def decode(self, k: int, piece: int, columns: tuple[str, ...] | None) -> tuple[Piece, int]:
         """Load one piece from its shard under the retry policy: ``(value, bytes)``."""
         meta = self.meta(k)
+
+        def attempt() -> tuple[Piece, int]:
+            try:
+                return self._load(k, meta, piece, columns)
+            except OSError:  # a file cut or rewritten since its catalog fails so too: said at once, not retried
+                self._unchanged_now(k)
+                raise
         try:
-            return self.call(k, f"read {self.piece_name} {piece}", lambda: self._load(k, meta, piece, columns))
+            return self.call(k, f"read {self.piece_name} {piece}", attempt)
         except (pa.ArrowException, ValueError, OSError) as error:
-            if isinstance(error, StorageError):  # retried in vain: a file cut or rewritten since fails so too
-                if not isinstance(error, ShardChangedError):
-                    self.unchanged(k)
+            if isinstance(error, StorageError):
                 raise
             self.recheck(k, error, f"{self.piece_name} {piece}")
             raise

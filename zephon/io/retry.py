@@ -32,7 +32,7 @@ T = TypeVar("T")
 LOG = logging.getLogger("zephon")
 _CONTENT = ("deserialize", "magic", "corrupt", "Invalid", "invalid", "out of bounds", "Unexpected end",
             "Parquet", "IPC", "flatbuffer", "inflate", "compress", "ZSTD", "zstd", "LZ4", "Snappy", "GZip", "Brotli",
-            "BZ2", "Codec", "too short")  # what a damaged file, not the storage, makes pyarrow say
+            "BZ2", "Codec")  # what a damaged file, not the storage, makes pyarrow say (a short read may be the storage's)
 _PERMANENT = ("NoSuchBucket", "NoSuchKey", "AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch",
               "ACCESS_DENIED", "RESOURCE_NOT_FOUND", "NO_SUCH_BUCKET", "INVALID_ACCESS_KEY_ID")
 

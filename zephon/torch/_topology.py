@@ -92,7 +92,8 @@ def _unknown_rank(world: int) -> ValueError:
     return ValueError(f"WORLD_SIZE={world} but RANK is not set ({shown}), so zephon cannot tell which rank this "
                       "process is, and a guess could make two ranks read the same data. Build the loader after "
                       "torch.distributed is initialised (zephon.lightning.DataModule builds it in Trainer.fit), set "
-                      "RANK (or LOCAL_RANK with NODE_RANK and LOCAL_WORLD_SIZE), or pass rank= and world_size=")
+                      "RANK (or LOCAL_RANK with NODE_RANK and LOCAL_WORLD_SIZE), or pass rank= and world_size= (to count "
+                      "before Trainer.fit: DataModule.remaining(world_size=N))")
 
 
 def dp_dim_names(dp_dims: str | Sequence[str]) -> tuple[str, ...]:

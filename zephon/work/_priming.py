@@ -62,7 +62,8 @@ def tokenizer_identity(thing: Any, content: bool = True) -> str:
     if content and hasattr(backend, "to_str"):
         return f"{_named(thing)}:tokenizers:{_digest(backend.to_str())}"
     if content and callable(getattr(thing, "get_vocab", None)):
-        return f"{_named(thing)}:vocab:{_digest(json.dumps(sorted(thing.get_vocab().items())))}"
+        vocabulary = sorted((repr(token), repr(i)) for token, i in thing.get_vocab().items())  # str or bytes tokens
+        return f"{_named(thing)}:vocab:{_digest(repr(vocabulary))}"
     owner = getattr(thing, "__self__", None)
     if owner is not None and not isinstance(owner, types.ModuleType):  # e.g. encoding.encode: whose it is counts
         return f"{tokenizer_identity(owner, content)}.{getattr(thing, '__name__', '')}"

@@ -7,6 +7,7 @@ out. The static source's guarantees hold phase by phase: see ``zephon.core.phase
 from __future__ import annotations
 
 import dataclasses
+import logging
 import numbers
 import operator
 from dataclasses import dataclass
@@ -15,6 +16,7 @@ from typing import Any, Final, Mapping, Sequence, TypedDict, cast
 
 from zephon.core import checkpoint, coverage, lane_checks, phases
 from zephon.core.config import SourceConfig
+from zephon.core.chunk import WorkChunk
 from zephon.core.phases import PhasedConfig, PhasedState
 from zephon.core.schedule import check_drawn, samples_read
 from zephon.core.tokens import token_shares, with_ratios
@@ -25,6 +27,8 @@ from zephon.limits import (
 from zephon.work._mixture import MixtureShell, check_history
 from zephon.work._resolve import check_liveness, resolve
 from zephon.work.spec import MixtureSpec
+
+log = logging.getLogger("zephon")
 
 KIND: Final = "zephon.PhasedMixtureWorkSource"
 VERSION: Final = 1
@@ -280,13 +284,30 @@ class PhasedMixtureWorkSource(MixtureShell):
             _check_phase(phase, k)
         return phases.with_phases(config, updated)
 
+    def next_chunk(self) -> WorkChunk | None:
+        """The lane's next chunk, or None at the end of its stream. A phase that hands over
+        before its bound (its datasets ran out, or their rules end them: only the last phase
+        ends the stream) is said on the ``zephon`` logger (INFO) when the lane passes it."""
+        before = self._state.phase
+        chunk = super().next_chunk()
+        for p in range(before, self._state.phase):
+            if phases.ended_early(self._config, p, self._state.origin):
+                start = phases.phase_start(self._config, p + 1, self._state.origin)
+                assert start is not None  # every phase starts
+                kind, value = self._config.bounds[p] or ("", 0)
+                log.info("zephon: %r: phase %d could not go on to its bound until_%s=%d (its datasets ran out, or "
+                         "their rules end them); phase %d starts at global chunk %d", self, p, kind, value, p + 1,
+                         start.chunk_index)
+        return chunk
+
     def phase_of_chunk(self, chunk_index: int) -> int:
         """The phase that governs global chunk ``chunk_index`` (resolves the phase bounds once)."""
         return phases.phase_of_chunk(self._config, chunk_index)
 
     def phase_starts(self) -> list[int | None]:
-        """The global chunk where each phase starts (None: the stream ends before it); for a
-        migrated stream, counted from where it started."""
+        """The global chunk where each phase starts: where the phase before it reaches its bound,
+        or where it cannot go on (a phase that starts where the next one does has no chunk); for
+        a migrated stream, counted from where it started."""
         origin = self._state.origin
         return [None if s is None else s.chunk_index
                 for s in (phases.phase_start(self._config, p, origin) for p in range(len(self._config.phases)))]
