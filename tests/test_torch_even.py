@@ -92,6 +92,15 @@ def test_equal_steps_hold_after_an_elastic_resume_and_the_surplus_is_not_lost():
     assert sorted(seen) == sorted(everything)
 
 
+def test_more_ranks_than_lanes_with_even_batches_is_an_error_not_a_run_that_stops_at_once():
+    first = run(2, 0, canonical_replicas=2, stop_after=1)
+    merged = zt.merge_states([r["state"] for r in first])
+    with pytest.raises(ValueError, match=r"3 ranks share canonical_replicas=2 lanes.*migrate_checkpoint"):
+        run(3, 0, state=merged)
+    uneven = run(3, 0, even=False, state=merged)  # the idle rank reads nothing, the others read on
+    assert [len(r["batches"]) > 0 for r in uneven] == [True, True, False]
+
+
 def test_resume_on_the_same_topology_counts_the_remaining_steps_again():
     first = run(3, 2, canonical_replicas=7, stop_after=3)
     merged = zt.merge_states([r["state"] for r in first])

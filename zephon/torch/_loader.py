@@ -79,7 +79,8 @@ class DataLoader(tud.DataLoader[Bundle]):
         reading, and ``len(loader)`` is that number. The longer ranks' surplus is **held
         back**: not yielded in this run, left unread in the checkpoint (a resume on another
         topology counts it again). It is counted in ``stats()["even_batches"]`` and logged
-        once. All ranks must use the same ``batch_size`` and ``drop_last``.
+        once. All ranks must use the same ``batch_size`` and ``drop_last``; more ranks than
+        ``canonical_replicas`` is a ``ValueError`` (a rank without lanes would stop them all).
         Counting walks each lane's schedule once, on numbers (about 0.3 ms per lane for a
         stream of 6,000 chunks over 1,024 lanes), at the first ``len()`` or ``iter()`` and
         after each ``load_state_dict``; a rank that loaded only its own lanes' state takes
@@ -282,6 +283,11 @@ class DataLoader(tud.DataLoader[Bundle]):
                          "random access), so ranks may end at different steps; wrap the loop in "
                          "torch.distributed.algorithms.Join or make the source indexable")
             return None
+        if book.world_size > book.canonical_replicas:
+            raise ValueError(f"even_batches: {book.world_size} ranks share canonical_replicas={book.canonical_replicas} "
+                             "lanes, so a rank owns no lane and every rank would stop at once, the rest of the data "
+                             "unread; run on at most that many ranks, move the checkpoint to more lanes "
+                             "(zephon.torch.migrate_checkpoint(..., canonical_replicas=N)), or pass even_batches=False")
         every = range(book.canonical_replicas)
         if book.pipeline.packing is not None:
             target = self._packed_target()
