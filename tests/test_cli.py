@@ -88,6 +88,15 @@ def test_preview_of_an_endless_stream_stops_at_the_cap(tmp_path, capsys):
     assert "endless; the first 50 chunks (200 samples)" in capsys.readouterr().out
 
 
+def test_preview_of_a_finite_stream_cut_at_the_cap_gives_its_true_length(small, capsys):
+    assert main(["preview", small, "--lanes", "3", "--max-chunks", "4"]) == 0
+    out = capsys.readouterr().out
+    samples = len(StaticMixtureWorkSource.from_config(small))
+    assert f"stream: {-(-samples // 64):,} chunks, {samples:,} samples; only the first 4 (256 samples) are shown" in out
+    assert "endless" not in out
+    assert "lanes: 1–2 chunks each, 64–128 samples each, of the chunks shown" in out
+
+
 def test_preview_writes_every_figure(tmp_path, small, capsys):
     out = tmp_path / "figures"
     assert main(["preview", small, "--plot", str(out), "--lanes", "4"]) == 0
@@ -147,6 +156,18 @@ def token_config(tmp_path, monkeypatch):
               "token_estimation": {"calibration_samples": 40}}
     (tmp_path / "tokens.json").write_text(json.dumps(config))
     return str(tmp_path / "tokens.json"), str(tmp_path / "tokenizer.json")
+
+
+def test_preview_of_a_token_mixture_to_measure_without_a_tokenizer_names_the_option(token_config, capsys):
+    assert main(["preview", token_config[0]]) == 2
+    err = capsys.readouterr().err
+    assert "neither tokenizer nor measure" in err and "pass --tokenizer FILE" in err
+
+
+def test_preview_of_a_finite_token_stream_cut_at_the_cap_is_not_called_endless(token_config, capsys):
+    config, tokenizer = token_config
+    assert main(["preview", config, "--tokenizer", tokenizer, "--max-chunks", "3"]) == 0
+    assert "stream: finite, longer than the 3 chunks" in capsys.readouterr().out
 
 
 def test_preview_measures_a_token_mixture_with_a_tokenizer_file(token_config, capsys):

@@ -139,10 +139,34 @@ def test_a_toml_file_loads_with_paths_relative_to_it(tmp_path):
      "Dataset 'a': shard_ids must"),
     ({"datasets": [{"name": "a", "counts": [5, 6], "raw_bytes": [[9], 9]}], "mixture": {"a": 1}}, TypeError,
      "Dataset 'a': raw_bytes must"),
+    ({"datasets": [{"name": "a", "counts": None}], "mixture": {"a": 1}}, TypeError,
+     r"datasets\[0\] \('a'\): counts must be a list of rows per shard"),
 ])
 def test_bad_configs_raise_naming_the_key(config, error, words):
     with pytest.raises(error, match=words):
         StaticMixtureWorkSource.from_config(config)
+
+
+@pytest.mark.parametrize("entry, key, owners", [
+    ({"path": "/no/such/dir", "shard_ids": [7, 8]}, "shard_ids", "counts or shards"),
+    ({"path": "/no/such/dir", "rows_per_shard": 5}, "rows_per_shard", "shards"),
+    ({"path": "/no/such/dir", "raw_bytes": [1, 2]}, "raw_bytes", "counts or shards"),
+    ({"counts": [30, 40], "rows_per_shard": 5}, "rows_per_shard", "shards"),
+    ({"counts": [30, 40], "format": "parquet"}, "format", "path"),
+    ({"shards": 2, "rows_per_shard": 5, "format": "jsonl"}, "format", "path"),
+])
+def test_a_key_that_does_not_go_with_how_a_dataset_names_its_data_is_refused(entry, key, owners):
+    config = {"chunk_size": 8, "mixture": {"a": 1}, "datasets": [{"name": "a", **entry}]}
+    with pytest.raises(ValueError, match=rf"datasets\[0\] \('a'\): '{key}' goes with a dataset named by {owners}, "):
+        StaticMixtureWorkSource.from_config(config)  # before the path is looked at
+
+
+def test_equal_shards_keep_their_ids_and_byte_sizes():
+    source = StaticMixtureWorkSource([Dataset.from_counts("a", [5, 5], shard_ids=[3, 9], raw_bytes=[50, 70])],
+                                     {"a": 1}, chunk_size=4)
+    entry = source.to_config()["datasets"][0]
+    assert entry == {"name": "a", "shards": 2, "rows_per_shard": 5, "shard_ids": [3, 9], "raw_bytes": [50, 70]}
+    assert StaticMixtureWorkSource.from_config(source.to_config()).datasets_by_id[0].ids().tolist() == [3, 9]
 
 
 def test_what_a_file_cannot_hold_is_refused(tmp_path):

@@ -11,7 +11,7 @@ the mixture. ``--plot DIR`` writes PNG figures (needs the
 from __future__ import annotations
 
 import argparse
-import math
+import dataclasses
 import os
 from types import ModuleType
 from typing import TYPE_CHECKING, Sequence
@@ -20,7 +20,7 @@ import numpy as np
 
 from zephon.cli._plan import StreamPlan, lane_owners, plan_stream, target_shares
 from zephon.core import SourceConfig
-from zephon.core.index import round_robin
+from zephon.core.index import StreamIndex, build_index, is_finite, round_robin
 from zephon.limits import MAX_REPLICAS
 from zephon.work import StaticMixtureWorkSource
 
@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 
 NAME = "preview"
 HELP = "show what a mixture config (.toml / .json) will do, without reading data; --plot draws it"
-MAX_CHUNKS = 200_000  # global chunks planned at most (an endless stream is shown up to here)
+MAX_CHUNKS = 200_000  # global chunks planned at most (a longer stream is shown up to here)
 BATCH_SAMPLES = 1 << 20  # samples of lane 0 cut into batches for the composition figures
 
 
@@ -58,15 +58,15 @@ def run(args: argparse.Namespace) -> int:
                          "(zephon.limits.MAX_REPLICAS); pass the canonical_replicas of the job")
     plots = _plotting() if args.plot else None  # fail before the work if matplotlib is missing
     tokenizer = _tokenizer(args.tokenizer) if args.tokenizer else None
-    source = StaticMixtureWorkSource.from_config(args.config, tokenizer=tokenizer)
+    source = _source(args.config, tokenizer)
     source.prime(progress=args.progress)
     config = source.config
-    expected = math.ceil(len(source) / config.chunk_size) if source.supports_indexing() else None
-    plan = plan_stream(config, args.max_chunks, expected, args.progress)
+    whole = _whole_stream(source)
+    plan = plan_stream(config, args.max_chunks, whole.chunks if whole else None, args.progress)
     owners = lane_owners(config, plan.chunks, args.lanes)
     print(_settings(args.config, config, args.lanes))
     print(_datasets_table(config, plan))
-    print(_stream_summary(config, plan, owners, args.lanes))
+    print(_stream_summary(config, plan, owners, args.lanes, whole))
     print(_composition(config, plan, owners, args.batch_size))
     if plots is not None:
         for path in plots.write_all(args.plot, source, plan, args.lanes, args.progress):
@@ -82,6 +82,26 @@ def _plotting() -> ModuleType:
     from zephon.cli import _plots
 
     return _plots
+
+
+def _source(path: str, tokenizer: Tokenizer | None) -> StaticMixtureWorkSource:
+    """The template source of the config file; a token mixture that must measure its ratios
+    but got no ``--tokenizer`` is told about the option (the library's message names only its
+    own arguments)."""
+    try:
+        return StaticMixtureWorkSource.from_config(path, tokenizer=tokenizer)
+    except ValueError as error:
+        if tokenizer is None and "neither tokenizer nor measure" in str(error):  # zephon.work._resolve's message
+            raise ValueError(f"{error} (here: pass --tokenizer FILE, a Hugging Face tokenizer.json)") from None
+        raise
+
+
+def _whole_stream(source: StaticMixtureWorkSource) -> StreamIndex | None:
+    """The whole stream's exact length in chunks and samples when the source can count it
+    (finite, sample mode: an arithmetic walk, no pointers), else None."""
+    if not source.supports_indexing():
+        return None
+    return build_index(dataclasses.replace(source.config, lane=None, canonical_replicas=None))
 
 
 def _tokenizer(path: str) -> Tokenizer:
@@ -148,20 +168,37 @@ def _composition(config: SourceConfig, plan: StreamPlan, owners: np.ndarray, bat
     return head + "\n" + _table(rows)
 
 
-def _stream_summary(config: SourceConfig, plan: StreamPlan, owners: np.ndarray, lanes: int) -> str:
-    if plan.complete:
-        passes = config.stop_after_passes
-        if passes is not None:
-            why = f"ends once every dataset has completed {passes} pass{'es' if passes > 1 else ''}"
-        elif plan.ended_by:
-            why = f"ends when {plan.ended_by!r} cannot supply its quota"
-        else:
-            why = "ends when every dataset has drained"
-        head = f"stream: {plan.chunks:,} chunks, {plan.samples:,} samples; {why}"
-    else:
-        head = f"stream: endless; the first {plan.chunks:,} chunks ({plan.samples:,} samples) are shown"
+def _stream_summary(config: SourceConfig, plan: StreamPlan, owners: np.ndarray, lanes: int,
+                    whole: StreamIndex | None) -> str:
+    """The stream's length and how it ends, and the chunks and samples each lane gets (of the
+    chunks planned, which the first line says when they are not the whole stream)."""
     per_lane = np.bincount(owners, minlength=lanes)
     samples = np.bincount(owners, weights=plan.quotas.sum(axis=1), minlength=lanes) if plan.chunks else per_lane
-    return (f"{head}\n"
+    of = "" if plan.complete else ", of the chunks shown"
+    return (f"{_stream_head(config, plan, whole)}\n"
             f"lanes: {per_lane.min():,}–{per_lane.max():,} chunks each, "
-            f"{int(samples.min()):,}–{int(samples.max()):,} samples each")
+            f"{int(samples.min()):,}–{int(samples.max()):,} samples each{of}")
+
+
+def _stream_head(config: SourceConfig, plan: StreamPlan, whole: StreamIndex | None) -> str:
+    """The stream's length and why it ends; for a plan cut at ``--max-chunks``, how much is shown
+    and, when ``whole`` counts it, how long the stream really is (endless only when no dataset ends it)."""
+    if plan.complete:
+        return f"stream: {plan.chunks:,} chunks, {plan.samples:,} samples; {_why_it_ends(config, plan.ended_by)}"
+    if whole is not None:
+        return (f"stream: {whole.chunks:,} chunks, {whole.length:,} samples; only the first {plan.chunks:,} "
+                f"({plan.samples:,} samples) are shown (--max-chunks)")
+    if is_finite(config):
+        return (f"stream: finite, longer than the {plan.chunks:,} chunks ({plan.samples:,} samples) shown "
+                "(--max-chunks)")
+    return f"stream: endless; the first {plan.chunks:,} chunks ({plan.samples:,} samples) are shown"
+
+
+def _why_it_ends(config: SourceConfig, ended_by: str | None) -> str:
+    """Why a stream planned to its end ends (``ended_by``: the dataset that ended it, if one did)."""
+    passes = config.stop_after_passes
+    if passes is not None:
+        return f"ends once every dataset has completed {passes} pass{'es' if passes > 1 else ''}"
+    if ended_by:
+        return f"ends when {ended_by!r} cannot supply its quota"
+    return "ends when every dataset has drained"

@@ -29,7 +29,7 @@ import dataclasses
 import math
 from functools import lru_cache
 from itertools import accumulate
-from typing import Callable, Sequence
+from typing import Callable, Sequence, cast
 
 import numpy as np
 
@@ -250,10 +250,11 @@ def plan_token_chunk_once(config: SourceConfig, deficits: tuple[int, ...], curso
     """:func:`plan_token_chunk`, remembered for the last state it was asked (on the config): a
     chunk's ``source_exhausted`` plans the chunk after it, which the next step plans again."""
     key, last = config.derived.get(_LAST_PLAN, (None, None))
-    if key != (deficits, cursors):
-        last = plan_token_chunk(config, deficits, cursors)
-        config.derived[_LAST_PLAN] = ((deficits, cursors), last)
-    return last
+    if key == (deficits, cursors):
+        return cast("ChunkPlan | Ended", last)
+    planned = plan_token_chunk(config, deficits, cursors)
+    config.derived[_LAST_PLAN] = ((deficits, cursors), planned)
+    return planned
 
 
 _LAST_PLAN = "last token plan"

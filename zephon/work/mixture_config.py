@@ -25,7 +25,8 @@ A config is a dict of plain values (what TOML and JSON hold), for example::
 Top-level keys are the constructor's settings (:data:`SETTINGS`); a key left out takes the
 constructor's default. A dataset is named by ``path`` (and optionally ``format``), by
 ``counts`` (a list of rows per shard, with optional ``shard_ids`` and ``raw_bytes``) or by
-``shards`` and ``rows_per_shard``; it may override ``exhausted_policy``, ``max_repeats``,
+``shards`` and ``rows_per_shard`` (with the same options as ``counts``; :data:`DATA_KEYS`), and
+a key that goes with another of these raises; it may override ``exhausted_policy``, ``max_repeats``,
 ``reshuffle_on_repeat`` and ``pass_tail``. ``token_estimation`` is a table of :class:`TokenEstimation` fields
 (a tokenizer is passed to ``from_config`` instead: code is never read from a config).
 """
@@ -52,6 +53,9 @@ PER_DATASET = ("exhausted_policy", "max_repeats", "reshuffle_on_repeat", "pass_t
 KEY_DATASETS, KEY_MIXTURE, KEY_TOKENS = "datasets", "mixture", "token_estimation"
 TOP_KEYS = (KEY_DATASETS, KEY_MIXTURE, KEY_TOKENS, *SETTINGS)
 SOURCE_KEYS = ("path", "format", "counts", "shard_ids", "raw_bytes", "shards", "rows_per_shard")
+DATA_KEYS = {  # how an entry names its data -> the other source keys that go with it
+    "path": ("format",), "counts": ("shard_ids", "raw_bytes"), "shards": ("rows_per_shard", "shard_ids", "raw_bytes"),
+}
 DATASET_KEYS = ("name", *SOURCE_KEYS, *PER_DATASET)
 TOKEN_KEYS = tuple(f.name for f in fields(TokenEstimation) if f.name not in ("tokenizer", "measure"))
 
@@ -105,6 +109,7 @@ def _dataset(entry: Any, k: int) -> Dataset:
     if len(kinds) != 1:
         raise ValueError(f"datasets[{k}] ({name!r}) must name its data by exactly one of path, counts or "
                          f"shards + rows_per_shard, got {kinds or 'none'}")
+    _check_data_keys(entry, k, kinds[0])
     if "path" in entry:
         return Dataset.from_path(name, entry["path"], entry.get("format"))
     if "counts" in entry:
@@ -117,6 +122,20 @@ def _dataset(entry: Any, k: int) -> Dataset:
         raise ValueError(f"datasets[{k}] ({name!r}): shards = {shards} is more than the {MAX_SHARDS} (2**26) one "
                          "dataset may have (zephon.limits.MAX_SHARDS); lower it")
     return Dataset.from_counts(name, [rows] * shards, entry.get("shard_ids"), entry.get("raw_bytes"))
+
+
+def _check_data_keys(entry: Mapping[str, Any], k: int, kind: str) -> None:
+    """Refuse source keys that do not go with how the entry names its data (``kind``), which
+    would otherwise be silently ignored, and a ``counts`` that is not a list (null, a number)."""
+    name = entry.get("name")
+    for key in SOURCE_KEYS:
+        if key in entry and key != kind and key not in DATA_KEYS[kind]:
+            owners = " or ".join(owner for owner, keys in DATA_KEYS.items() if key in keys)
+            raise ValueError(f"datasets[{k}] ({name!r}): {key!r} goes with a dataset named by {owners}, not by "
+                             f"{kind} (which takes {', '.join(DATA_KEYS[kind])}); drop it")
+    if kind == "counts" and not hasattr(entry["counts"], "__len__"):
+        raise TypeError(f"datasets[{k}] ({name!r}): counts must be a list of rows per shard, e.g. [1000, 2000], "
+                        f"got {show(entry['counts'])}")
 
 
 def _per_dataset(key: str, config: Mapping[str, Any], entries: list[Mapping[str, Any]]) -> Any:
