@@ -249,6 +249,19 @@ def test_a_migration_serves_no_document_the_loop_received_whole_again(packing, c
         assert all(after.get(doc) == whole[doc] for doc in received if received[doc] != whole[doc])
 
 
+@pytest.mark.parametrize("packing", [{}, {"strategy": "best_fit"}, {"mode": "strict"}])
+def test_stats_count_as_read_the_documents_the_loop_received_whole(packing):
+    """A packer holds documents back while later ones reach the loop whole: those count as read,
+    the held ones (partly received, or queued) as unread."""
+    whole = _token_spans(run(pipeline(**packing))[0])
+    for cut in (1, 4, 9):
+        loader = zt.DataLoader(pipeline(**packing), batch_size=3, canonical_replicas=1, even_batches=False)
+        batches = iter(loader)
+        received = _token_spans([next(batches) for _ in range(cut)])
+        read = sum(figures["position"] for figures in loader.stats()["datasets"].values())  # one pass
+        assert read == sum(received[doc] == whole[doc] for doc in received)
+
+
 def test_a_curriculum_packs_and_resumes_exactly():
     from zephon.work import Phase, PhasedMixtureWorkSource
 

@@ -8,12 +8,11 @@ from zephon.core.checkpoint import (
 )
 from zephon.limits import MAX_LOADER_STATE_NODES, MAX_REPLICAS, show
 from zephon.runtime._columns import nodes
-from zephon.ops import held_documents
-from zephon.runtime._packed import initial_operator
+from zephon.runtime._packed import initial_operator, lane_reads
 from zephon.runtime._state import (
-    DatasetRecord, LoaderState, dataset_fingerprints, make_state, missing_lanes, parse_state, run_fingerprint,
+    DatasetRecord, dataset_fingerprints, make_state, missing_lanes, parse_state, run_fingerprint,
 )
-from zephon.work.migration import LaneRead, Migration, lane_state, migrate_lanes
+from zephon.work.migration import Migration, lane_state, migrate_lanes
 from zephon.work.phased_mixture import KEY_PHASES
 
 _RUN_KEYS = frozenset((KEY_KIND, KEY_VERSION, KEY_REPLICAS, KEY_FINGERPRINT, KEY_RATIOS, KEY_ORDERS, KEY_MIGRATIONS,
@@ -61,7 +60,7 @@ def migrate_checkpoint(checkpoint: Any, new_pipeline_or_source: Any, *, canonica
     datasets = dataset_fingerprints(source.datasets_by_id)
     _refuse_renamed(parsed.datasets, datasets)
     replicas = parsed.canonical_replicas if canonical_replicas is None else canonical_replicas
-    reads = _lane_reads(parsed)
+    reads = lane_reads(parsed.entries, {lane: op for by_lane in parsed.operators.values() for lane, op in by_lane.items()})
     new_state, report, history, orders = migrate_lanes(reads, source, requeue)
     if requeue:
         _refuse_oversized_region(lane_state(new_state, source.clone_for_lane(0, replicas).config, history, orders),
@@ -105,26 +104,3 @@ def _refuse_oversized_region(state: Any, replicas: int) -> None:
                          f"them: {replicas} lanes of {per_lane} values, more than a loader state holds "
                          f"({MAX_LOADER_STATE_NODES}); migrate with requeue=False (the report lists them) or to at "
                          f"most {MAX_LOADER_STATE_NODES // per_lane} lanes")
-
-
-def _lane_reads(parsed: LoaderState) -> dict[int, LaneRead]:
-    """Each lane's state and the samples read from its chunk's start on; a packed lane's also
-    those its packer still holds. A packer's window counts as read but for the documents its
-    state holds (partly delivered or queued): the rest of it reached the loop whole."""
-    operators = {lane: op for by_lane in parsed.operators.values() for lane, op in by_lane.items()}
-    reads: dict[int, LaneRead] = {}
-    for lane, (state, consumed, *_) in parsed.entries.items():
-        operator = operators.get(lane)
-        if operator is None:
-            reads[lane] = (state, consumed)
-            continue
-        window = operator.get("window") if isinstance(operator, dict) else None
-        try:
-            held = held_documents(operator.get("state") if isinstance(operator, dict) else None)
-        except ValueError as error:
-            raise ValueError(f"lane {lane}: {error}") from None
-        if type(window) is not int or (held and held[-1] >= window):
-            raise ValueError(f"lane {lane}: the packer state holds documents {show(held)} of a window of "
-                             f"{show(window)}; the checkpoint is corrupted")
-        reads[lane] = (state, consumed + window, tuple(consumed + i for i in held))
-    return reads

@@ -23,11 +23,12 @@ from typing import Any, Iterator, Mapping, Sequence
 import numpy as np
 
 from zephon.limits import show
-from zephon.ops import Doc, Packing, Row, pack
+from zephon.ops import Doc, Packing, Row, held_documents, pack
 from zephon.ops.tokenize import KEY_IDS
 from zephon.runtime._even import RankCount, units
 from zephon.runtime._sealing import Entry
 from zephon.runtime._stream import DELIVERED, DROPPED, Items, LaneMux, Tracker
+from zephon.work.migration import LaneRead
 
 BLOCK = 64  # samples materialized (read, tokenized) at a time per lane
 KEY_WINDOW, KEY_STATE, KEY_PACKER = "window", "state", "packer"
@@ -37,6 +38,29 @@ MAX_WINDOW = 1 << 20
 def initial_operator(packing: Packing) -> dict[str, Any]:
     """A lane's operator state before its first document."""
     return {KEY_WINDOW: 0, KEY_STATE: packing.to_json(packing.init(), 0, 0), KEY_PACKER: dict(packing.settings)}
+
+
+def lane_reads(entries: Mapping[int, Sequence[Any]], operators: Mapping[int, Any]) -> dict[int, LaneRead]:
+    """Each lane's state and the samples read from its chunk's start on (``zephon.work``'s
+    migration and ``received`` take them); a packed lane's (one with an ``operators`` state)
+    also those its packer still holds. A packer's window counts as read but for the documents
+    its state holds (partly delivered or queued): the rest of it reached the loop whole."""
+    reads: dict[int, LaneRead] = {}
+    for lane, (state, consumed, *_) in entries.items():
+        operator = operators.get(lane)
+        if operator is None:
+            reads[lane] = (state, consumed)
+            continue
+        window = operator.get(KEY_WINDOW) if isinstance(operator, dict) else None
+        try:
+            held = held_documents(operator.get(KEY_STATE) if isinstance(operator, dict) else None)
+        except ValueError as error:
+            raise ValueError(f"lane {lane}: {error}") from None
+        if type(window) is not int or (held and held[-1] >= window):
+            raise ValueError(f"lane {lane}: the packer state holds documents {show(held)} of a window of "
+                             f"{show(window)}; the checkpoint is corrupted")
+        reads[lane] = (state, consumed + window, tuple(consumed + i for i in held))
+    return reads
 
 
 def check_operator(packing: Packing, data: Any, lane: int) -> None:

@@ -14,6 +14,7 @@ from typing import Any, Iterable, Mapping, TypedDict
 import numpy as np
 
 from zephon.runtime._even import EvenBatchesDict
+from zephon.runtime._packed import lane_reads
 from zephon.runtime._sealing import Entry
 from zephon.work import DatasetCoverage, PhasedMixtureWorkSource, StaticMixtureWorkSource, received
 
@@ -202,14 +203,15 @@ class LoaderStats:
         log.info("zephon: rank %d: the stream ended after %d batches%s", self.rank, self.batches,
                  cause if why == "end" else f" ({why})")
 
-    def datasets(self, replicas: int, entries: Mapping[int, Entry]) -> dict[str, DatasetStatsDict]:
+    def datasets(self, replicas: int, entries: Mapping[int, Entry], operators: Mapping[int, Any] | None = None
+                 ) -> dict[str, DatasetStatsDict]:
         """Per dataset, what the loop received of it (``zephon.work.received`` over this rank's
         lanes: the source's ``coverage()`` figures, the received part of each chunk in flight
         counted) and its ``policy``."""
         if not entries or not isinstance(self._template, (StaticMixtureWorkSource, PhasedMixtureWorkSource)):
             return {}
         datasets = {d.name: self._template.datasets_by_id[c] for c, d in enumerate(self._plans)}
-        covered = received({lane: (state, consumed) for lane, (state, consumed, _) in entries.items()}, datasets)
+        covered = received(lane_reads(entries, operators or {}), datasets)
         return {plan.name: {**covered[plan.name], "policy": plan.policy} for plan in self._plans}
 
     def watch_late(self, lane: int, operator: Mapping[str, Any]) -> None:
@@ -244,15 +246,17 @@ class LoaderStats:
                 "late": late}
 
     def as_json(self, replicas: int, entries: Mapping[int, Entry], even: EvenBatchesDict | None,
-                late: dict[str, int] | None = None, shared: Mapping[str, int] | None = None) -> LoaderStatsDict:
-        """The stats (``shared``: the running iteration's store counters, if it has a store)."""
+                late: dict[str, int] | None = None, shared: Mapping[str, int] | None = None,
+                operators: Mapping[int, Any] | None = None) -> LoaderStatsDict:
+        """The stats (``shared``: the running iteration's store counters, if it has a store;
+        ``operators``: a packed pipeline's lane states, whose packers hold documents back)."""
         return {
             "rank": self.rank,
             "batches": self.batches,
             "samples": {name: int(n) for name, n in zip(self._names, self.delivered.tolist()) if name is not None},
             "filtered": self.filtered,
             "drop_last": self.drop_last,
-            "datasets": self.datasets(replicas, entries),
+            "datasets": self.datasets(replicas, entries, operators),
             "redistributed": list(self.redistributed),
             "exhausted": list(self.exhausted),
             "ended": self.ended,

@@ -444,12 +444,13 @@ class DataLoader(tud.DataLoader[Bundle]):
         if live is not None:
             live.settle()
         packing = self.pipeline.packing
+        operators = None if packing is None else self._operators()
         late = None
-        if packing is not None and packing.strict:
-            late = self._zephon_stats.late(self._operators().values())
+        if packing is not None and packing.strict and operators is not None:
+            late = self._zephon_stats.late(operators.values())
         return self._zephon_stats.as_json(self.canonical_replicas, self._entries(),
                                           None if even is None else even.as_json(), late,
-                                          None if live is None else live.piece_counts())
+                                          None if live is None else live.piece_counts(), operators)
 
     def state_dict(self, lag: int = 0) -> LoaderStateDict:
         """Where this rank's lanes stand after the last batch received (JSON; size ∝ lanes).

@@ -243,12 +243,13 @@ def _lanes_of(states: Mapping[int, LaneRead], datasets: Mapping[str, Dataset]
     return config, lanes, settings
 
 
-def received(states: Mapping[int, tuple[Mapping[str, Any], int]],
+def received(states: Mapping[int, LaneRead],
              datasets: Mapping[str, Dataset] | None = None) -> dict[str, DatasetCoverage]:
     """What the readers of these lanes received, per dataset, as ``coverage()`` figures.
 
-    ``states`` maps lane -> (its source's state_dict() at its chunk in flight, samples of that
-    chunk received), as a loader checkpoint holds them. The figures count every pointer of the
+    ``states`` maps lane -> (its source's state_dict() at its chunk in flight, samples read
+    from that chunk's start on[, those of them held unread]), as a loader checkpoint holds them
+X The figures count every pointer of the
     global chunks before the lanes' cut (``migrate``) less those assigned but not received:
     exact for all of a run's lanes, and for some of them they count the other lanes' chunks
     before the cut as read. From the states alone in sample mode; a token-mode run needs its
