@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+import warnings
 
 import numpy as np
 import pytest
@@ -52,6 +53,24 @@ def test_a_fields_values_collate_as_torch_collates_them(values):
 def _assert_alike(values: list) -> None:
     """``collate_values`` makes what ``default_collate`` makes of ``values``, or raises as it does."""
     ours, theirs = _outcome(collate_values, values), _outcome(default_collate, values)
+    assert ours[0] == theirs[0] and (ours[1] is theirs[1] if ours[0] == "raised" else _same(ours[1], theirs[1]))
+
+
+@given(st.lists(st.sampled_from(["int64", "uint16", "int8", "float32", "float16", "bool", "uint32", "U3"]), min_size=1,
+                max_size=2), st.lists(st.sampled_from([(3,), (2,), (2, 2), ()]), min_size=1, max_size=2),
+       st.integers(1, 4), st.booleans(), st.data())
+def test_numpy_arrays_collate_as_torch_collates_them(dtypes, shapes, n, writable, data):
+    """Arrays of one dtype and shape are stacked by numpy (read-only views of token files too);
+    mixed ones, strings and the rest raise or collate as ``default_collate`` does."""
+    values = [np.ones(data.draw(st.sampled_from(shapes)), dtype=data.draw(st.sampled_from(dtypes))) for _ in range(n)]
+    for array in values:
+        array.flags.writeable = writable
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # torch warns (once) when it wraps a read-only array
+        theirs = _outcome(default_collate, values)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error" if theirs[0] == "made" else "ignore")  # a batch that owns its memory
+        ours = _outcome(collate_values, values)
     assert ours[0] == theirs[0] and (ours[1] is theirs[1] if ours[0] == "raised" else _same(ours[1], theirs[1]))
 
 

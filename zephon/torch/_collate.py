@@ -74,6 +74,8 @@ def collate_values(values: list[Any]) -> Any:
     float32, with numpy scalars, which it may refuse, an int beyond int64, None, a nested list)
     is left to ``default_collate``."""
     kind = type(values[0])
+    if kind is np.ndarray:
+        return _stacked(values)
     if (kind is int or kind is float) and len(set(map(type, values))) == 1:
         try:
             array = np.array(values)
@@ -82,6 +84,20 @@ def collate_values(values: list[Any]) -> Any:
         if array.dtype == (np.int64 if kind is int else np.float64):
             return torch.from_numpy(array)
     return default_collate(values)
+
+
+def _stacked(values: list[Any]) -> Any:
+    """``default_collate`` of numpy arrays: arrays of one numeric dtype and shape are stacked by
+    numpy into a new array the batch owns (token files' documents are read-only views, which
+    torch warns about when it wraps them one by one); anything else is left to it."""
+    first = values[0]
+    if first.dtype.kind not in "biuf" or any(type(v) is not np.ndarray or v.dtype != first.dtype
+                                              or v.shape != first.shape for v in values):
+        return default_collate(values)
+    try:
+        return torch.from_numpy(np.stack(values))
+    except TypeError:  # a dtype torch cannot hold: default_collate says so
+        return default_collate(values)
 
 
 def column_batch(column: pa.ChunkedArray) -> Any:
