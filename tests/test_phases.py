@@ -87,6 +87,14 @@ def test_a_phase_whose_datasets_run_out_hands_over_to_the_next(bound, caplog):
     assert "phase 0 could not go on to its bound" in caplog.text
 
 
+def test_a_first_phase_that_cannot_make_the_streams_first_chunk_is_an_error():
+    data = [Dataset.from_counts("a", [2]), Dataset.from_counts("b", [40])]
+    source = PhasedMixtureWorkSource(data, [Phase({"a": 1}, until_chunk=5), Phase({"b": 1})], chunk_size=4,
+                                     exhausted_policy="stop")
+    with pytest.raises(ValueError, match=r"phases\[0\]: global chunk 0 cannot be produced: dataset 'a'"):
+        source.clone_for_lane(0, 1).next_chunk()
+
+
 SMALL_WEIGHTS = st.floats(0.001, 1.0) | st.sampled_from([1.0, 0.1, 0.02, 0.005, 0.001]) | st.integers(1, 20).map(
     lambda k: k / 20)
 

@@ -239,6 +239,10 @@ def _resolve_next(config: PhasedConfig, p: int, start: Start, first_chunk: int) 
     phase = config.phases[p].for_lane(None, None)
     ends = config.bounds[p]
     assert ends is not None  # only the last phase is open-ended, and nothing follows it
+    if at_start(start.state):  # the stream's start: a phase that cannot make its first chunk is a mistake
+        first = plan(start.state, phase)
+        if isinstance(first, Ended):
+            raise ValueError(f"phases[{p}]: {first_chunk_error(phase, first)}")
     kind, value = ends
     bound = (kind, value + first_chunk if kind == CHUNK else value)
     kernel = scheduler(phase)

@@ -248,11 +248,10 @@ def received(states: Mapping[int, LaneRead],
     """What the readers of these lanes received, per dataset, as ``coverage()`` figures.
 
     ``states`` maps lane -> (its source's state_dict() at its chunk in flight, samples read
-    from that chunk's start on[, those of them held unread]), as a loader checkpoint holds them
-X The figures count every pointer of the
-    global chunks before the lanes' cut (``migrate``) less those assigned but not received:
-    exact for all of a run's lanes, and for some of them they count the other lanes' chunks
-    before the cut as read. From the states alone in sample mode; a token-mode run needs its
+    from that chunk's start on[, those of them held unread]), as a loader checkpoint holds them.
+    The figures count every pointer of the global chunks before the lanes' cut (``migrate``)
+    less those assigned but not received: exact for all of a run's lanes, and for some of them
+    they count the other lanes' chunks before the cut as read. From the states alone in sample mode; a token-mode run needs its
     ``datasets`` (by name: draw costs come from their shards).
     """
     config, lanes, _ = _lanes_of(states, datasets or {})
