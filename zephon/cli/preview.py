@@ -11,7 +11,6 @@ the mixture. ``--plot DIR`` writes PNG figures (needs the
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import os
 from types import ModuleType
 from typing import TYPE_CHECKING, Sequence
@@ -101,7 +100,7 @@ def _whole_stream(source: StaticMixtureWorkSource) -> StreamIndex | None:
     (finite, sample mode: an arithmetic walk, no pointers), else None."""
     if not source.supports_indexing():
         return None
-    return build_index(dataclasses.replace(source.config, lane=None, canonical_replicas=None))
+    return build_index(source.config)  # the template's: the whole stream
 
 
 def _tokenizer(path: str) -> Tokenizer:

@@ -158,18 +158,20 @@ def _short_of_next_quota(config: SourceConfig, state: SourceState) -> set[int]:
     ends that chunk (planned once: the next step takes the plan). Asked only when a capped
     dataset may read fewer samples than a chunk draws of it at most: ``chunk_size``, or for the
     built-in allocators its share of a chunk, its accumulator and 1 (their rounding adds one)."""
+    left = {c: n for c, (d, cur) in enumerate(zip(config.datasets, state.cursors))
+            if d.policy == REPEAT and d.max_repeats is not None  # n: the samples it may still read
+            and (n := (d.max_repeats - cur.epoch + 1) * d.total - cur.position) < config.chunk_size}
+    if not left:  # most chunks: no capped dataset within a chunk of its cap
+        return set()
     weights = active_weights(config, state.cursors)
     if not any(weights):
         return set()
-    most = [float(config.chunk_size)] * len(weights)
+    near = list(left)
     if not config.token_mode and type(config.allocator) in (AccumulatorAllocator, FixedAllocator):
         carried = state.alloc or (0.0,) * len(weights)
-        most = [w * config.chunk_size + max(0.0, a) + 1.0 for w, a in zip(weights, carried)]
-    near = [c for c, (d, cur) in enumerate(zip(config.datasets, state.cursors))
-            if d.policy == REPEAT and d.max_repeats is not None
-            and (d.max_repeats - cur.epoch + 1) * d.total - cur.position < most[c]]  # samples it may still read
-    if not near:
-        return set()
+        near = [c for c in near if left[c] < weights[c] * config.chunk_size + max(0.0, carried[c]) + 1.0]
+        if not near:
+            return set()
     if config.token_mode:
         ended = plan_token_chunk_once(config, state.alloc, state.cursors)
         return {ended.dataset} & set(near) if isinstance(ended, Ended) and ended.dataset is not None else set()

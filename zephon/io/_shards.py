@@ -343,18 +343,19 @@ class ShardReader(Generic[Meta]):
                 f"{where}: the file changed since its catalog was built ({size:,} -> {info.size:,} bytes, mtime "
                 f"{mtime} -> {now} ns); build the Dataset again", dataset=self.shards.name, shard=k, uri=self.uri(k))
 
-    def unchanged(self, k: int) -> None:
-        """After a read failed: raise :class:`ShardChangedError` if shard ``k`` changed since its catalog was built."""
-        info = self.call(k, "stat", lambda: self.shards.location.fs.get_file_info(self.path(k)))
-        self.check_identity(k, info)
-
-    def _unchanged_now(self, k: int) -> None:
-        """Inside a read's failed attempt: :class:`ShardChangedError` (never retried) if shard
-        ``k`` changed, from one stat; a stat that fails too leaves the read's error to the policy."""
-        try:
-            info = self.shards.location.fs.get_file_info(self.path(k))
-        except OSError:
-            return
+    def unchanged(self, k: int, retried: bool = True) -> None:
+        """After a read failed: raise :class:`ShardChangedError` if shard ``k`` changed since its
+        catalog was built. ``retried=False``, inside a read's failed attempt: one stat, and one
+        that fails too leaves the read's error to the retry policy."""
+        def stat() -> pafs.FileInfo:
+            return self.shards.location.fs.get_file_info(self.path(k))
+        if retried:
+            info = self.call(k, "stat", stat)
+        else:
+            try:
+                info = stat()
+            except OSError:
+                return
         self.check_identity(k, info)
 
     def recheck(self, k: int, error: BaseException, what: str) -> None:
@@ -416,7 +417,7 @@ class ShardReader(Generic[Meta]):
             try:
                 return self._load(k, meta, piece, columns)
             except OSError:  # a file cut or rewritten since its catalog fails so too: said at once, not retried
-                self._unchanged_now(k)
+                self.unchanged(k, retried=False)
                 raise
         try:
             return self.call(k, f"read {self.piece_name} {piece}", attempt)
