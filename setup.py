@@ -13,7 +13,7 @@ import numpy as np
 from Cython.Build import cythonize
 from setuptools import Extension, find_packages, setup
 
-KERNELS = ["perm", "layout", "cursor", "schedule", "readorder", "tokens", "batch", "shapes", "lookup", "labels", "strings", "handout"]  # must match _KERNELS in _ext/__init__.py
+KERNELS = ["perm", "layout", "cursor", "schedule", "readorder", "tokens", "batch", "shapes", "lookup", "labels", "strings", "handout", "rounds"]  # must match _KERNELS in _ext/__init__.py
 SOURCES = Path("_ext")
 STRIP = ["-s"] if sys.platform.startswith("linux") else []  # symbol tables are most of an unstripped kernel's size
 INTERFACE = Path("build") / "interface"
@@ -38,7 +38,7 @@ extensions += [
         define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")],
         extra_compile_args=["-O3", "-ffp-contract=off"],
         extra_link_args=STRIP,
-        depends=[str(SOURCES / "feistel.h")],  # cimported through perm.pxd by every kernel
+        depends=[str(SOURCES / "feistel.h"), str(SOURCES / "stream.h")],  # cimported through perm.pxd, stream.pxd
     )
     for name in KERNELS
 ]  # the shared module first: it is the largest, and the build runs JOBS at a time in this order

@@ -42,6 +42,7 @@ from typing import Any, Callable, Iterator, Mapping, Protocol, Sequence
 
 import numpy as np
 
+from zephon._ext.rounds import interleave
 from zephon.core.chunk_checks import writable_order
 from zephon.runtime._gc import paused_gc
 from zephon.runtime._sealing import Entry, Sealer, SealingLedger
@@ -158,6 +159,16 @@ def write(into: Piece, at: int, pieces: Sequence[Piece]) -> int:
             into_pointers[at:end], into_components[at:end] = pointers, components
         at = end
     return at
+
+
+def interleave_reference(pointers: np.ndarray, components: np.ndarray, lane_pointers: np.ndarray,
+                         lane_components: np.ndarray, lane: int, lanes: int, unit: int) -> None:
+    """Write turn ``r`` of lane ``lane`` of ``lanes`` (``unit`` samples of ``lane_pointers`` and
+    ``lane_components``) at sample ``(r * lanes + lane) * unit`` of ``pointers`` and
+    ``components``: the definition of ``zephon._ext.rounds.interleave``, which writes past the caches."""
+    rounds = len(lane_pointers) // unit
+    pointers[:rounds * lanes * unit].reshape(rounds, lanes, unit, 3)[:, lane] = lane_pointers.reshape(rounds, unit, 3)
+    components[:rounds * lanes * unit].reshape(rounds, lanes, unit)[:, lane] = lane_components.reshape(rounds, unit)
 
 
 def _is(array: np.ndarray, place: np.ndarray) -> bool:
@@ -404,13 +415,10 @@ class LaneMux:
         else:
             if into is None:
                 into = np.empty((rounds * m * unit, 3), dtype=np.int64), np.empty(rounds * m * unit, dtype=np.int64)
-            pointers = into[0][:span * m].reshape(rounds, m, unit, 3)
-            components = into[1][:span * m].reshape(rounds, m, unit)
+            pointers, components = into[0][:span * m], into[1][:span * m]
             for i, slot in enumerate(self._active):
                 at = self._offsets[slot.lane]
-                pointers[:, i] = slot.pointers[at:at + span].reshape(rounds, unit, 3)
-                components[:, i] = slot.components[at:at + span].reshape(rounds, unit)
-            pointers, components = pointers.reshape(-1, 3), components.reshape(-1)
+                interleave(pointers, components, slot.pointers[at:at + span], slot.components[at:at + span], i, m, unit)
         for slot in self._active:
             self._offsets[slot.lane] += span
         self._carry.append((pointers, components))

@@ -1,0 +1,41 @@
+# cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True, initializedcheck=False
+"""A reader's rounds: each of its lanes' turns written to its place among the others'.
+
+Defined by zephon/runtime/_stream.py::interleave_reference. A reader of several lanes hands
+out a turn of ``unit`` samples of each lane in a round; ``LaneMux`` writes whole rounds
+straight into the arrays it fills (a DataLoader worker's shared slot), a lane at a time. The
+writes go past the caches (``stream.h``): through numpy's strided copy, the cold lines of a
+slot were each read from memory first, and the copy was a third of a worker's time.
+"""
+from libc.stdint cimport int32_t, int64_t
+from zephon._ext.stream cimport stream_fence, stream_store
+
+ctypedef fused ids_t:
+    int32_t
+    int64_t
+
+
+def interleave(int64_t[:, ::1] pointers, ids_t[::1] components, const int64_t[:, ::1] lane_pointers,
+               const int64_t[::1] lane_components, Py_ssize_t lane, Py_ssize_t lanes, Py_ssize_t unit):
+    """Write turn ``r`` of lane ``lane`` (``lane_pointers[r * unit:(r + 1) * unit]`` and its
+    component ids) at sample ``(r * lanes + lane) * unit`` of ``pointers`` and ``components``,
+    for every whole turn; ``components`` may be int32 (ids are cast)."""
+    cdef Py_ssize_t n = lane_pointers.shape[0], r, t, at, rounds
+    if unit < 1 or not 0 <= lane < lanes:
+        raise ValueError(f"interleave: lane {lane} of {lanes} with turns of {unit}; pass 0 <= lane < lanes, unit >= 1")
+    if lane_pointers.shape[1] != 3 or lane_components.shape[0] != n or n % unit:
+        raise ValueError(f"interleave: the lane's arrays have shapes ({n}, {lane_pointers.shape[1]}) and "
+                         f"({lane_components.shape[0]},); pass (k * unit, 3) and (k * unit,)")
+    rounds = n // unit
+    if pointers.shape[1] != 3 or pointers.shape[0] < rounds * lanes * unit or components.shape[0] < rounds * lanes * unit:
+        raise ValueError(f"interleave: {rounds} rounds of {lanes} lanes need {rounds * lanes * unit} samples; the "
+                         f"arrays have shapes ({pointers.shape[0]}, {pointers.shape[1]}) and ({components.shape[0]},)")
+    with nogil:
+        for r in range(rounds):
+            at = (r * lanes + lane) * unit
+            for t in range(unit):
+                stream_store(&pointers[at + t, 0], lane_pointers[r * unit + t, 0])
+                stream_store(&pointers[at + t, 1], lane_pointers[r * unit + t, 1])
+                stream_store(&pointers[at + t, 2], lane_pointers[r * unit + t, 2])
+                components[at + t] = <ids_t>lane_components[r * unit + t]
+        stream_fence()

@@ -1,0 +1,48 @@
+"""The rounds kernel (a reader's lanes' turns interleaved in place) against its twin, and its refusals."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from zephon._ext.rounds import interleave
+from zephon.runtime._stream import interleave_reference
+
+
+@st.composite
+def rounds(draw: st.DrawFn) -> tuple[int, int, int, int, int, type]:
+    """(lanes, unit, rounds, samples to spare after them, seed, dtype of the component ids)."""
+    return (draw(st.integers(1, 5)), draw(st.integers(1, 7)), draw(st.integers(0, 6)), draw(st.integers(0, 9)),
+            draw(st.integers(0, 2**32 - 1)), draw(st.sampled_from([np.int32, np.int64])))
+
+
+@given(rounds())
+def test_the_kernel_matches_its_twin(case):
+    lanes, unit, k, spare, seed, dtype = case
+    rng = np.random.default_rng(seed)
+    n = k * lanes * unit + spare
+    start = rng.integers(-2**62, 2**62, (n, 3)), rng.integers(0, 2**31, n).astype(dtype)  # what was there stays
+    kernel, twin = (start[0].copy(), start[1].copy()), (start[0].copy(), start[1].copy())
+    for lane in rng.permutation(lanes).tolist():  # lanes in any order, as they are written one by one
+        pointers, components = rng.integers(-2**62, 2**62, (k * unit, 3)), rng.integers(0, 2**31, k * unit)
+        interleave(*kernel, pointers, components, lane, lanes, unit)
+        interleave_reference(*twin, pointers, components, lane, lanes, unit)
+    assert np.array_equal(kernel[0], twin[0]) and np.array_equal(kernel[1], twin[1])
+    assert np.array_equal(kernel[0][k * lanes * unit:], start[0][k * lanes * unit:])  # nothing past the rounds
+
+
+def test_a_lane_outside_the_round_or_arrays_that_cannot_hold_it_are_refused():
+    pointers, components = np.zeros((8, 3), dtype=np.int64), np.zeros(8, dtype=np.int64)
+    lane = np.ones((4, 3), dtype=np.int64), np.ones(4, dtype=np.int64)
+    with pytest.raises(ValueError, match="lane 2 of 2 with turns of 2"):
+        interleave(pointers, components, *lane, 2, 2, 2)
+    with pytest.raises(ValueError, match="with turns of 0"):
+        interleave(pointers, components, *lane, 0, 2, 0)
+    with pytest.raises(ValueError, match=r"shapes \(4, 3\) and \(3,\); pass \(k \* unit, 3\)"):
+        interleave(pointers, components, lane[0], lane[1][:3], 0, 2, 2)
+    with pytest.raises(ValueError, match=r"shapes \(4, 3\) and \(4,\)"):
+        interleave(pointers, components, *lane, 0, 2, 3)  # 4 samples are not whole turns of 3
+    with pytest.raises(ValueError, match=r"2 rounds of 3 lanes need 12 samples"):
+        interleave(pointers, components, *lane, 0, 3, 2)
+    assert not pointers.any() and not components.any()
