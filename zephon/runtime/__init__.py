@@ -39,7 +39,9 @@ from zephon.runtime._state import (
     DatasetRecord, LanesDict, LoaderState, LoaderStateDict, make_state, merge_states, parse_state, run_fingerprint,
     split_state,
 )
-from zephon.runtime._stats import DatasetStatsDict, LoaderStats, LoaderStatsDict, SharedDecodingDict, TokensDict
+from zephon.runtime._stats import (
+    DatasetStatsDict, LoaderStats, LoaderStatsDict, SharedDecodingDict, TokensDict, component_counts,
+)
 from zephon.runtime._stream import (
     DROPPED, SERVED, Event, Items, ItemStream, LaneMux, Piece, Segment, Tracker, initial_entries, write,
 )
@@ -47,7 +49,7 @@ from zephon.runtime._sealing import Entry, Sealer, SealingLedger
 from zephon.runtime.pipeline import KEY_COMPONENT, KEY_SAMPLE_ID, Pipeline
 
 __all__ = [
-    "CHECKPOINT_MARKER", "CONTIGUOUS", "DROPPED", "HF_STATE_FILE", "LIGHTNING_KEY", "STEP_FOLDER", "check_checkpoint_size", "DatasetStatsDict", "Even", "EvenBatchesDict", "LoaderStats", "LoaderStatsDict", "RankCount", "SharedDecodingDict", "TokensDict", "count_rank", "count_ranks", "countable", "even_target",
+    "CHECKPOINT_MARKER", "CONTIGUOUS", "DROPPED", "HF_STATE_FILE", "LIGHTNING_KEY", "STEP_FOLDER", "check_checkpoint_size", "DatasetStatsDict", "Even", "EvenBatchesDict", "LoaderStats", "LoaderStatsDict", "RankCount", "SharedDecodingDict", "TokensDict", "component_counts", "count_rank", "count_ranks", "countable", "even_target",
     "maybe_finite", "DatasetRecord", "Entry", "Event", "INTERLEAVED", "ItemStream", "Items", "KEY_COMPONENT", "KEY_SAMPLE_ID", "LOADER_STATE_KIND",
     "LaneBook", "LaneMux", "LanesDict", "PackedReader", "Snapshot", "Snapshots", "count_packed", "count_sequences", "documents", "initial_operator",
     "sequence_items", "LoaderState", "LoaderStateDict", "MAPPINGS", "Piece", "Pipeline", "SERVED", "Sealer", "SealingLedger", "Segment", "Tracker", "initial_entries",

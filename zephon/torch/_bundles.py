@@ -43,7 +43,8 @@ from torch.utils.data import IterableDataset, get_worker_info
 
 from zephon.io import PieceStore, UnevenRecordsError, fetch_rows
 from zephon.runtime import (
-    DROPPED, KEY_COMPONENT, KEY_SAMPLE_ID, Entry, Event, LaneMux, Pipeline, Segment, Snapshot, paused_gc,
+    DROPPED, KEY_COMPONENT, KEY_SAMPLE_ID, Entry, Event, LaneMux, Pipeline, Segment, Snapshot, component_counts,
+    paused_gc,
 )
 from zephon.torch._collate import Strings, collate_rows, columnar_batches, gathered_columns
 from zephon.torch._packed import packed_bundles, units_per_bundle
@@ -100,7 +101,7 @@ class Bundle:
 
     __slots__ = ("worker", "start", "stop", "ends", "units", "pointers", "components", "bounds",
                  "segments", "events", "last", "dropped", "skipped", "shipped", "lazy", "slot", "tokens",
-                 "tokens_dropped", "filtered_left")
+                 "tokens_dropped", "filtered_left", "counts")
 
     def __init__(self, worker: int, start: int, segments: list[Segment], events: list[Event] | list[Snapshot],
                  last: bool):
@@ -119,6 +120,7 @@ class Bundle:
         self.tokens: np.ndarray | None = None  # packed, per unit: real tokens per component id, padding, tokens dropped
         self.tokens_dropped = 0  # packed, a bundle without units: tokens pack(final="drop") dropped at lanes' ends
         self.filtered_left = 0  # packed, a bundle without units: documents filter steps dropped
+        self.counts: np.ndarray | None = None  # pointer fast path: samples per component id, counted by the reader
 
     def __getstate__(self) -> tuple[Any, ...]:
         return tuple(_Wire(v) if type(v) is np.ndarray else v for v in (getattr(self, k) for k in self.__slots__))
@@ -329,6 +331,7 @@ def _next_bundle(mux: LaneMux, plan: Plan, worker: int, slots: Slots | None) -> 
     bundle, pointers, components = _taken(mux, plan, worker)
     if plan.pointer_path:
         bundle.pointers, bundle.components = pointers, components
+        bundle.counts = component_counts(components, plan.pipeline.kinds)
         return bundle
     with paused_gc():  # a bundle's records: thousands of short-lived dicts the collector would walk again and again
         if plan.batch_size is None:
@@ -428,6 +431,7 @@ def _slot_bundle(mux: LaneMux, plan: Plan, worker: int, slots: Slots, slot: int)
     if keep is not None:
         slots.compact(worker, slot, n, keep)
     bundle.slot = slots.carried(slot, n if keep is None else len(keep))
+    bundle.counts = component_counts(slots.views(worker, slot, bundle.slot[2])[1], plan.pipeline.kinds)
     return bundle
 
 

@@ -78,7 +78,10 @@ class _Cursor(Cursor):
         assert bundle.components is not None  # every bundle carries its units' component ids
         lo, hi = (a, b) if bundle.bounds is None else (bundle.bounds[a], bundle.bounds[b])
         stats.batches += b - a
-        stats.count(bundle.components[lo:hi])
+        if bundle.counts is not None and (a, b) == (0, len(self.units)):
+            stats.delivered += bundle.counts  # counted by its reader: a worker's core, not the trainer's
+        else:
+            stats.count(bundle.components[lo:hi])
         if bundle.tokens is not None:
             tokens = bundle.tokens[a:b].sum(axis=0)
             stats.count_tokens(tokens[:-2], int(tokens[-2]))
