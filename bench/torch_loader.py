@@ -50,7 +50,8 @@ MIXTURE_WORDS = (14, 52)  # 14-51 Zipf words per text: about 50-200 bytes
 @dataclass(frozen=True)
 class Settings:
     repeats: int  # repeats per figure (the median is reported)
-    batches: int  # pointer batches timed per repeat
+    batches: int  # pointer batches timed per repeat ...
+    warmup: int  # ... after this many untimed (the readers' first bundles; the direct side skips as many samples)
     parquet_files: int  # Parquet files read per repeat (of PARQUET["files"])
     lanes_for_size: int  # lanes of the checkpoint-size figure
     mixture_files: dict[str, int]  # files of MIXTURE_ROWS rows per component
@@ -58,9 +59,9 @@ class Settings:
     mixture_warmup: int  # ... after this many untimed (see ``drain``)
 
 
-FULL = Settings(repeats=7, batches=40_000, parquet_files=24, lanes_for_size=1024,  # mixture: 2,998,272 rows
+FULL = Settings(repeats=7, batches=40_000, warmup=8192, parquet_files=24, lanes_for_size=1024,  # mixture: 2,998,272 rows
                 mixture_files={"web": 110, "code": 55, "math": 18}, mixture_batches=3000, mixture_warmup=1000)
-QUICK = Settings(repeats=5, batches=8_000, parquet_files=8, lanes_for_size=1024,  # mixture: 311,296 rows
+QUICK = Settings(repeats=5, batches=8_000, warmup=2048, parquet_files=8, lanes_for_size=1024,  # mixture: 311,296 rows
                  mixture_files={"web": 11, "code": 6, "math": 2}, mixture_batches=600, mixture_warmup=300)
 
 
@@ -74,9 +75,13 @@ def count_source() -> StaticMixtureWorkSource:
                                    exhausted_policy="repeat")
 
 
-def source_rate(samples: int) -> float:
-    """Iterating the source directly: lane 0 of 1, each chunk's read order as arrays."""
+def source_rate(samples: int, warmup: int) -> float:
+    """Iterating the source directly: lane 0 of 1, each chunk's read order as arrays, timed
+    after ``warmup`` samples."""
     lane = count_source().clone_for_lane(0, 1)
+    n = 0
+    while n < warmup:
+        n += len(lane.next_chunk().read_order()[0])
     start, n = time.perf_counter(), 0
     while n < samples:
         pointers, _ = lane.next_chunk().read_order()
@@ -84,14 +89,15 @@ def source_rate(samples: int) -> float:
     return n / (time.perf_counter() - start)
 
 
-def loader_rate(batches: int, workers: int, default_lanes: bool = False) -> float:
-    """zt.DataLoader(batch_size=256) over count-only datasets; timed from the first batch on.
+def loader_rate(batches: int, warmup: int, workers: int, default_lanes: bool = False) -> float:
+    """zt.DataLoader(batch_size=256) over count-only datasets; timed after ``warmup`` batches.
 
     One lane per reader, or (``default_lanes``) the default ``canonical_replicas`` (8 per reader)."""
     loader = zt.DataLoader(Pipeline(count_source()), batch_size=BATCH, num_workers=workers,
                            canonical_replicas=None if default_lanes else max(1, workers))
     it = iter(loader)
-    next(it)
+    for _ in range(warmup):
+        next(it)
     start, n = time.perf_counter(), 0
     for _ in range(batches):
         n += next(it)["_sample_id"].shape[0]
@@ -100,9 +106,10 @@ def loader_rate(batches: int, workers: int, default_lanes: bool = False) -> floa
 
 def pointer_rows(cfg: Settings) -> list[Row]:
     samples = cfg.batches * BATCH
-    w2, lanes, w0, direct = paired(cfg.repeats, lambda: loader_rate(cfg.batches, 2),
-                                   lambda: loader_rate(cfg.batches, 2, default_lanes=True),
-                                   lambda: loader_rate(cfg.batches, 0), lambda: source_rate(samples))
+    w2, lanes, w0, direct = paired(cfg.repeats, lambda: loader_rate(cfg.batches, cfg.warmup, 2),
+                                   lambda: loader_rate(cfg.batches, cfg.warmup, 2, default_lanes=True),
+                                   lambda: loader_rate(cfg.batches, cfg.warmup, 0),
+                                   lambda: source_rate(samples, cfg.warmup * BATCH))
     lanes_ratio = median_ratio(lanes, w2)
     return [
         Row("pointers, DataLoader workers=2, batch 256", statistics.median(w2), "samples/s", ">= 60% of direct",
