@@ -14,7 +14,7 @@ from libc.stdint cimport INT64_MIN, int64_t, uint64_t
 from libc.stdlib cimport free, malloc
 from zephon._ext._keys cimport derive
 from zephon._ext.perm cimport Perm, perm_apply, perm_make
-from zephon._ext.stream cimport stream_fence, stream_store
+from zephon._ext.stream cimport stream_fence, stream_put
 
 cdef double UNIT = 1.0 / 9007199254740992.0  # 2**-53, must match zephon/core/readorder.py
 
@@ -202,13 +202,6 @@ cdef void _read_order(const int64_t[::1] counts, int64_t total, bint weighted_ra
         _shuffle_rows(perms, scratch[START], component, rows)
 
 
-cdef inline void _put(int64_t* p, int64_t v, bint stream) noexcept nogil:
-    if stream:
-        stream_store(p, v)
-    else:
-        p[0] = v
-
-
 cdef void _gather(const int64_t[:, ::1] buffer, const int64_t[::1] rows,
                   int64_t[:, ::1] pointers, bint stream) noexcept nogil:
     """pointers[t] = buffer[rows[t]]; with ``stream``, written past the caches (non-temporal
@@ -217,9 +210,9 @@ cdef void _gather(const int64_t[:, ::1] buffer, const int64_t[::1] rows,
     cdef int64_t r
     for t in range(rows.shape[0]):
         r = rows[t]
-        _put(&pointers[t, 0], buffer[r, 0], stream)
-        _put(&pointers[t, 1], buffer[r, 1], stream)
-        _put(&pointers[t, 2], buffer[r, 2], stream)
+        stream_put(&pointers[t, 0], buffer[r, 0], stream)
+        stream_put(&pointers[t, 1], buffer[r, 1], stream)
+        stream_put(&pointers[t, 2], buffer[r, 2], stream)
     if stream:
         stream_fence()
 
@@ -267,7 +260,7 @@ def read_pointers(const int64_t[:, ::1] buffer, const int64_t[::1] counts,
     and component, when given, are the C-contiguous int64 arrays written (and returned); the
     pointers go there past the caches (stream.h), as they are a window of a larger array (a
     DataLoader worker's shared slot) that is read later: paired runs of 2 workers read pointers
-    1.14x as fast, the workers' CPU 3.2-3.4 against 3.3-4.0 us a batch of 256.
+    1.14x as fast, the workers' CPU 3.0-3.4 against 3.3-4.0 us a batch of 256.
     """
     cdef int64_t total = _total(counts, shuffle_keys)
     if buffer.shape[0] != total or buffer.shape[1] != 3:

@@ -3,12 +3,12 @@
 
 Defined by zephon/runtime/_stream.py::interleave_reference. A reader of several lanes hands
 out a turn of ``unit`` samples of each lane in a round; ``LaneMux`` writes whole rounds
-straight into the arrays it fills (a DataLoader worker's shared slot), a lane at a time. The
-writes go past the caches (``stream.h``): through numpy's strided copy, the cold lines of a
-slot were each read from memory first, and the copy was a third of a worker's time.
+straight into the arrays it fills (a DataLoader worker's shared slot), a lane at a time,
+where numpy's strided copy set up every round's assignment and cast the ids; into a slot, past
+the caches (``stream.h``), whose cold lines a store through them first reads from memory.
 """
 from libc.stdint cimport int32_t, int64_t
-from zephon._ext.stream cimport stream_fence, stream_store
+from zephon._ext.stream cimport stream_fence, stream_put
 
 ctypedef fused ids_t:
     int32_t
@@ -16,10 +16,13 @@ ctypedef fused ids_t:
 
 
 def interleave(int64_t[:, ::1] pointers, ids_t[::1] components, const int64_t[:, ::1] lane_pointers,
-               const int64_t[::1] lane_components, Py_ssize_t lane, Py_ssize_t lanes, Py_ssize_t unit):
+               const int64_t[::1] lane_components, Py_ssize_t lane, Py_ssize_t lanes, Py_ssize_t unit,
+               bint stream):
     """Write turn ``r`` of lane ``lane`` (``lane_pointers[r * unit:(r + 1) * unit]`` and its
     component ids) at sample ``(r * lanes + lane) * unit`` of ``pointers`` and ``components``,
-    for every whole turn; ``components`` may be int32 (ids are cast)."""
+    for every whole turn; ``components`` may be int32 (ids are cast). With ``stream`` the
+    pointers go past the caches: for turns of a few cache lines at least (shorter ones leave
+    the CPU's write-combining buffers half full) into arrays read later."""
     cdef Py_ssize_t n = lane_pointers.shape[0], r, t, at, rounds
     if unit < 1 or not 0 <= lane < lanes:
         raise ValueError(f"interleave: lane {lane} of {lanes} with turns of {unit}; pass 0 <= lane < lanes, unit >= 1")
@@ -34,8 +37,9 @@ def interleave(int64_t[:, ::1] pointers, ids_t[::1] components, const int64_t[:,
         for r in range(rounds):
             at = (r * lanes + lane) * unit
             for t in range(unit):
-                stream_store(&pointers[at + t, 0], lane_pointers[r * unit + t, 0])
-                stream_store(&pointers[at + t, 1], lane_pointers[r * unit + t, 1])
-                stream_store(&pointers[at + t, 2], lane_pointers[r * unit + t, 2])
+                stream_put(&pointers[at + t, 0], lane_pointers[r * unit + t, 0], stream)
+                stream_put(&pointers[at + t, 1], lane_pointers[r * unit + t, 1], stream)
+                stream_put(&pointers[at + t, 2], lane_pointers[r * unit + t, 2], stream)
                 components[at + t] = <ids_t>lane_components[r * unit + t]
-        stream_fence()
+        if stream:
+            stream_fence()

@@ -237,8 +237,9 @@ class WorkChunk:
                         config: MixtureReadConfig | None = None) -> None:
         """:meth:`read_order` written into arrays of the caller's, for one that wants the order
         in its place (a DataLoader worker's shared slot) rather than a copy of it. Nothing is
-        cached on the chunk. The pointers are written past the CPU's caches where it has such
-        stores (x86-64), as suits an array read later or by another process, not at once.
+        cached on the chunk. An order the chunk has not cached is written there with its
+        pointers past the CPU's caches where it has such stores (x86-64), as suits an array read
+        later or by another process, not at once.
 
         Parameters
         ----------

@@ -145,6 +145,9 @@ class _Lane:
         self.fed = False  # the chunk in flight was fed to the readahead as the next chunk
 
 
+STREAM_TURN_BYTES = 192  # a lane's turns go into the caller's arrays past the caches from this size on: 8 lanes' rounds
+# into int32-id slots, plain against past the caches, turns of 1 / 4 samples: 45 / 53 against 31 / 45 M/s; 8 / 256: 53 / 56
+# against 58 / 67 (shorter turns leave the CPU's write-combining buffers half full)
 Piece = tuple[np.ndarray, np.ndarray]  # consecutive samples: pointers (k, 3) and component ids (k,)
 
 
@@ -162,13 +165,21 @@ def write(into: Piece, at: int, pieces: Sequence[Piece]) -> int:
 
 
 def interleave_reference(pointers: np.ndarray, components: np.ndarray, lane_pointers: np.ndarray,
-                         lane_components: np.ndarray, lane: int, lanes: int, unit: int) -> None:
+                         lane_components: np.ndarray, lane: int, lanes: int, unit: int, stream: bool = False) -> None:
     """Write turn ``r`` of lane ``lane`` of ``lanes`` (``unit`` samples of ``lane_pointers`` and
     ``lane_components``) at sample ``(r * lanes + lane) * unit`` of ``pointers`` and
-    ``components``: the definition of ``zephon._ext.rounds.interleave``, which writes past the caches."""
+    ``components``, of any layout and integer dtypes: the definition of
+    ``zephon._ext.rounds.interleave`` (whose ``stream`` writes past the caches; here it changes nothing)."""
     rounds = len(lane_pointers) // unit
     pointers[:rounds * lanes * unit].reshape(rounds, lanes, unit, 3)[:, lane] = lane_pointers.reshape(rounds, unit, 3)
     components[:rounds * lanes * unit].reshape(rounds, lanes, unit)[:, lane] = lane_components.reshape(rounds, unit)
+
+
+def _kernel_writes(pointers: np.ndarray, components: np.ndarray) -> bool:
+    """Whether ``zephon._ext.rounds.interleave`` takes these arrays: int64 pointers, int32 or int64
+    ids, both C-contiguous and writable (``take_into`` takes any layout; the readers' are these)."""
+    return (writable_order(pointers) and components.dtype in (np.int32, np.int64)
+            and components.flags.c_contiguous and components.flags.writeable)
 
 
 def _is(array: np.ndarray, place: np.ndarray) -> bool:
@@ -413,12 +424,15 @@ class LaneMux:
             at = self._offsets[slot.lane]
             pointers, components = slot.pointers[at:at + span], slot.components[at:at + span]
         else:
+            stream = into is not None and unit * 24 >= STREAM_TURN_BYTES  # arrays the caller reads later
             if into is None:
                 into = np.empty((rounds * m * unit, 3), dtype=np.int64), np.empty(rounds * m * unit, dtype=np.int64)
             pointers, components = into[0][:span * m], into[1][:span * m]
+            write_turns = interleave if _kernel_writes(pointers, components) else interleave_reference
             for i, slot in enumerate(self._active):
                 at = self._offsets[slot.lane]
-                interleave(pointers, components, slot.pointers[at:at + span], slot.components[at:at + span], i, m, unit)
+                write_turns(pointers, components, slot.pointers[at:at + span], slot.components[at:at + span], i, m,
+                            unit, stream)
         for slot in self._active:
             self._offsets[slot.lane] += span
         self._carry.append((pointers, components))
