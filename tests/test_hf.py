@@ -86,7 +86,7 @@ def test_a_tensor_parallel_group_trains_on_the_stream_of_one_process_and_resumes
     assert seen(crashed, 0) == seen(crashed, 1) == seen(single, 0)
 
 
-def _tiny_run(out, *, endless=False, save_steps=10, max_steps=-1):
+def _tiny_run(out, *, endless=False, save_steps=10, max_steps=-1, accumulation=1):
     """A zephon.hf.Trainer over a linear model of the sample ids (what the steps see is the point)."""
     import torch
     from transformers import TrainingArguments
@@ -112,7 +112,7 @@ def _tiny_run(out, *, endless=False, save_steps=10, max_steps=-1):
     loader = zt.DataLoader(Pipeline(source), batch_size=4, canonical_replicas=4, collate_fn=collate,
                            even_batches=not endless)
     args = TrainingArguments(output_dir=str(out), use_cpu=True, report_to=[], disable_tqdm=True, save_steps=save_steps,
-                             max_steps=max_steps, num_train_epochs=3)
+                             max_steps=max_steps, num_train_epochs=3, gradient_accumulation_steps=accumulation)
     return Trainer(model=Linear(), args=args, train_loader=loader)
 
 
@@ -124,6 +124,22 @@ def test_the_epoch_after_a_resume_counts_the_batches_before_the_checkpoint(tmp_p
     resumed.train(resume_from_checkpoint=str(tmp_path / "whole" / "checkpoint-10"))
     assert resumed.state.global_step == 24 and resumed.state.epoch == 1.0
     assert [h["epoch"] for h in resumed.state.log_history] == [h["epoch"] for h in whole.state.log_history]
+
+
+def test_a_resume_with_gradient_accumulation_makes_the_uninterrupted_runs_updates(tmp_path):
+    """24 batches in updates of 5: the epoch's last update has 4. Resumed after 2 updates (10
+    batches), Trainer counts the epoch's batches on from there, so that last update is made."""
+    import torch
+
+    whole = _tiny_run(tmp_path / "whole", save_steps=2, accumulation=5)
+    whole.train()
+    assert whole.state.global_step == 5 and whole.state.epoch == 1.0
+    resumed = _tiny_run(tmp_path / "whole", save_steps=2, accumulation=5)
+    resumed.train(resume_from_checkpoint=str(tmp_path / "whole" / "checkpoint-2"))
+    assert resumed.state.global_step == 5 and resumed.state.epoch == 1.0
+    assert resumed.train_loader.remaining() == 0
+    for mine, theirs in zip(resumed.model.parameters(), whole.model.parameters()):
+        assert torch.equal(mine, theirs)
 
 
 def test_misuse_says_what_to_do(tmp_path):

@@ -24,6 +24,19 @@ from zephon.runtime import HF_STATE_FILE
 from zephon.io import write_atomically
 
 RUN_FILE = "zephon_run.json"  # the run's total steps, so that a resume keeps max_steps
+_skip_first_batches = transformers.trainer.skip_first_batches
+
+
+def _skip_nothing_of_zephon(dataloader: Any, num_batches: int = 0) -> Any:
+    """What ``transformers.Trainer`` calls to skip a resumed epoch's batches before its checkpoint
+    (accelerate's ``skip_first_batches``, which would rebuild the loader around its dataset): a
+    zephon loader restored from the checkpoint stands after them already; any other loader is
+    skipped as before. Trainer then counts the epoch's batches on from the checkpoint's, so its
+    accumulation groups and the epoch's last, partial one step as in an uninterrupted run."""
+    return dataloader if isinstance(dataloader, zt.DataLoader) else _skip_first_batches(dataloader, num_batches)
+
+
+transformers.trainer.skip_first_batches = _skip_nothing_of_zephon
 
 
 class Trainer(transformers.Trainer):
@@ -41,10 +54,11 @@ class Trainer(transformers.Trainer):
     ``args.max_steps`` defaults to ``train_loader.remaining()`` batches at the run's start, in
     optimizer steps (with ``even_batches``, the same on every process), kept across resumes; a
     loader that cannot count what is left (an endless stream) needs ``max_steps`` set.
-    ``args.ignore_data_skip`` is set: the loader's own checkpoint places the data, nothing is
-    replayed, and ``state.epoch`` after a resume counts the batches the epoch had delivered
-    before the checkpoint. Trainer's tokens-per-second estimate is 0 (it would read a batch of
-    the loader).
+    ``args.ignore_data_skip`` is set to False: Trainer's skip of a resumed epoch's batches
+    before the checkpoint takes none from the loader (its own checkpoint places the data,
+    nothing is replayed) and lets Trainer count the epoch's batches, and so its gradient
+    accumulation groups and ``state.epoch``, on from the checkpoint. Trainer's tokens-per-second
+    estimate is 0 (it would read a batch of the loader).
     """
 
     def __init__(self, *args: Any, train_loader: zt.DataLoader, **kwargs: Any):
@@ -58,10 +72,8 @@ class Trainer(transformers.Trainer):
             training.__dict__["_setup_devices"] = torch.device("cpu")
         super().__init__(*args, **kwargs)
         self.train_loader = train_loader
-        self.args.ignore_data_skip = True
+        self.args.ignore_data_skip = False  # see _skip_nothing_of_zephon
         self._zephon_steps: int | None = None
-        self._zephon_epoch = _EpochOffset()
-        self.callback_handler.callbacks.insert(0, self._zephon_epoch)  # before any callback reads state.epoch
 
     def get_train_dataloader(self) -> Any:
         """The loader as it is: accelerate's preparation would dispatch or split its batches."""
@@ -73,7 +85,6 @@ class Trainer(transformers.Trainer):
         folder = get_last_checkpoint(self.args.output_dir) if resume_from_checkpoint is True else resume_from_checkpoint
         if resume_from_checkpoint is True and folder is None:
             raise ValueError(f"resume_from_checkpoint=True: no checkpoint-* directory in {self.args.output_dir}")
-        self._zephon_epoch.delivered = 0
         if isinstance(folder, str) and folder:
             self._restore(folder)
         if self.args.max_steps <= 0:  # optimizer steps: one per gradient_accumulation_steps batches
@@ -94,10 +105,6 @@ class Trainer(transformers.Trainer):
         self.train_loader.load_state_dict(zt.load_checkpoint(os.path.join(folder, HF_STATE_FILE)))
         with open(os.path.join(folder, RUN_FILE)) as f:
             self._zephon_steps = int(json.load(f)["max_steps"])
-        try:  # the batches of the resumed epoch delivered before the checkpoint (an endless loader has no epochs)
-            self._zephon_epoch.delivered = len(self.train_loader) - self.train_loader.remaining()
-        except TypeError:
-            self._zephon_epoch.delivered = 0
 
     def _remaining(self) -> int:
         """``train_loader.remaining()``, or a ``ValueError`` that says to set ``max_steps`` where
@@ -144,25 +151,3 @@ class Trainer(transformers.Trainer):
             write_atomically(os.path.join(folder, RUN_FILE), json.dumps({"max_steps": self._zephon_steps}).encode())
         super()._save_checkpoint(model, trial)
 
-
-class _EpochOffset(transformers.TrainerCallback):
-    """Adds to ``state.epoch`` the batches the epoch in progress had delivered before the
-    checkpoint a run resumed from: Trainer counts an epoch's batches from its own start (it
-    skips none, ``ignore_data_skip``), over ``len(loader)``, the whole epoch's length. Applies
-    to the first epoch of a resumed run only."""
-
-    def __init__(self) -> None:
-        self.delivered = 0  # batches of the resumed epoch delivered before the checkpoint, until it begins
-        self._offset = 0.0  # what the epoch in progress adds to state.epoch; 0 once it is over
-
-    def on_epoch_begin(self, args: Any, state: Any, control: Any, train_dataloader: Any = None,
-                       **kwargs: Any) -> None:
-        length = len(train_dataloader) if self.delivered and train_dataloader is not None else 0
-        self._offset = self.delivered / length if length else 0.0
-        self.delivered = 0
-
-    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        state.epoch += self._offset
-
-    def on_epoch_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        self._offset = 0.0
