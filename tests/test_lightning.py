@@ -156,6 +156,49 @@ def test_ddp_from_lightnings_launcher_reads_each_ranks_lanes_even_when_built_bef
     assert ends[0]["steps"] == ends[1]["steps"] == ends[0]["global_step"] == len(seen[0]) // 4 == len(seen[1]) // 4
 
 
+BARE_DDP_SCRIPT = '''
+import json, sys
+import lightning.pytorch as pl, torch
+from lightning.pytorch.callbacks import ModelCheckpoint
+import zephon.torch as zt
+from zephon import Dataset, Pipeline, StaticMixtureWorkSource
+
+folder, resume = sys.argv[1], sys.argv[2] if len(sys.argv) > 2 else None
+
+class M(pl.LightningModule):
+    def __init__(self):
+        super().__init__(); self.layer = torch.nn.Linear(3, 1)
+    def train_dataloader(self):
+        source = StaticMixtureWorkSource([Dataset.from_counts("web", [30] * 3)], {"web": 1.0}, chunk_size=8)
+        return zt.DataLoader(Pipeline(source), batch_size=4, canonical_replicas=4)
+    def training_step(self, batch, i):
+        with open(f"{folder}/{'resumed' if resume else 'whole'}.{self.global_rank}", "a") as f:
+            f.write(json.dumps(batch["_sample_id"].tolist()) + "\\n")
+        return self.layer(batch["_sample_id"].float()).mean()
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.0)
+
+saves = [] if resume else [ModelCheckpoint(dirpath=folder, every_n_train_steps=4, save_top_k=-1, filename="{step}")]
+trainer = pl.Trainer(max_epochs=1, accelerator="cpu", devices=2, strategy="ddp", logger=False, callbacks=saves,
+                     enable_progress_bar=False, enable_model_summary=False, default_root_dir=folder)
+trainer.fit(M(), ckpt_path=resume)
+'''
+
+
+def test_a_bare_loader_under_ddp_resumes_every_rank(tmp_path):
+    """Lightning keeps rank 0's copy of a loader's state: the bare loader gives it every rank's
+    lanes (gathered), so each rank resumes on the batch after its checkpoint."""
+    script = tmp_path / "bare_ddp.py"
+    script.write_text(BARE_DDP_SCRIPT)
+    for extra in ([], [str(tmp_path / "step=4.ckpt")]):
+        done = subprocess.run([sys.executable, str(script), str(tmp_path), *extra], capture_output=True, text=True,
+                              timeout=300, cwd=ROOT, env={**os.environ, "OMP_NUM_THREADS": "1"})
+        assert done.returncode == 0, done.stderr[-3000:]
+    for rank in range(2):
+        whole, resumed = ((tmp_path / f"{run}.{rank}").read_text().splitlines() for run in ("whole", "resumed"))
+        assert len(whole) > 4 and resumed == whole[4:]
+
+
 def test_the_models_own_batch_hook_runs_and_the_steps_are_still_counted(tmp_path):
     """The data module counts steps with a callback: a model's on_before_batch_transfer is
     not replaced by a data module hook, and the saved state is that of the last step's batch."""

@@ -33,7 +33,7 @@ from zephon.runtime import (
 )
 from zephon.torch._bundles import Bundle, Plan, Readers, widen_pipe
 from zephon.torch._dcp import dcp_caller, dcp_state_dict, from_dcp, is_dcp_form
-from zephon.torch._dist import collective_device
+from zephon.torch._dist import all_gather_state, collective_device
 from zephon.torch._iterator import LoaderIterator
 from zephon.torch._slots import SPARE
 from zephon.torch._relay import BROADCAST, COMPUTE, Relay, replicas_of
@@ -464,16 +464,20 @@ class DataLoader(tud.DataLoader[Bundle]):
         Called by ``torch.distributed.checkpoint`` (``save``, ``async_save``, ``load``), it
         returns one entry per lane instead (``{"zephon_lanes": {lane: JSON}}``): DCP keeps each
         key once, and only a lane's own rank holds its key, so a checkpoint saved on N ranks
-        loads on M."""
+        loads on M. Called by Lightning, it is the global state (every rank's lanes, gathered:
+        Lightning calls it on every rank and keeps rank 0's)."""
         caller = dcp_caller()
         if caller is not None:
             return cast(LoaderStateDict, dcp_state_dict(self._zephon_book, lambda: self._state(lag), caller, self))
-        if (sys._getframe(1).f_globals.get("__name__", "").startswith(("lightning.", "pytorch_lightning."))
-                and not self._countable()):  # Lightning fetches ahead of its step when a loader has no length
+        if not sys._getframe(1).f_globals.get("__name__", "").startswith(("lightning.", "pytorch_lightning.")):
+            return self._state(lag)
+        if not self._countable():  # Lightning fetches ahead of its step when a loader has no length
             log_once("zephon: Lightning saves this DataLoader's state in its checkpoints, but it fetches a batch "
                      "ahead of the step it trains (the loader has no length), so that state is one batch past the "
                      "step and a resume would skip a batch: use zephon.lightning.DataModule(pipeline, ...) instead")
-        return self._state(lag)
+        state = self._state(lag)
+        distributed = torch.distributed.is_available() and torch.distributed.is_initialized()
+        return all_gather_state(state) if distributed and torch.distributed.get_world_size() > 1 else state
 
     def _state(self, lag: int) -> LoaderStateDict:
         if type(lag) is not int or not 0 <= lag <= MAX_LAG:
