@@ -142,6 +142,26 @@ def test_a_resume_with_gradient_accumulation_makes_the_uninterrupted_runs_update
         assert torch.equal(mine, theirs)
 
 
+def test_a_resume_on_another_number_of_processes_says_that_max_steps_stays(tmp_path, caplog):
+    """The run's max_steps is kept across resumes (its learning-rate schedule's); on another
+    number of processes the data left may not fit it, and a warning says both."""
+    whole = _tiny_run(tmp_path / "run")
+    whole.train()
+    run_file = tmp_path / "run" / "checkpoint-10" / "zephon_run.json"
+    assert json.loads(run_file.read_text()) == {"max_steps": 24, "world_size": 1}
+    resumed = _tiny_run(tmp_path / "run")
+    with caplog.at_level("WARNING", logger="zephon"):
+        resumed.train(resume_from_checkpoint=str(run_file.parent))
+    assert not [r for r in caplog.records if "max_steps stays" in r.getMessage()]
+    run_file.write_text(json.dumps({"max_steps": 24, "world_size": 2}))  # as if saved on two processes
+    resumed = _tiny_run(tmp_path / "run")
+    with caplog.at_level("WARNING", logger="zephon"):
+        resumed.train(resume_from_checkpoint=str(run_file.parent))
+    said = [r.getMessage() for r in caplog.records if "max_steps stays" in r.getMessage()]
+    assert len(said) == 1 and "saved on 2 processes and resumes on 1: max_steps stays 24 (14 left)" in said[0]
+    assert "the loader has 14 batches left on this process, in updates of 1" in said[0]
+
+
 def test_misuse_says_what_to_do(tmp_path):
     with pytest.raises(ValueError, match="cannot count.*set max_steps"):
         _tiny_run(tmp_path / "endless", endless=True).train()

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import logging
 import os
 from typing import Any
 
@@ -23,7 +24,8 @@ import zephon.torch as zt
 from zephon.runtime import HF_STATE_FILE
 from zephon.io import write_atomically
 
-RUN_FILE = "zephon_run.json"  # the run's total steps, so that a resume keeps max_steps
+RUN_FILE = "zephon_run.json"  # the run's total steps, so that a resume keeps max_steps, and its processes
+log = logging.getLogger("zephon")
 _skip_first_batches = transformers.trainer.skip_first_batches
 
 
@@ -104,7 +106,25 @@ class Trainer(transformers.Trainer):
                                     "zephon.hf.Trainer saved, or start without resume_from_checkpoint")
         self.train_loader.load_state_dict(zt.load_checkpoint(os.path.join(folder, HF_STATE_FILE)))
         with open(os.path.join(folder, RUN_FILE)) as f:
-            self._zephon_steps = int(json.load(f)["max_steps"])
+            run = json.load(f)
+        self._zephon_steps = int(run["max_steps"])
+        if run.get("world_size", _world_size()) != _world_size():  # files of older versions do not say
+            self._say_kept_steps(folder, run["world_size"], self._zephon_steps)
+
+    def _say_kept_steps(self, folder: str, saved_on: int, steps: int) -> None:
+        """Warn that a resume on another number of processes keeps the run's ``max_steps`` (its
+        learning-rate schedule's), which may now end before the data does, or after it."""
+        try:
+            with open(os.path.join(folder, transformers.trainer.TRAINER_STATE_NAME)) as f:
+                done = int(json.load(f)["global_step"])
+            data = f"; the loader has {self.train_loader.remaining()} batches left on this process, " \
+                   f"in updates of {max(1, self.args.gradient_accumulation_steps)}"
+        except (OSError, KeyError, ValueError, TypeError):
+            done, data = -1, ""
+        left = "" if done < 0 else f" ({steps - done} left)"
+        log.warning("zephon.hf.Trainer: checkpoint %s was saved on %d processes and resumes on %d: max_steps stays "
+                    "%d%s%s. Set TrainingArguments(max_steps=...) to train another number of steps", folder, saved_on,
+                    _world_size(), steps, left, data)
 
     def _remaining(self) -> int:
         """``train_loader.remaining()``, or a ``ValueError`` that says to set ``max_steps`` where
@@ -142,12 +162,17 @@ class Trainer(transformers.Trainer):
         it. Trainer fetches exactly the batches of each update before training them, so the
         loader's state is that of the step's last batch."""
         state = self.train_loader.state_dict()
-        if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+        if _world_size() > 1:
             state = zt.all_gather_state(state)
         if self.args.should_save:
             folder = os.path.join(self._get_output_dir(trial=trial), f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}")
             os.makedirs(folder, exist_ok=True)
             zt.save_checkpoint(os.path.join(folder, HF_STATE_FILE), state)
-            write_atomically(os.path.join(folder, RUN_FILE), json.dumps({"max_steps": self._zephon_steps}).encode())
+            run = {"max_steps": self._zephon_steps, "world_size": _world_size()}
+            write_atomically(os.path.join(folder, RUN_FILE), json.dumps(run).encode())
         super()._save_checkpoint(model, trial)
 
+
+def _world_size() -> int:
+    """The processes of the run (1 without torch.distributed)."""
+    return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
