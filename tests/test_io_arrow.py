@@ -159,3 +159,18 @@ def test_from_hf_refuses_a_dataset_that_shows_other_rows_or_columns_than_its_fil
         d = Dataset.from_hf("hf", flat)
         assert d.columns() == tuple(flat.column_names)
         assert [r for s in range(d.shard_count()) for r in d.read(s, list(range(d.counts()[s])))] == flat.to_list()
+
+
+def test_the_fetch_cache_counts_the_decoded_bytes_of_compressed_record_batches(tmp_path):
+    """A zstd body is a fraction of its record batch: the cache's byte bound is on what it holds."""
+    (tmp_path / "a").mkdir()
+    table = pa.table({"id": np.arange(2000), "text": ["lorem ipsum dolor sit amet " * 8] * 2000})
+    with pa.OSFile(str(tmp_path / "a" / "part.arrow"), "wb") as out, \
+            pa.ipc.new_file(out, table.schema, options=pa.ipc.IpcWriteOptions(compression="zstd")) as writer:
+        for batch in table.to_batches(max_chunksize=1000):
+            writer.write_batch(batch)
+    d = Dataset.from_path("a", str(tmp_path / "a"))
+    assert d.read(0, [0])[0]["id"] == 0
+    decoded = pa.Table.from_batches([pa.ipc.open_file(str(tmp_path / "a" / "part.arrow")).get_batch(0)])
+    compressed = os.path.getsize(tmp_path / "a" / "part.arrow")
+    assert d.cache_info()["bytes"] == decoded.get_total_buffer_size() > 10 * compressed

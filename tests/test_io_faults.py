@@ -320,3 +320,29 @@ def test_a_shard_cut_short_after_its_first_read_is_a_changed_shard(tmp_path, fmt
         with pytest.raises(ShardChangedError, match=r"'p', shard 0 \(.*a\.\w+\): the file changed since its catalog"):
             d.read(0, [0, 5, 9])
     assert "retry" not in caplog.text.lower()
+
+
+@pytest.mark.parametrize("fmt", ["parquet", "jsonl"])
+def test_a_shard_rewritten_in_place_after_it_was_opened_is_a_changed_shard(tmp_path, fmt):
+    """Same size, another mtime: an open shard's reads would give the new content without an
+    error, so every piece loaded is followed by a look at the file."""
+    (tmp_path / "d").mkdir()
+    path = tmp_path / "d" / f"a.{fmt}"
+
+    def write(tag):
+        rows = [f"{tag}-{i:03d}" for i in range(10)]
+        if fmt == "parquet":
+            pq.write_table(pa.table({"text": rows}), path, compression="none")
+        else:
+            path.write_text("".join(json.dumps({"text": row}) + "\n" for row in rows))
+    write("old")
+    d = Dataset.from_path("p", tmp_path / "d")
+    assert d.read(0, [0]) == [{"text": "old-000"}]
+    d.clear_cache()  # the shard stays open
+    size = os.path.getsize(path)
+    write("new")
+    assert os.path.getsize(path) == size
+    later = os.stat(path).st_mtime_ns + 5 * 10**9
+    os.utime(path, ns=(later, later))
+    with pytest.raises(ShardChangedError, match=r"'p', shard 0 \(.*a\.\w+\): the file changed since its catalog"):
+        d.read(0, [0])

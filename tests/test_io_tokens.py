@@ -9,6 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 import zephon.io._tokens as token_io
+import zephon.io.catalog as catalog
 from zephon.io import Dataset, fetch
 
 from helpers import write_datatrove, write_megatron
@@ -127,6 +128,17 @@ def test_prefixes_globs_and_directories_name_the_same_pairs(tmp_path):
         Dataset.from_megatron("d", tmp_path / "books_text_document")
     with pytest.raises(ValueError, match="wildcard"):
         Dataset.from_megatron("d", tmp_path / "*" / "web")
+
+
+def test_the_catalogs_of_globs_in_one_directory_are_kept_apart_and_reused(tmp_path, monkeypatch):
+    """Two globs of one directory are two catalogs: each is built once, not rebuilt at every load."""
+    monkeypatch.setattr(catalog, "RACY_NS", 0)  # trust files written just before a build
+    for name in ("web_a_text_document", "web_b_text_document", "code_text_document"):
+        write_megatron(tmp_path / name, [[1, 2]])
+    for scanned in (1, 0, 0):
+        web, code = Dataset.from_megatron("web", tmp_path / "web_*"), Dataset.from_megatron("code", tmp_path / "code_*")
+        assert (web.catalog.scanned, code.catalog.scanned) == (2 * scanned, scanned)
+        assert web.catalog.location != code.catalog.location and (web.shard_count(), code.shard_count()) == (2, 1)
 
 
 def test_object_storage_reads_equal_the_local_files(endpoint, tmp_path, small_pieces):

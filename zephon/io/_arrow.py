@@ -103,7 +103,7 @@ class ArrowReader(ShardReader[_Meta]):
         table = pa.Table.from_batches([batch])
         if columns is not None:
             table = table.select(list(columns))
-        return table, len(data)
+        return table, table.get_total_buffer_size()  # decoded: a compressed body is smaller
 
     def empty(self, k: int, columns: tuple[str, ...] | None) -> pa.Table:
         empty = self.meta(k).schema.empty_table()

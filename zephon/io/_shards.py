@@ -415,10 +415,12 @@ class ShardReader(Generic[Meta]):
 
         def attempt() -> tuple[Piece, int]:
             try:
-                return self._load(k, meta, piece, columns)
+                loaded = self._load(k, meta, piece, columns)
             except OSError:  # a file cut or rewritten since its catalog fails so too: said at once, not retried
                 self.unchanged(k, retried=False)
                 raise
+            self.unchanged(k, retried=False)  # a file replaced since it was opened is read without an error
+            return loaded
         try:
             return self.call(k, f"read {self.piece_name} {piece}", attempt)
         except (pa.ArrowException, ValueError, OSError) as error:

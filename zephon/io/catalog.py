@@ -225,14 +225,16 @@ def cache_root(catalog_dir: str | os.PathLike[str] | None = None) -> str:
     return os.path.join(base, "zephon")
 
 
-def _key(source: Location) -> str:
+def _key(source: Location, files: Sequence[str] | None) -> str:
     uri = os.path.realpath(source.root) if source.is_local else source.uri
-    return hashlib.sha256(uri.encode()).hexdigest()[:16]
+    named = "" if files is None else "\0" + "\0".join(sorted(files))  # catalogs of a directory's subsets apart
+    return hashlib.sha256((uri + named).encode()).hexdigest()[:16]
 
 
-def cached_location(source: Location, catalog_dir: str | os.PathLike[str] | None = None) -> str:
-    """The cache file of ``source``'s catalog."""
-    return os.path.join(cache_root(catalog_dir), f"catalog-{_key(source)}.json")
+def cached_location(source: Location, catalog_dir: str | os.PathLike[str] | None = None,
+                    files: Sequence[str] | None = None) -> str:
+    """The cache file of the catalog of ``source`` (of its ``files`` only, when given)."""
+    return os.path.join(cache_root(catalog_dir), f"catalog-{_key(source, files)}.json")
 
 
 def _sidecar_stem(location: str) -> str:
@@ -450,7 +452,7 @@ def load_or_build(uri: Any, fmt: str | None = None, *, name: str = "dataset",
         if fmt is None:
             raise ValueError(f"Dataset {name!r}: files= needs fmt= (the format of those files)")
         entries, published = entries_of(source, list(files), name), False
-    cache = cached_location(source, catalog_dir)
+    cache = cached_location(source, catalog_dir, None if files is None else [e.name for e in entries])
     found = [_load_published(source, fmt) if published else None, _load(cache, fmt)]
     stored = [c for c in found if c is not None]
     for catalog in stored:
