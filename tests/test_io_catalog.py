@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from zephon.io import Dataset, catalog
+from zephon.io import Dataset, ShardChangedError, catalog
 from zephon.io.progress import Progress
 
 
@@ -254,3 +254,26 @@ def test_a_published_catalog_is_used_on_read_only_data_and_never_written_implici
     assert (tmp_path / "d" / catalog.CATALOG_NAME).read_bytes() == published
     assert main(["catalog", "build", "ftp://host/data"]) == 2
     assert "unsupported scheme 'ftp://'; supported: file://, s3://" in capsys.readouterr().err
+
+
+def test_an_fsspec_filesystem_without_mtime_still_tells_a_rewritten_file(tmp_path):
+    """fsspec's memory filesystem names a file's time ``created`` (s3fs ``LastModified``), where
+    pyarrow reads ``mtime`` alone: a file rewritten with the same size must still be seen."""
+    fsspec = pytest.importorskip("fsspec")
+    memory = fsspec.filesystem("memory")
+    memory.store.clear()
+
+    def write(tag):
+        with memory.open("/d/a.jsonl", "wb") as file:
+            file.write("".join(json.dumps({"text": f"{tag}-{i}"}) + "\n" for i in range(4)).encode())
+    write("old")
+    first = Dataset.from_path("d", "/d", filesystem=memory, catalog_dir=tmp_path / "cache")
+    assert first.read(0, [0]) == [{"text": "old-0"}]
+    assert Dataset.from_path("d", "/d", filesystem=memory, catalog_dir=tmp_path / "cache").catalog.scanned == 0
+    write("new")
+    again = Dataset.from_path("d", "/d", filesystem=memory, catalog_dir=tmp_path / "cache")
+    assert again.catalog.scanned == 1 and again.fingerprint() != first.fingerprint()
+    assert again.read(0, [0]) == [{"text": "new-0"}]
+    first.clear_cache()
+    with pytest.raises(ShardChangedError, match="the file changed since its catalog"):
+        first.read(0, [0])

@@ -18,6 +18,7 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from typing import Any, Iterable
 
 import pyarrow as pa
@@ -69,8 +70,30 @@ class Location:
             return data
 
 
+MTIME_KEYS = ("mtime", "LastModified", "last_modified", "updated", "created")  # fsspec's info(): local and most,
+# s3fs, adlfs, gcsfs, the memory filesystem (a file there is made anew when written)
+
+
+class _FSSpecHandler(pafs.FSSpecHandler):  # type: ignore[misc]  # pyarrow.fs is untyped
+    """pyarrow's handler of an fsspec filesystem, with a file's modification time however the
+    filesystem's ``info()`` names it (:data:`MTIME_KEYS`): pyarrow reads ``mtime`` alone, and a
+    file without one was never seen to change by a catalog or an open shard."""
+
+    @staticmethod
+    def _create_file_info(path: str, info: dict[str, Any]) -> pafs.FileInfo:
+        made = pafs.FSSpecHandler._create_file_info(path, info)
+        if made.type != pafs.FileType.File or made.mtime is not None:
+            return made
+        stamp = next((info[key] for key in MTIME_KEYS if info.get(key) is not None), None)
+        if isinstance(stamp, str):
+            stamp = datetime.fromisoformat(stamp.replace("Z", "+00:00"))
+        if isinstance(stamp, (int, float)):
+            stamp = datetime.fromtimestamp(stamp, timezone.utc)
+        return pafs.FileInfo(path, made.type, size=made.size, mtime=stamp) if isinstance(stamp, datetime) else made
+
+
 def _from_fsspec(filesystem: Any) -> pafs.FileSystem:
-    return pafs.PyFileSystem(pafs.FSSpecHandler(filesystem))
+    return pafs.PyFileSystem(_FSSpecHandler(filesystem))
 
 
 def _scheme(uri: str) -> str | None:
