@@ -142,24 +142,26 @@ def test_a_resume_with_gradient_accumulation_makes_the_uninterrupted_runs_update
         assert torch.equal(mine, theirs)
 
 
-def test_a_resume_on_another_number_of_processes_says_that_max_steps_stays(tmp_path, caplog):
+def test_a_resume_on_another_number_of_ranks_says_what_max_steps_is(tmp_path, caplog):
     """The run's max_steps is kept across resumes (its learning-rate schedule's); on another
-    number of processes the data left may not fit it, and a warning says both."""
+    number of data-parallel ranks the data left may not fit it, and a warning says both."""
     whole = _tiny_run(tmp_path / "run")
     whole.train()
     run_file = tmp_path / "run" / "checkpoint-10" / "zephon_run.json"
-    assert json.loads(run_file.read_text()) == {"max_steps": 24, "world_size": 1}
-    resumed = _tiny_run(tmp_path / "run")
-    with caplog.at_level("WARNING", logger="zephon"):
-        resumed.train(resume_from_checkpoint=str(run_file.parent))
-    assert not [r for r in caplog.records if "max_steps stays" in r.getMessage()]
-    run_file.write_text(json.dumps({"max_steps": 24, "world_size": 2}))  # as if saved on two processes
-    resumed = _tiny_run(tmp_path / "run")
-    with caplog.at_level("WARNING", logger="zephon"):
-        resumed.train(resume_from_checkpoint=str(run_file.parent))
-    said = [r.getMessage() for r in caplog.records if "max_steps stays" in r.getMessage()]
-    assert len(said) == 1 and "saved on 2 processes and resumes on 1: max_steps stays 24 (14 left)" in said[0]
-    assert "the loader has 14 batches left on this process, in updates of 1" in said[0]
+    assert json.loads(run_file.read_text()) == {"max_steps": 24, "data_parallel": 1}
+
+    def resume(max_steps=-1):
+        caplog.clear()
+        with caplog.at_level("WARNING", logger="zephon"):
+            _tiny_run(tmp_path / "run", max_steps=max_steps).train(resume_from_checkpoint=str(run_file.parent))
+        return [r.getMessage() for r in caplog.records if "data-parallel ranks" in r.getMessage()]
+    assert resume() == []
+    run_file.write_text(json.dumps({"max_steps": 24, "data_parallel": 2}))  # as if saved on two ranks
+    said = resume()
+    assert len(said) == 1 and "saved on 2 data-parallel ranks and resumes on 1: max_steps is 24 (the run's" in said[0]
+    assert "(14 left); the loader has 14 batches left on this process, in updates of 1" in said[0]
+    said = resume(max_steps=20)
+    assert len(said) == 1 and "max_steps is 20 (set for this run) (10 left)" in said[0]
 
 
 def test_misuse_says_what_to_do(tmp_path):

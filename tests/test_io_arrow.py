@@ -161,16 +161,21 @@ def test_from_hf_refuses_a_dataset_that_shows_other_rows_or_columns_than_its_fil
         assert [r for s in range(d.shard_count()) for r in d.read(s, list(range(d.counts()[s])))] == flat.to_list()
 
 
-def test_the_fetch_cache_counts_the_decoded_bytes_of_compressed_record_batches(tmp_path):
-    """A zstd body is a fraction of its record batch: the cache's byte bound is on what it holds."""
+@pytest.mark.parametrize("compression", ["zstd", None])
+def test_the_fetch_cache_counts_what_a_record_batch_holds(tmp_path, compression):
+    """A zstd body is a fraction of its record batch, and an uncompressed one is kept whole by
+    the columns read from it: the cache's byte bound is on what it holds."""
     (tmp_path / "a").mkdir()
+    path = str(tmp_path / "a" / "part.arrow")
     table = pa.table({"id": np.arange(2000), "text": ["lorem ipsum dolor sit amet " * 8] * 2000})
-    with pa.OSFile(str(tmp_path / "a" / "part.arrow"), "wb") as out, \
-            pa.ipc.new_file(out, table.schema, options=pa.ipc.IpcWriteOptions(compression="zstd")) as writer:
+    with pa.OSFile(path, "wb") as out, \
+            pa.ipc.new_file(out, table.schema, options=pa.ipc.IpcWriteOptions(compression=compression)) as writer:
         for batch in table.to_batches(max_chunksize=1000):
             writer.write_batch(batch)
     d = Dataset.from_path("a", str(tmp_path / "a"))
-    assert d.read(0, [0])[0]["id"] == 0
-    decoded = pa.Table.from_batches([pa.ipc.open_file(str(tmp_path / "a" / "part.arrow")).get_batch(0)])
-    compressed = os.path.getsize(tmp_path / "a" / "part.arrow")
-    assert d.cache_info()["bytes"] == decoded.get_total_buffer_size() > 10 * compressed
+    assert d.read(0, [0], columns=None if compression else ["id"])[0]["id"] == 0
+    decoded = pa.Table.from_batches([pa.ipc.open_file(path).get_batch(0)]).get_total_buffer_size()
+    if compression:  # decoded whole, the compressed body gone
+        assert d.cache_info()["bytes"] == decoded > 10 * os.path.getsize(path)
+    else:  # the ids alone are 8,000 bytes of the batch kept whole
+        assert d.cache_info()["bytes"] >= decoded > 8000

@@ -277,3 +277,11 @@ def test_an_fsspec_filesystem_without_mtime_still_tells_a_rewritten_file(tmp_pat
     first.clear_cache()
     with pytest.raises(ShardChangedError, match="the file changed since its catalog"):
         first.read(0, [0])
+
+
+def test_a_time_an_fsspec_filesystem_gives_in_a_form_not_understood_is_no_time():
+    from zephon.io._fs import _FSSpecHandler
+    made = _FSSpecHandler._create_file_info("a", {"size": 3, "type": "file", "LastModified": "Mon, 07 Dec 2026 10:00"})
+    assert made.mtime is None and made.size == 3
+    made = _FSSpecHandler._create_file_info("a", {"size": 3, "type": "file", "updated": "2026-12-07T10:00:00Z"})
+    assert made.mtime_ns == 1796637600 * 10**9

@@ -346,3 +346,19 @@ def test_a_shard_rewritten_in_place_after_it_was_opened_is_a_changed_shard(tmp_p
     os.utime(path, ns=(later, later))
     with pytest.raises(ShardChangedError, match=r"'p', shard 0 \(.*a\.\w+\): the file changed since its catalog"):
         d.read(0, [0])
+
+
+def test_a_time_in_whole_seconds_is_compared_in_seconds(tmp_path):
+    """An object store's HEAD gives whole seconds where its listing gave milliseconds: the same
+    file, not a changed one; another second is a change."""
+    directory = shards(tmp_path / "d", counts=(10,))
+    d = Dataset.from_path("web", directory)
+    reader, size = d.reader, int(d.raw_bytes()[0])
+    listed = int(reader.shards.mtimes[0])
+    whole = listed // 10**9 * 10**9
+    reader.shards.mtimes[0] = whole + 123 * 10**6  # as a listing in milliseconds gives it
+    reader.check_identity(0, pafs.FileInfo("x", pafs.FileType.File, size=size, mtime=whole / 1e9))
+    with pytest.raises(ShardChangedError, match="the file changed"):
+        reader.check_identity(0, pafs.FileInfo("x", pafs.FileType.File, size=size, mtime=whole / 1e9 + 1))
+    with pytest.raises(ShardChangedError, match="the file changed"):  # both with fractions: compared exactly
+        reader.check_identity(0, pafs.FileInfo("x", pafs.FileType.File, size=size, mtime=(whole + 5 * 10**6) / 1e9))

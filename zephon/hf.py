@@ -24,9 +24,9 @@ import zephon.torch as zt
 from zephon.runtime import HF_STATE_FILE
 from zephon.io import write_atomically
 
-RUN_FILE = "zephon_run.json"  # the run's total steps, so that a resume keeps max_steps, and its processes
+RUN_FILE = "zephon_run.json"  # the run's total steps, so that a resume keeps max_steps, and its data-parallel ranks
 log = logging.getLogger("zephon")
-_skip_first_batches = transformers.trainer.skip_first_batches
+_skip_first_batches = getattr(transformers.trainer, "skip_first_batches", None)  # accelerate's (transformers>=4.41)
 
 
 def _skip_nothing_of_zephon(dataloader: Any, num_batches: int = 0) -> Any:
@@ -35,7 +35,9 @@ def _skip_nothing_of_zephon(dataloader: Any, num_batches: int = 0) -> Any:
     zephon loader restored from the checkpoint stands after them already; any other loader is
     skipped as before. Trainer then counts the epoch's batches on from the checkpoint's, so its
     accumulation groups and the epoch's last, partial one step as in an uninterrupted run."""
-    return dataloader if isinstance(dataloader, zt.DataLoader) else _skip_first_batches(dataloader, num_batches)
+    if isinstance(dataloader, zt.DataLoader) or _skip_first_batches is None:
+        return dataloader
+    return _skip_first_batches(dataloader, num_batches)
 
 
 transformers.trainer.skip_first_batches = _skip_nothing_of_zephon
@@ -87,17 +89,21 @@ class Trainer(transformers.Trainer):
         folder = get_last_checkpoint(self.args.output_dir) if resume_from_checkpoint is True else resume_from_checkpoint
         if resume_from_checkpoint is True and folder is None:
             raise ValueError(f"resume_from_checkpoint=True: no checkpoint-* directory in {self.args.output_dir}")
-        if isinstance(folder, str) and folder:
-            self._restore(folder)
-        if self.args.max_steps <= 0:  # optimizer steps: one per gradient_accumulation_steps batches
+        saved_on = self._restore(folder) if isinstance(folder, str) and folder else None
+        chosen = self.args.max_steps > 0
+        if not chosen:  # optimizer steps: one per gradient_accumulation_steps batches
             self.args.max_steps = self._zephon_steps or -(-self._remaining()
                                                           // max(1, self.args.gradient_accumulation_steps))
         self._zephon_steps = self.args.max_steps
+        if saved_on is not None and saved_on != self.train_loader.topology.world_size:
+            assert isinstance(folder, str)  # saved_on comes from a checkpoint folder
+            self._say_steps(folder, saved_on, chosen)
         return super().train(folder or None, *args, **kwargs)
 
-    def _restore(self, folder: str) -> None:
+    def _restore(self, folder: str) -> int | None:
         """Restore the loader's state and the run's ``max_steps`` from checkpoint ``folder``;
-        ``FileNotFoundError`` where zephon's files are not there (a plain Trainer's checkpoint)."""
+        ``FileNotFoundError`` where zephon's files are not there (a plain Trainer's checkpoint).
+        Returns the data-parallel ranks the checkpoint was saved on (None: older files do not say)."""
         missing = [name for name in (HF_STATE_FILE, RUN_FILE) if not os.path.isfile(os.path.join(folder, name))]
         if missing:
             raise FileNotFoundError(f"checkpoint {folder!r} has no {' or '.join(missing)}: it was not saved by "
@@ -108,12 +114,14 @@ class Trainer(transformers.Trainer):
         with open(os.path.join(folder, RUN_FILE)) as f:
             run = json.load(f)
         self._zephon_steps = int(run["max_steps"])
-        if run.get("world_size", _world_size()) != _world_size():  # files of older versions do not say
-            self._say_kept_steps(folder, run["world_size"], self._zephon_steps)
+        saved_on = run.get("data_parallel")
+        return saved_on if isinstance(saved_on, int) else None
 
-    def _say_kept_steps(self, folder: str, saved_on: int, steps: int) -> None:
-        """Warn that a resume on another number of processes keeps the run's ``max_steps`` (its
-        learning-rate schedule's), which may now end before the data does, or after it."""
+    def _say_steps(self, folder: str, saved_on: int, chosen: bool) -> None:
+        """Warn that a resume on another number of data-parallel ranks trains ``max_steps`` (the
+        run's, its learning-rate schedule's, unless ``chosen`` for this run), which may now end
+        before the data does, or after it."""
+        steps = self.args.max_steps
         try:
             with open(os.path.join(folder, transformers.trainer.TRAINER_STATE_NAME)) as f:
                 done = int(json.load(f)["global_step"])
@@ -122,9 +130,10 @@ class Trainer(transformers.Trainer):
         except (OSError, KeyError, ValueError, TypeError):
             done, data = -1, ""
         left = "" if done < 0 else f" ({steps - done} left)"
-        log.warning("zephon.hf.Trainer: checkpoint %s was saved on %d processes and resumes on %d: max_steps stays "
-                    "%d%s%s. Set TrainingArguments(max_steps=...) to train another number of steps", folder, saved_on,
-                    _world_size(), steps, left, data)
+        whose = "set for this run" if chosen else "the run's, kept across resumes"
+        log.warning("zephon.hf.Trainer: checkpoint %s was saved on %d data-parallel ranks and resumes on %d: max_steps "
+                    "is %d (%s)%s%s. Set TrainingArguments(max_steps=...) to train another number of steps", folder,
+                    saved_on, self.train_loader.topology.world_size, steps, whose, left, data)
 
     def _remaining(self) -> int:
         """``train_loader.remaining()``, or a ``ValueError`` that says to set ``max_steps`` where
@@ -168,7 +177,7 @@ class Trainer(transformers.Trainer):
             folder = os.path.join(self._get_output_dir(trial=trial), f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}")
             os.makedirs(folder, exist_ok=True)
             zt.save_checkpoint(os.path.join(folder, HF_STATE_FILE), state)
-            run = {"max_steps": self._zephon_steps, "world_size": _world_size()}
+            run = {"max_steps": self._zephon_steps, "data_parallel": self.train_loader.topology.world_size}
             write_atomically(os.path.join(folder, RUN_FILE), json.dumps(run).encode())
         super()._save_checkpoint(model, trial)
 

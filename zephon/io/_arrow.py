@@ -103,7 +103,8 @@ class ArrowReader(ShardReader[_Meta]):
         table = pa.Table.from_batches([batch])
         if columns is not None:
             table = table.select(list(columns))
-        return table, table.get_total_buffer_size()  # decoded: a compressed body is smaller
+        # a compressed body decodes to more; an uncompressed one is kept whole by the columns selected from it
+        return table, max(len(data), table.get_total_buffer_size())
 
     def empty(self, k: int, columns: tuple[str, ...] | None) -> pa.Table:
         empty = self.meta(k).schema.empty_table()

@@ -85,10 +85,13 @@ class _FSSpecHandler(pafs.FSSpecHandler):  # type: ignore[misc]  # pyarrow.fs is
         if made.type != pafs.FileType.File or made.mtime is not None:
             return made
         stamp = next((info[key] for key in MTIME_KEYS if info.get(key) is not None), None)
-        if isinstance(stamp, str):
-            stamp = datetime.fromisoformat(stamp.replace("Z", "+00:00"))
-        if isinstance(stamp, (int, float)):
-            stamp = datetime.fromtimestamp(stamp, timezone.utc)
+        try:
+            if isinstance(stamp, str):
+                stamp = datetime.fromisoformat(stamp.replace("Z", "+00:00"))
+            if isinstance(stamp, (int, float)):
+                stamp = datetime.fromtimestamp(stamp, timezone.utc)
+        except (ValueError, OverflowError, OSError):  # a form not understood: no time, as pyarrow would say
+            return made
         return pafs.FileInfo(path, made.type, size=made.size, mtime=stamp) if isinstance(stamp, datetime) else made
 
 

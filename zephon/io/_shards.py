@@ -39,6 +39,7 @@ from zephon.io.retry import RetryPolicy, ShardChangedError, StorageError, in_bac
 T = TypeVar("T")
 Meta = TypeVar("Meta")  # what a format keeps of an open shard (its footer, its line index, ...)
 OPEN_SHARDS = 64  # shards whose metadata a reader keeps (LRU)
+SECOND = 10**9  # ns
 HANDLES_PER_FILE = 8  # open handles per file on filesystems that need one per concurrent read
 
 
@@ -338,7 +339,9 @@ class ShardReader(Generic[Meta]):
                                     "build the Dataset again", dataset=self.shards.name, shard=k, uri=self.uri(k))
         size, mtime = int(self.shards.sizes[k]), int(self.shards.mtimes[k])
         now = int(info.mtime_ns or 0)
-        if info.size != size or (mtime and now and now != mtime):
+        unit = 1 if mtime % SECOND and now % SECOND else SECOND  # one side in whole seconds (an object store's
+        # HEAD against its listing's milliseconds): the two are compared in seconds
+        if info.size != size or (mtime and now and now // unit != mtime // unit):
             raise ShardChangedError(
                 f"{where}: the file changed since its catalog was built ({size:,} -> {info.size:,} bytes, mtime "
                 f"{mtime} -> {now} ns); build the Dataset again", dataset=self.shards.name, shard=k, uri=self.uri(k))
