@@ -160,3 +160,26 @@ def test_workers_leave_what_they_inherited_out_of_garbage_collection_and_the_tra
     assert gc.get_freeze_count() == before
     assert {int(n) for batch in zt.DataLoader(Pipeline(source).map(_frozen), batch_size=8)
             for n in batch["frozen"]} == {before}
+
+
+def _pool(item):
+    import pyarrow as pa
+
+    return dict(item, pool=pa.default_memory_pool().backend_name)
+
+
+def _pools(workers: int) -> set[str]:
+    source = StaticMixtureWorkSource([Dataset.from_counts("a", [40] * 4)], {"a": 1.0}, chunk_size=16, seed=1)
+    loader = zt.DataLoader(Pipeline(source).map(_pool), batch_size=8, num_workers=workers)
+    return {name for batch in loader for name in batch["pool"]}
+
+
+def test_workers_allocate_arrow_memory_from_jemalloc_unless_the_environment_names_a_pool(monkeypatch):
+    import pyarrow as pa
+
+    trainer = pa.default_memory_pool().backend_name
+    assert _pools(0) == {trainer}  # the trainer's process is left as it is
+    assert _pools(2) == ({"jemalloc"} if "jemalloc" in pa.supported_memory_backends() else {trainer})
+    assert pa.default_memory_pool().backend_name == trainer
+    monkeypatch.setenv("ARROW_DEFAULT_MEMORY_POOL", trainer)
+    assert _pools(2) == {trainer}

@@ -50,7 +50,7 @@ from zephon.torch._collate import Strings, collate_rows, columnar_batches, gathe
 from zephon.torch._packed import packed_bundles, units_per_bundle
 from zephon.torch._slots import ALIGN, Slots, stow, take, unstow
 from zephon.torch._topology import current_worker
-from zephon.torch._workers import freeze_inherited, guard_worker
+from zephon.torch._workers import freeze_inherited, guard_worker, pick_arrow_pool
 
 POINTER_BUNDLE = 16384  # samples per bundle on the pointer fast path (they stay in cache as the trainer splits them)
 HERE_BUNDLE = 262144  # ... of batches, by a reader in the main process (as a slot; interleaved runs: 1.06x of 131072)
@@ -269,6 +269,7 @@ class Readers(IterableDataset[Bundle]):
         if get_worker_info() is not None:
             guard_worker(self.plan.trainer, self.plan.main_thread)
             freeze_inherited()
+            pick_arrow_pool()
         return bundles(self.plan, worker)
 
 

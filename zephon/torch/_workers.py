@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import ctypes
 import gc
+import logging
 import os
 import signal
 import sys
@@ -23,7 +24,11 @@ import time
 import weakref
 from typing import Any, Mapping, Protocol, Sequence
 
+import pyarrow as pa
+
 from zephon.io.local import process_alive
+
+log = logging.getLogger("zephon")
 
 WATCH_INTERVAL = 0.5  # seconds between the watchdog's checks of the trainer
 PR_SET_PDEATHSIG = 1  # prctl option (linux/prctl.h)
@@ -66,6 +71,24 @@ def freeze_inherited() -> None:
     third of its time and copies the inherited pages that fork shares. The Python docs advise
     this for processes forked without exec. Objects made in the worker are collected as usual."""
     gc.freeze()
+
+
+def pick_arrow_pool() -> None:
+    """Make Arrow's jemalloc pool this worker's default memory pool, where pyarrow has one and
+    ``ARROW_DEFAULT_MEMORY_POOL`` does not choose a pool.
+
+    Under Arrow's usual default, mimalloc, a Parquet-reading worker spent 14 % of its CPU in
+    the kernel zeroing fresh pages for the row groups it decodes; under jemalloc its CPU per row
+    is 6-7 % lower (docs/performance.md). Arrays already made keep the pool they came from; the
+    trainer's process is left as it is."""
+    if os.environ.get("ARROW_DEFAULT_MEMORY_POOL"):
+        return
+    try:
+        pool = pa.jemalloc_memory_pool()
+    except NotImplementedError:  # a pyarrow built without jemalloc
+        return
+    pa.set_memory_pool(pool)
+    log.debug("zephon: DataLoader worker %d allocates Arrow memory from the jemalloc pool", os.getpid())
 
 
 class WorkerDiedError(RuntimeError):
