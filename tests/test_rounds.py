@@ -1,4 +1,5 @@
-"""The rounds kernel (a reader's lanes' turns interleaved in place) against its twin, and its refusals."""
+"""The rounds kernels (a reader's lanes' turns interleaved in place; whether a piece lies in its
+place) against their twins, and the refusals."""
 from __future__ import annotations
 
 import numpy as np
@@ -6,8 +7,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from zephon._ext.rounds import interleave
-from zephon.runtime._stream import interleave_reference
+from zephon._ext.rounds import interleave, same_place
+from zephon.runtime._stream import interleave_reference, same_place_reference
 
 
 @st.composite
@@ -46,3 +47,27 @@ def test_a_lane_outside_the_round_or_arrays_that_cannot_hold_it_are_refused():
     with pytest.raises(ValueError, match=r"2 rounds of 3 lanes need 12 samples"):
         interleave(pointers, components, *lane, 0, 3, 2, True)
     assert not pointers.any() and not components.any()
+
+
+@st.composite
+def places(draw: st.DrawFn) -> tuple[np.ndarray, np.ndarray]:
+    """Two views of one buffer: each a window of some start, step, dtype and shape of it."""
+    base = np.arange(96, dtype=np.int64)
+
+    def view() -> np.ndarray:
+        start, step = draw(st.integers(0, 8)), draw(st.sampled_from([1, 2, -1]))
+        window = base[start:start + 48] if step > 0 else base[start + 48:start:-1]
+        window = window[::step] if step > 0 else window
+        dtype = draw(st.sampled_from([np.int64, np.uint64, np.int32]))
+        window = np.ascontiguousarray(window).view(dtype) if dtype != np.int64 and step == 1 and draw(
+            st.booleans()) else window
+        return window.reshape(-1, 3) if draw(st.booleans()) and window.shape[0] % 3 == 0 else window
+
+    return view(), view()
+
+
+@given(places())
+def test_same_place_matches_its_twin(pair):
+    array, place = pair
+    assert same_place(array, place) == same_place_reference(array, place)
+    assert same_place(array, array) and same_place(array, array[:]) and same_place(place, place.view())

@@ -42,7 +42,7 @@ from typing import Any, Callable, Iterator, Mapping, Protocol, Sequence
 
 import numpy as np
 
-from zephon._ext.rounds import interleave
+from zephon._ext.rounds import interleave, same_place
 from zephon.core.chunk_checks import writable_order
 from zephon.runtime._gc import paused_gc
 from zephon.runtime._sealing import Entry, Sealer, SealingLedger
@@ -158,7 +158,8 @@ def write(into: Piece, at: int, pieces: Sequence[Piece]) -> int:
     into_pointers, into_components = into
     for pointers, components in pieces:
         end = at + len(pointers)
-        if end > at and not (_is(pointers, into_pointers[at:end]) and _is(components, into_components[at:end])):
+        if end > at and not (same_place(pointers, into_pointers[at:end])
+                             and same_place(components, into_components[at:end])):
             into_pointers[at:end], into_components[at:end] = pointers, components
         at = end
     return at
@@ -182,13 +183,10 @@ def _kernel_writes(pointers: np.ndarray, components: np.ndarray) -> bool:
             and components.flags.c_contiguous and components.flags.writeable)
 
 
-def _is(array: np.ndarray, place: np.ndarray) -> bool:
-    """Whether ``array`` is the very memory of ``place``: the same start, layout and dtype. Views
-    of one array share its ``base``, which rules out most pieces before the slower address check
-    (a reader of thousands of lanes writes a piece per turn)."""
-    if (array if array.base is None else array.base) is not (place if place.base is None else place.base):
-        return False
-    return array.dtype == place.dtype and array.strides == place.strides and array.ctypes.data == place.ctypes.data
+def same_place_reference(array: np.ndarray, place: np.ndarray) -> bool:
+    """Whether ``array`` is the very memory of ``place``: the same start, layout and dtype (the
+    definition of ``zephon._ext.rounds.same_place``)."""
+    return array.ctypes.data == place.ctypes.data and array.strides == place.strides and array.dtype == place.dtype
 
 
 def joined(pieces: Sequence[Piece]) -> Piece:
