@@ -123,15 +123,6 @@ def test_invalid_json_line_raises_naming_file_and_line_only_when_read(tmp_path):
         d.read(0, [2])
 
 
-def test_a_bad_line_past_a_local_files_first_span_is_named_by_its_line(tmp_path, monkeypatch):
-    monkeypatch.setattr(_jsonl, "PIECE_BYTES", 64)  # spans of a few lines: the bad one lies in a later span
-    write(tmp_path / "d", "a.jsonl", lines(*({"a": i} for i in range(20))) + '\n{"a": oops}\n' + lines({"a": 21}))
-    d = Dataset.from_path("d", tmp_path / "d")
-    assert d.read(0, [21, 0]) == [{"a": 21}, {"a": 0}]
-    with pytest.raises(ValueError, match="a.jsonl, line 22: invalid JSON"):
-        d.read(0, [20])
-
-
 def test_an_invalid_first_line_is_reported_when_cataloging(tmp_path):
     write(tmp_path / "d", "a.jsonl", '\n{"a": \n')
     with pytest.raises(ValueError, match="a.jsonl, line 2: invalid JSON"):

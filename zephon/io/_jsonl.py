@@ -213,18 +213,10 @@ class JsonlReader(ShardReader[_Meta]):
         return _decode(line, self.uri(k), self._line(k, content, base, start))
 
     def _line(self, k: int, content: Content, base: int, start: int) -> int | str:
-        """The physical line at ``start`` of ``content``, which is the file's from byte ``base``
-        on: the lines before ``base`` are counted in a local file (an error's path only), an
-        object's is named by its byte offset instead (counting would download all before it)."""
+        """The physical line at ``start`` (known exactly when the content starts at the file's start)."""
         if base == 0:
             return line_number(content, start)
-        if not self.shards.location.is_local:
-            return f"at byte {base + start}"
-        before, left = 0, base
-        with open(self.path(k), "rb") as file:
-            while left and (block := file.read(min(BLOCK, left))):
-                before, left = before + block.count(b"\n"), left - len(block)
-        return before + line_number(content, start)
+        return f"at byte {base + start}"
 
 
 class JsonlFormat(Format):
