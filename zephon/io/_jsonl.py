@@ -11,17 +11,17 @@ The **line index** of a file is an int64 array of ``rows + 1`` byte offsets into
 ``content[index[r]:index[r + 1]]`` (trailing blank lines included; JSON ignores them). It is
 built with numpy over blocks of :data:`BLOCK` bytes, never line by line in Python.
 
-**Pieces.** A piece of an uncompressed file is a span of whole lines of about
-:data:`PIECE_BYTES` bytes, read with one ranged request, a local file's too: a memory mapping
-of a file rewritten in place while it is read kills the process (SIGBUS) where a read sees the
-change (``ShardChangedError``). A compressed file is one piece, decompressed whole.
+**Pieces.** A local uncompressed file is memory-mapped and read in place (one piece). Elsewhere
+a piece is a span of whole lines of about :data:`PIECE_BYTES` bytes, read with one ranged
+request; a compressed file is one piece, decompressed whole.
 """
 from __future__ import annotations
 
 import hashlib
 import json
+import mmap
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Union
 
 import numpy as np
 import pyarrow as pa
@@ -33,10 +33,10 @@ from zephon.io._shards import Format, Handles, Scan, ShardReader, Shards, regist
 
 SUFFIXES = {".jsonl": None, ".jsonl.gz": "gzip", ".jsonl.zst": "zstd"}  # suffix -> pyarrow codec
 BLOCK = 16 << 20  # bytes scanned per numpy pass
-PIECE_BYTES = 4 << 20  # bytes per ranged read of an uncompressed file
+PIECE_BYTES = 4 << 20  # bytes per ranged read of an uncompressed file that is not local
 _NOT_BLANK = np.ones(256, dtype=bool)
 _NOT_BLANK[[9, 10, 13, 32]] = False  # JSON whitespace
-Content = bytes  # (decompressed) bytes of a file or of a span of its lines
+Content = Union[bytes, mmap.mmap]  # (decompressed) bytes of a file or of a span of its lines
 Span = tuple[Content, int, int]  # a piece: (content, byte offset of content[0], its first record)
 
 
@@ -122,12 +122,21 @@ def _decode(line: bytes, path: str, number: int | str) -> dict[str, Any]:
     return record
 
 
+def _mapped(info: pafs.FileInfo) -> Content:
+    """A local file's content, memory-mapped (the file itself is closed at once)."""
+    if not info.size:
+        return b""
+    with open(info.path, "rb") as file:
+        return mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ)
+
+
 @dataclass(frozen=True, slots=True)
 class _Meta:
     info: pafs.FileInfo
-    files: Handles  # an uncompressed file: handles for ranged reads
+    files: Handles  # an uncompressed file that is not local: handles for ranged reads
     index: np.ndarray  # the line index
     ends: np.ndarray  # records before the end of each piece
+    mapped: Content | None  # the content of a local uncompressed file, else None
 
 
 class JsonlReader(ShardReader[_Meta]):
@@ -141,12 +150,14 @@ class JsonlReader(ShardReader[_Meta]):
     def _open(self, k: int, info: pafs.FileInfo) -> _Meta:
         index = self.shards.index_of(k)
         rows = len(index) - 1
-        if codec_of(self.shards.files[k]) is not None or not rows:
+        codec = codec_of(self.shards.files[k])
+        local = self.shards.location.is_local and codec is None
+        if local or codec is not None or not rows:
             ends = np.array([rows], dtype=np.int64)
         else:
             bucket = index[:-1] // PIECE_BYTES
             ends = np.append(np.flatnonzero(np.diff(bucket)) + 1, rows).astype(np.int64)
-        return _Meta(info, Handles(self.shards.location, info), index, ends)
+        return _Meta(info, Handles(self.shards.location, info), index, ends, _mapped(info) if local else None)
 
     def _ends(self, k: int, meta: _Meta) -> np.ndarray:
         return meta.ends
@@ -157,6 +168,8 @@ class JsonlReader(ShardReader[_Meta]):
         return first, int(meta.index[first]), int(meta.index[int(meta.ends[piece])])
 
     def _estimate(self, k: int, meta: _Meta, piece: int, columns: tuple[str, ...] | None) -> int:
+        if meta.mapped is not None:
+            return 0
         if codec_of(self.shards.files[k]) is not None:
             return int(meta.index[-1])
         _, start, end = self._span(meta, piece)
@@ -166,6 +179,8 @@ class JsonlReader(ShardReader[_Meta]):
         return piece, None  # a span of lines serves every projection
 
     def _load(self, k: int, meta: _Meta, piece: int, columns: tuple[str, ...] | None) -> tuple[Span, int]:
+        if meta.mapped is not None:
+            return (meta.mapped, 0, 0), 0  # mapped pages are the kernel's to keep or drop
         name = self.shards.files[k]
         codec = codec_of(name)
         if codec is not None:
