@@ -168,18 +168,33 @@ def _pool(item):
     return dict(item, pool=pa.default_memory_pool().backend_name)
 
 
-def _pools(workers: int) -> set[str]:
+def _pools(workers: int, **kwargs) -> set[str]:
     source = StaticMixtureWorkSource([Dataset.from_counts("a", [40] * 4)], {"a": 1.0}, chunk_size=16, seed=1)
-    loader = zt.DataLoader(Pipeline(source).map(_pool), batch_size=8, num_workers=workers)
+    loader = zt.DataLoader(Pipeline(source).map(_pool), batch_size=8, num_workers=workers, **kwargs)
     return {name for batch in loader for name in batch["pool"]}
 
 
-def test_workers_allocate_arrow_memory_from_jemalloc_unless_the_environment_names_a_pool(monkeypatch):
+def _system_pool(worker: int) -> None:
     import pyarrow as pa
 
-    trainer = pa.default_memory_pool().backend_name
+    pa.set_memory_pool(pa.system_memory_pool())
+
+
+def test_workers_allocate_arrow_memory_from_jemalloc_unless_a_pool_was_chosen(monkeypatch):
+    import pyarrow as pa
+
+    original = pa.default_memory_pool()
+    trainer = original.backend_name
     assert _pools(0) == {trainer}  # the trainer's process is left as it is
-    assert _pools(2) == ({"jemalloc"} if "jemalloc" in pa.supported_memory_backends() else {trainer})
+    switches = trainer == "mimalloc" and "jemalloc" in pa.supported_memory_backends()
+    assert _pools(2) == ({"jemalloc"} if switches else {trainer})
     assert pa.default_memory_pool().backend_name == trainer
-    monkeypatch.setenv("ARROW_DEFAULT_MEMORY_POOL", trainer)
+    assert _pools(2, worker_init_fn=_system_pool) == {"system"}  # a worker_init_fn's choice stands
+    monkeypatch.setenv("ARROW_DEFAULT_MEMORY_POOL", "system")  # the environment chose: workers keep what they have
     assert _pools(2) == {trainer}
+    monkeypatch.delenv("ARROW_DEFAULT_MEMORY_POOL")
+    pa.set_memory_pool(pa.system_memory_pool())  # the trainer's choice: its forked workers keep it
+    try:
+        assert _pools(2) == {"system"}
+    finally:
+        pa.set_memory_pool(original)

@@ -174,6 +174,7 @@ class Plan:
         self.slots: Slots | None = None  # set when workers send bundles through shared memory
         self.pieces: PieceStore | None = None  # the workers' store of decoded pieces (share_pieces)
         self.main_thread = threading.current_thread() is threading.main_thread()  # where workers start
+        self.arrow_pool = pa.default_memory_pool().backend_name  # the trainer's (see pick_arrow_pool)
 
     def _whole_units(self, samples: int) -> int:
         """About ``samples`` (at most ``most_samples``), in whole batches (at least one)."""
@@ -269,7 +270,7 @@ class Readers(IterableDataset[Bundle]):
         if get_worker_info() is not None:
             guard_worker(self.plan.trainer, self.plan.main_thread)
             freeze_inherited()
-            pick_arrow_pool()
+            pick_arrow_pool(self.plan.arrow_pool)
         return bundles(self.plan, worker)
 
 

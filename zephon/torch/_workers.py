@@ -73,15 +73,18 @@ def freeze_inherited() -> None:
     gc.freeze()
 
 
-def pick_arrow_pool() -> None:
-    """Make Arrow's jemalloc pool this worker's default memory pool, where pyarrow has one and
-    ``ARROW_DEFAULT_MEMORY_POOL`` does not choose a pool.
+def pick_arrow_pool(trainer: str) -> None:
+    """Make Arrow's jemalloc pool this worker's default memory pool where Arrow's usual default,
+    mimalloc, is the pool of the ``trainer`` and of this worker so far: not where
+    ``ARROW_DEFAULT_MEMORY_POOL``, ``pyarrow.set_memory_pool`` or a ``worker_init_fn`` chose one,
+    nor where pyarrow was built without jemalloc.
 
-    Under Arrow's usual default, mimalloc, a Parquet-reading worker spent 14 % of its CPU in
-    the kernel zeroing fresh pages for the row groups it decodes; under jemalloc its CPU per row
-    is 6-7 % lower (docs/performance.md). Arrays already made keep the pool they came from; the
-    trainer's process is left as it is."""
-    if os.environ.get("ARROW_DEFAULT_MEMORY_POOL"):
+    Under mimalloc a Parquet-reading worker spent a seventh of its CPU in the kernel zeroing
+    fresh pages for the row groups it decodes; under jemalloc its CPU per row is 5-7 % lower
+    (docs/performance.md). Arrays already made keep the pool they came from; the trainer's
+    process is left as it is."""
+    if os.environ.get("ARROW_DEFAULT_MEMORY_POOL") or trainer != "mimalloc" or \
+            pa.default_memory_pool().backend_name != "mimalloc":
         return
     try:
         pool = pa.jemalloc_memory_pool()
