@@ -2,6 +2,8 @@
 import gzip
 import json
 import os
+import subprocess
+import sys
 
 import numpy as np
 import pyarrow as pa
@@ -180,3 +182,26 @@ def test_a_file_changed_under_a_reused_catalog_is_detected_on_read(tmp_path):
     write(tmp_path / "d", "a.jsonl", lines({"a": 1}))
     with pytest.raises(ValueError, match="a.jsonl.*changed since its catalog"):
         d.read(0, [0])
+
+
+REWRITE = """
+import json, sys
+from zephon.io import Dataset, ShardChangedError
+path = sys.argv[1] + "/a.jsonl"
+d = Dataset.from_path("d", sys.argv[1])
+assert d.read(0, [0]) == [{"id": 0, "text": "x" * 20}]
+with open(path, "w") as file:  # rewritten in place, shorter: the mapped pages past its new end are gone
+    file.write(json.dumps({"id": 0}) + "\\n")
+try:
+    d.read(0, [199])
+except ShardChangedError as error:
+    print("changed:", error)
+"""
+
+
+def test_a_local_file_rewritten_in_place_between_reads_is_a_shard_changed_error_not_a_crash(tmp_path):
+    write(tmp_path / "d", "a.jsonl", lines(*({"id": i, "text": "x" * 20} for i in range(200))))
+    done = subprocess.run([sys.executable, "-c", REWRITE, str(tmp_path / "d")], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr  # reading the mapping past the file's new end: SIGBUS (-7)
+    assert "changed: Dataset 'd', shard 0" in done.stdout and "the file changed" in done.stdout

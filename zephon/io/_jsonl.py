@@ -11,7 +11,9 @@ The **line index** of a file is an int64 array of ``rows + 1`` byte offsets into
 ``content[index[r]:index[r + 1]]`` (trailing blank lines included; JSON ignores them). It is
 built with numpy over blocks of :data:`BLOCK` bytes, never line by line in Python.
 
-**Pieces.** A local uncompressed file is memory-mapped and read in place (one piece). Elsewhere
+**Pieces.** A local uncompressed file is memory-mapped and read in place (one piece), looked at
+before each read of its lines (:meth:`JsonlReader._take`): one cut short since its catalog
+would end the process with SIGBUS where it raises ``ShardChangedError``. Elsewhere
 a piece is a span of whole lines of about :data:`PIECE_BYTES` bytes, read with one ranged
 request; a compressed file is one piece, decompressed whole.
 """
@@ -203,9 +205,11 @@ class JsonlReader(ShardReader[_Meta]):
         index = self.meta(k).index
         at = local + first
         starts, ends = (index[at] - base).tolist(), (index[at + 1] - base).tolist()
+        if type(content) is mmap.mmap:  # reading a mapped file cut short would end the process (SIGBUS)
+            self.unchanged(k, retried=False)  # so it is looked at first, and its lines copied out at once
+        lines = [content[s:e] for s, e in zip(starts, ends)]
         out = []
-        for s, e in zip(starts, ends):
-            line = content[s:e]
+        for s, line in zip(starts, lines):
             try:
                 record = json.loads(line)
             except (ValueError, UnicodeDecodeError):
