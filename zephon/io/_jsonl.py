@@ -11,9 +11,10 @@ The **line index** of a file is an int64 array of ``rows + 1`` byte offsets into
 ``content[index[r]:index[r + 1]]`` (trailing blank lines included; JSON ignores them). It is
 built with numpy over blocks of :data:`BLOCK` bytes, never line by line in Python.
 
-**Pieces.** A local uncompressed file is memory-mapped and read in place (one piece), looked at
-before each read of its lines (:meth:`JsonlReader._take`): one cut short since its catalog
-would end the process with SIGBUS where it raises ``ShardChangedError``. Elsewhere
+**Pieces.** A local uncompressed file is memory-mapped and read in place (one piece). It is
+looked at before each read of its lines (:meth:`JsonlReader._take`): a file cut short since
+its catalog raises ``ShardChangedError`` there, where reading the mapping would end the
+process (SIGBUS). Elsewhere
 a piece is a span of whole lines of about :data:`PIECE_BYTES` bytes, read with one ranged
 request; a compressed file is one piece, decompressed whole.
 """
